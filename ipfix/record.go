@@ -1,0 +1,189 @@
+package ipfix
+
+import (
+	"encoding/binary"
+	"math"
+	"net/netip"
+	"time"
+)
+
+// Record is a view of one data record: its template and its bytes. Values
+// are read through typed accessors that check the field's type and return
+// an error, never panic, on a mismatch or an index out of range.
+type Record struct {
+	Template *Template
+	data     []byte
+	spans    []span
+}
+
+// NumFields is the number of fields in the record.
+func (r *Record) NumFields() int { return len(r.spans) }
+
+// Field describes field i. It panics if i is out of range, like a slice.
+func (r *Record) Field(i int) *Field { return &r.Template.Fields[i] }
+
+// Bytes returns the raw value of field i (for a variable-length field,
+// without its length prefix), or nil if i is out of range. The slice
+// aliases the message buffer.
+func (r *Record) Bytes(i int) []byte {
+	if uint(i) >= uint(len(r.spans)) {
+		return nil
+	}
+	s := r.spans[i]
+	return r.data[s.off : int(s.off)+int(s.len) : int(s.off)+int(s.len)]
+}
+
+// Len is the encoded length of record i's value.
+func (r *Record) Len(i int) int {
+	if uint(i) >= uint(len(r.spans)) {
+		return 0
+	}
+	return int(r.spans[i].len)
+}
+
+// value checks that field i exists and that ok(type) holds.
+func (r *Record) value(i int, want string, ok func(DataType) bool) ([]byte, error) {
+	if uint(i) >= uint(len(r.spans)) {
+		return nil, &FieldError{Index: i, Name: "?", Msg: "no such field"}
+	}
+	f := &r.Template.Fields[i]
+	if !ok(f.Type) {
+		return nil, &FieldError{Index: i, Name: f.Name(), Type: f.Type, Msg: "not " + want}
+	}
+	s := r.spans[i]
+	return r.data[s.off : int(s.off)+int(s.len)], nil
+}
+
+func isUnsigned(t DataType) bool { return t.IsUnsigned() }
+func isSigned(t DataType) bool   { return t.IsSigned() }
+func isFloat(t DataType) bool    { return t == Float32 || t == Float64 }
+func isBool(t DataType) bool     { return t == Boolean }
+func isAddr(t DataType) bool     { return t == IPv4Address || t == IPv6Address }
+func isMAC(t DataType) bool      { return t == MacAddress }
+func isString(t DataType) bool   { return t == String }
+func isTime(t DataType) bool     { return t.IsTime() }
+
+// Uint reads an unsigned integer of any (reduced) size.
+func (r *Record) Uint(i int) (uint64, error) {
+	b, err := r.value(i, "an unsigned integer", isUnsigned)
+	if err != nil {
+		return 0, err
+	}
+	return beUint(b), nil
+}
+
+// Int reads a signed integer of any (reduced) size, sign-extended.
+func (r *Record) Int(i int) (int64, error) {
+	b, err := r.value(i, "a signed integer", isSigned)
+	if err != nil {
+		return 0, err
+	}
+	if len(b) == 0 {
+		return 0, nil
+	}
+	shift := 64 - 8*uint(len(b))
+	return int64(beUint(b)<<shift) >> shift, nil
+}
+
+// Float reads a float32 or float64 (possibly reduced to 4 octets).
+func (r *Record) Float(i int) (float64, error) {
+	b, err := r.value(i, "a float", isFloat)
+	if err != nil {
+		return 0, err
+	}
+	if len(b) == 4 {
+		return float64(math.Float32frombits(binary.BigEndian.Uint32(b))), nil
+	}
+	return math.Float64frombits(binary.BigEndian.Uint64(b)), nil
+}
+
+// Bool reads a boolean (RFC 7011 §6.1.5: 1 is true, 2 is false).
+func (r *Record) Bool(i int) (bool, error) {
+	b, err := r.value(i, "a boolean", isBool)
+	if err != nil {
+		return false, err
+	}
+	switch b[0] {
+	case 1:
+		return true, nil
+	case 2:
+		return false, nil
+	}
+	f := &r.Template.Fields[i]
+	return false, &FieldError{Index: i, Name: f.Name(), Type: f.Type, Msg: "boolean octet is neither 1 nor 2"}
+}
+
+// Addr reads an ipv4Address or ipv6Address.
+func (r *Record) Addr(i int) (netip.Addr, error) {
+	b, err := r.value(i, "an IP address", isAddr)
+	if err != nil {
+		return netip.Addr{}, err
+	}
+	if len(b) == 4 {
+		return netip.AddrFrom4([4]byte(b)), nil
+	}
+	return netip.AddrFrom16([16]byte(b)), nil
+}
+
+// MAC reads a macAddress.
+func (r *Record) MAC(i int) ([6]byte, error) {
+	b, err := r.value(i, "a MAC address", isMAC)
+	if err != nil {
+		return [6]byte{}, err
+	}
+	return [6]byte(b), nil
+}
+
+// String reads a string element. It allocates; StringBytes does not.
+func (r *Record) String(i int) (string, error) {
+	b, err := r.StringBytes(i)
+	return string(b), err
+}
+
+// StringBytes returns a string element's octets without copying them.
+func (r *Record) StringBytes(i int) ([]byte, error) {
+	return r.value(i, "a string", isString)
+}
+
+// ntpEpochOffset is the number of seconds from 1900-01-01 (NTP era 0) to
+// the Unix epoch.
+const ntpEpochOffset = 2208988800
+
+// Time reads any dateTime type. dateTimeMicroseconds and
+// dateTimeNanoseconds use the NTP format of RFC 7011 §6.1.9-10.
+func (r *Record) Time(i int) (time.Time, error) {
+	b, err := r.value(i, "a time", isTime)
+	if err != nil {
+		return time.Time{}, err
+	}
+	switch r.Template.Fields[i].Type {
+	case DateTimeSeconds:
+		return time.Unix(int64(binary.BigEndian.Uint32(b)), 0).UTC(), nil
+	case DateTimeMilliseconds:
+		return time.UnixMilli(int64(binary.BigEndian.Uint64(b))).UTC(), nil
+	}
+	sec := int64(binary.BigEndian.Uint32(b)) - ntpEpochOffset
+	frac := uint64(binary.BigEndian.Uint32(b[4:]))
+	if r.Template.Fields[i].Type == DateTimeMicroseconds {
+		frac &^= 0x7ff // RFC 7011 §6.1.9: the low 11 bits are not significant
+	}
+	return time.Unix(sec, int64((frac*1e9)>>32)).UTC(), nil
+}
+
+func beUint(b []byte) uint64 {
+	switch len(b) {
+	case 1:
+		return uint64(b[0])
+	case 2:
+		return uint64(binary.BigEndian.Uint16(b))
+	case 4:
+		return uint64(binary.BigEndian.Uint32(b))
+	case 8:
+		return binary.BigEndian.Uint64(b)
+	}
+	var v uint64
+	for _, c := range b {
+		v = v<<8 | uint64(c)
+	}
+	return v
+}

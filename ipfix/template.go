@@ -1,0 +1,190 @@
+package ipfix
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Set IDs with a fixed meaning (RFC 7011 §3.3.2).
+const (
+	TemplateSetID        uint16 = 2
+	OptionsTemplateSetID uint16 = 3
+	// MinDataSetID is the lowest Set ID (and template ID) of a data set.
+	MinDataSetID uint16 = 256
+)
+
+// Field is one field specifier of a template: which element, how long, and
+// the type its values are read as.
+type Field struct {
+	EnterpriseID uint32
+	ID           uint16
+	// Length is the encoded length of the value, or VariableLength.
+	Length uint16
+	// IE is the registry's description, nil for an element the registry
+	// does not know. Unknown elements are not errors: their values are
+	// kept as raw octets.
+	IE *InfoElement
+	// Type is the type values are read as: the element's type, or
+	// OctetArray for an unknown element or a length its type cannot have.
+	Type DataType
+}
+
+// Key returns the field's wire identity.
+func (f *Field) Key() ElementKey { return ElementKey{f.EnterpriseID, f.ID} }
+
+// Name is the element's registered name, or "<enterprise>:<id>" when the
+// registry does not know it.
+func (f *Field) Name() string {
+	if f.IE != nil {
+		return f.IE.Name
+	}
+	return fmt.Sprintf("%d:%d", f.EnterpriseID, f.ID)
+}
+
+// Variable reports whether the field has a variable length.
+func (f *Field) Variable() bool { return f.Length == VariableLength }
+
+// Template is a decoded or constructed (options) template. It is immutable
+// once built: a re-announced template replaces the pointer, never the
+// contents, so a reader holding a *Template can cache per-template plans.
+type Template struct {
+	ID uint16
+	// ScopeFieldCount is non-zero for options templates: the first
+	// ScopeFieldCount fields are scope fields.
+	ScopeFieldCount uint16
+	Fields          []Field
+
+	// fixed spans of each field when no field is variable (fixedLen >= 0).
+	fixed    []span
+	fixedLen int
+	// minLen is the smallest possible record: variable fields count one
+	// octet (their length prefix). Always >= 1 for a valid template.
+	minLen int
+	// wire is the template record as received, less its header, used to
+	// recognise an unchanged re-announcement without allocating.
+	wire []byte
+}
+
+// span locates a field's value inside a record.
+type span struct{ off, len uint16 }
+
+// IsOptions reports whether t is an options template.
+func (t *Template) IsOptions() bool { return t.ScopeFieldCount > 0 }
+
+// FixedLength is the length of every record of t, or -1 if t has variable
+// length fields.
+func (t *Template) FixedLength() int { return t.fixedLen }
+
+// Index returns the position of the first field with the given identity,
+// or -1.
+func (t *Template) Index(enterprise uint32, id uint16) int {
+	for i := range t.Fields {
+		if t.Fields[i].ID == id && t.Fields[i].EnterpriseID == enterprise {
+			return i
+		}
+	}
+	return -1
+}
+
+// NewTemplate builds a template for encoding from an ordered field list. A
+// field whose Length is zero takes its element's default length. Every
+// field must name a registered element, so that values can be type-checked
+// as they are written.
+func NewTemplate(id uint16, fields []Field) (*Template, error) {
+	if id < MinDataSetID {
+		return nil, fmt.Errorf("ipfix: template ID %d is below %d", id, MinDataSetID)
+	}
+	if len(fields) == 0 {
+		return nil, errors.New("ipfix: a template needs at least one field")
+	}
+	fs := make([]Field, len(fields))
+	for i, f := range fields {
+		if f.IE == nil {
+			return nil, fmt.Errorf("ipfix: template %d field %d (%d:%d) has no element description", id, i, f.EnterpriseID, f.ID)
+		}
+		f.EnterpriseID, f.ID = f.IE.EnterpriseID, f.IE.ID
+		if f.Length == 0 {
+			f.Length = f.IE.DefaultLength()
+		}
+		if !f.IE.Type.ValidLength(f.Length) {
+			return nil, fmt.Errorf("ipfix: template %d field %d (%s): length %d is not valid for %s", id, i, f.IE.Name, f.Length, f.IE.Type)
+		}
+		f.Type = f.IE.Type
+		fs[i] = f
+	}
+	t := &Template{ID: id, Fields: fs}
+	t.layout()
+	t.wire = t.appendFieldSpecs(nil)
+	return t, nil
+}
+
+// TemplateOf is NewTemplate for a list of elements at their default lengths.
+func TemplateOf(id uint16, elems ...*InfoElement) (*Template, error) {
+	fs := make([]Field, len(elems))
+	for i, ie := range elems {
+		fs[i] = Field{IE: ie}
+	}
+	return NewTemplate(id, fs)
+}
+
+// layout computes minLen and, for all-fixed templates, the field spans.
+func (t *Template) layout() {
+	t.minLen, t.fixedLen = 0, 0
+	for i := range t.Fields {
+		if t.Fields[i].Variable() {
+			t.minLen++
+			t.fixedLen = -1
+		} else {
+			t.minLen += int(t.Fields[i].Length)
+		}
+	}
+	if t.fixedLen < 0 || t.minLen > maxMessageLen {
+		t.fixed = nil
+		if t.fixedLen >= 0 {
+			t.fixedLen = -1
+		}
+		return
+	}
+	t.fixedLen = t.minLen
+	t.fixed = make([]span, len(t.Fields))
+	off := 0
+	for i := range t.Fields {
+		t.fixed[i] = span{uint16(off), t.Fields[i].Length}
+		off += int(t.Fields[i].Length)
+	}
+}
+
+// wireLen is the size of the template record t encodes to.
+func (t *Template) wireLen() int {
+	n := 4
+	if t.IsOptions() {
+		n += 2
+	}
+	return n + len(t.wire)
+}
+
+// appendFieldSpecs appends the field specifiers of t in wire form.
+func (t *Template) appendFieldSpecs(b []byte) []byte {
+	for i := range t.Fields {
+		f := &t.Fields[i]
+		if f.EnterpriseID != 0 {
+			b = append(b, byte(f.ID>>8)|0x80, byte(f.ID), byte(f.Length>>8), byte(f.Length))
+			b = append(b, byte(f.EnterpriseID>>24), byte(f.EnterpriseID>>16), byte(f.EnterpriseID>>8), byte(f.EnterpriseID))
+		} else {
+			b = append(b, byte(f.ID>>8), byte(f.ID), byte(f.Length>>8), byte(f.Length))
+		}
+	}
+	return b
+}
+
+// resolve sets a decoded field's element description and read type.
+func (f *Field) resolve(reg *Registry) {
+	f.Type = OctetArray
+	f.IE = nil
+	if ie, ok := reg.Lookup(f.EnterpriseID, f.ID); ok {
+		f.IE = ie
+		if ie.Type.ValidLength(f.Length) {
+			f.Type = ie.Type
+		}
+	}
+}
