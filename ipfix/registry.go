@@ -139,7 +139,7 @@ func reversible(id uint16) bool {
 		210,           // paddingOctets
 		211, 212, 213, // collectorIPv4/IPv6Address, exportInterface
 		214, 215, 216, 217, // exportProtocolVersion, exportTransportProtocol, collectorTransportPort, exporterTransportPort
-		239,                // biflowDirection
+		239,           // biflowDirection
 		291, 292, 293, // basicList, subTemplateList, subTemplateMultiList
 		403, 404, 405: // originalExporter*, originalObservationDomainId
 		return false

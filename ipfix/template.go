@@ -183,7 +183,11 @@ func (f *Field) resolve(reg *Registry) {
 	f.IE = nil
 	if ie, ok := reg.Lookup(f.EnterpriseID, f.ID); ok {
 		f.IE = ie
-		if ie.Type.ValidLength(f.Length) {
+		// Integers wider than their registered size still read as
+		// integers: older registries typed some elements wider (e.g.
+		// forwardingStatus was unsigned32) and exporters still send them.
+		wideInt := (ie.Type.IsUnsigned() || ie.Type.IsSigned()) && f.Length >= 1 && f.Length <= 8
+		if wideInt || ie.Type.ValidLength(f.Length) {
 			f.Type = ie.Type
 		}
 	}

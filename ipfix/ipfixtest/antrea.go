@@ -77,9 +77,9 @@ func WriteAntreaV27(e *ipfix.Encoder, domain uint32, t *ipfix.Template, f Flow) 
 	return e.Record(domain, t).
 		Time(f.Start).Time(f.End).Uint(2).
 		Uint(uint64(f.SrcPort)).Uint(uint64(f.DstPort)).Uint(uint64(f.Proto)).
-		Uint(f.Packets).Uint(f.Octets).Uint(f.Packets/10).Uint(f.Octets/10).
+		Uint(f.Packets).Uint(f.Octets).Uint(f.Packets / 10).Uint(f.Octets / 10).
 		Addr(f.Src).Addr(f.Dst).
-		Uint(f.RevPackets).Uint(f.RevOctets).Uint(f.RevPackets/10).Uint(f.RevOctets/10).
+		Uint(f.RevPackets).Uint(f.RevOctets).Uint(f.RevPackets / 10).Uint(f.RevOctets / 10).
 		String(f.SrcPod).String(f.Namespace).String(f.SrcNode).
 		String(f.DstPod).String(f.Namespace).String(f.DstNode).
 		Uint(uint64(f.DstPort)).String("default/server:http").
