@@ -205,8 +205,9 @@ type RecordWriter struct {
 	err   error
 }
 
-// next returns the next field if it accepts want, else records an error.
-func (w *RecordWriter) next(want string, ok func(DataType) bool) *Field {
+// next returns the next field if its type is in want, else records an
+// error.
+func (w *RecordWriter) next(want typeSet) *Field {
 	if w.err != nil {
 		return nil
 	}
@@ -215,8 +216,8 @@ func (w *RecordWriter) next(want string, ok func(DataType) bool) *Field {
 		return nil
 	}
 	f := &w.t.Fields[w.i]
-	if !ok(f.Type) {
-		w.err = &FieldError{Index: w.i, Name: f.Name(), Type: f.Type, Msg: "cannot write " + want}
+	if !want.has(f.Type) {
+		w.err = &FieldError{Index: w.i, Name: f.Name(), Type: f.Type, Msg: "cannot write " + want.String()}
 		return nil
 	}
 	w.i++
@@ -229,7 +230,7 @@ func (w *RecordWriter) fail(f *Field, msg string) {
 
 // Uint writes an unsigned integer at the field's (possibly reduced) size.
 func (w *RecordWriter) Uint(v uint64) *RecordWriter {
-	if f := w.next("an unsigned integer", isUnsigned); f != nil {
+	if f := w.next(unsignedTypes); f != nil {
 		if f.Length < 8 && v>>(8*f.Length) != 0 {
 			w.fail(f, fmt.Sprintf("value %d does not fit in %d octets", v, f.Length))
 			return w
@@ -241,7 +242,7 @@ func (w *RecordWriter) Uint(v uint64) *RecordWriter {
 
 // Int writes a signed integer at the field's (possibly reduced) size.
 func (w *RecordWriter) Int(v int64) *RecordWriter {
-	if f := w.next("a signed integer", isSigned); f != nil {
+	if f := w.next(signedTypes); f != nil {
 		bits := 8 * uint(f.Length)
 		if bits < 64 && (v < -(1<<(bits-1)) || v >= 1<<(bits-1)) {
 			w.fail(f, fmt.Sprintf("value %d does not fit in %d octets", v, f.Length))
@@ -254,7 +255,7 @@ func (w *RecordWriter) Int(v int64) *RecordWriter {
 
 // Float writes a float32 or float64 field.
 func (w *RecordWriter) Float(v float64) *RecordWriter {
-	if f := w.next("a float", isFloat); f != nil {
+	if f := w.next(floatTypes); f != nil {
 		if f.Length == 4 {
 			w.e.buf = binary.BigEndian.AppendUint32(w.e.buf, math.Float32bits(float32(v)))
 		} else {
@@ -266,7 +267,7 @@ func (w *RecordWriter) Float(v float64) *RecordWriter {
 
 // Bool writes a boolean field.
 func (w *RecordWriter) Bool(v bool) *RecordWriter {
-	if f := w.next("a boolean", isBool); f != nil {
+	if f := w.next(boolTypes); f != nil {
 		c := byte(2)
 		if v {
 			c = 1
@@ -279,7 +280,7 @@ func (w *RecordWriter) Bool(v bool) *RecordWriter {
 // Addr writes an address field. The zero Addr writes an all-zero address
 // of the field's family (how unset addresses travel in fixed-size fields).
 func (w *RecordWriter) Addr(a netip.Addr) *RecordWriter {
-	if f := w.next("an IP address", isAddr); f != nil {
+	if f := w.next(addrTypes); f != nil {
 		switch {
 		case !a.IsValid():
 			w.e.buf = append(w.e.buf, make([]byte, f.Length)...)
@@ -298,7 +299,7 @@ func (w *RecordWriter) Addr(a netip.Addr) *RecordWriter {
 
 // MAC writes a macAddress field.
 func (w *RecordWriter) MAC(m [6]byte) *RecordWriter {
-	if f := w.next("a MAC address", isMAC); f != nil {
+	if f := w.next(macTypes); f != nil {
 		w.e.buf = append(w.e.buf, m[:]...)
 	}
 	return w
@@ -306,7 +307,7 @@ func (w *RecordWriter) MAC(m [6]byte) *RecordWriter {
 
 // Time writes any dateTime field.
 func (w *RecordWriter) Time(t time.Time) *RecordWriter {
-	if f := w.next("a time", isTime); f != nil {
+	if f := w.next(timeTypes); f != nil {
 		switch f.Type {
 		case DateTimeSeconds:
 			w.e.buf = binary.BigEndian.AppendUint32(w.e.buf, uint32(t.Unix()))
@@ -327,7 +328,7 @@ func (w *RecordWriter) Time(t time.Time) *RecordWriter {
 
 // String writes a string field; see Bytes for the length rules.
 func (w *RecordWriter) String(s string) *RecordWriter {
-	if f := w.next("a string", isString); f != nil {
+	if f := w.next(stringTypes); f != nil {
 		appendOctets(w, f, s)
 	}
 	return w
@@ -337,7 +338,7 @@ func (w *RecordWriter) String(s string) *RecordWriter {
 // treats as raw octets). A fixed-length field must get exactly its length;
 // a variable-length one takes a length prefix (RFC 7011 §7).
 func (w *RecordWriter) Bytes(b []byte) *RecordWriter {
-	if f := w.next("octets", func(t DataType) bool { return t == OctetArray || t >= BasicList }); f != nil {
+	if f := w.next(octetTypes); f != nil {
 		appendOctets(w, f, b)
 	}
 	return w

@@ -1,9 +1,11 @@
 package ipfix
 
 import (
+	"bytes"
 	"encoding/binary"
 	"math"
 	"net/netip"
+	"slices"
 	"time"
 )
 
@@ -41,31 +43,62 @@ func (r *Record) Len(i int) int {
 	return int(r.spans[i].len)
 }
 
-// value checks that field i exists and that ok(type) holds.
-func (r *Record) value(i int, want string, ok func(DataType) bool) ([]byte, error) {
+// typeSet is a set of DataTypes, for cheap type checks on hot paths.
+type typeSet uint32
+
+const (
+	unsignedTypes typeSet = 1<<Unsigned8 | 1<<Unsigned16 | 1<<Unsigned32 | 1<<Unsigned64
+	signedTypes   typeSet = 1<<Signed8 | 1<<Signed16 | 1<<Signed32 | 1<<Signed64
+	floatTypes    typeSet = 1<<Float32 | 1<<Float64
+	boolTypes     typeSet = 1 << Boolean
+	addrTypes     typeSet = 1<<IPv4Address | 1<<IPv6Address
+	macTypes      typeSet = 1 << MacAddress
+	stringTypes   typeSet = 1 << String
+	timeTypes     typeSet = 1<<DateTimeSeconds | 1<<DateTimeMilliseconds | 1<<DateTimeMicroseconds | 1<<DateTimeNanoseconds
+	octetTypes    typeSet = 1<<OctetArray | 1<<BasicList | 1<<SubTemplateList | 1<<SubTemplateMultiList
+)
+
+func (s typeSet) has(t DataType) bool { return s&(1<<t) != 0 }
+
+// typeSetNames says what a set of types reads as, for errors.
+func (s typeSet) String() string {
+	switch s {
+	case unsignedTypes:
+		return "an unsigned integer"
+	case signedTypes:
+		return "a signed integer"
+	case floatTypes:
+		return "a float"
+	case boolTypes:
+		return "a boolean"
+	case addrTypes:
+		return "an IP address"
+	case macTypes:
+		return "a MAC address"
+	case stringTypes:
+		return "a string"
+	case timeTypes:
+		return "a time"
+	}
+	return "octets"
+}
+
+// value checks that field i exists and has a type in want.
+func (r *Record) value(i int, want typeSet) ([]byte, error) {
 	if uint(i) >= uint(len(r.spans)) {
 		return nil, &FieldError{Index: i, Name: "?", Msg: "no such field"}
 	}
 	f := &r.Template.Fields[i]
-	if !ok(f.Type) {
-		return nil, &FieldError{Index: i, Name: f.Name(), Type: f.Type, Msg: "not " + want}
+	if !want.has(f.Type) {
+		return nil, &FieldError{Index: i, Name: f.Name(), Type: f.Type, Msg: "not " + want.String()}
 	}
 	s := r.spans[i]
 	return r.data[s.off : int(s.off)+int(s.len)], nil
 }
 
-func isUnsigned(t DataType) bool { return t.IsUnsigned() }
-func isSigned(t DataType) bool   { return t.IsSigned() }
-func isFloat(t DataType) bool    { return t == Float32 || t == Float64 }
-func isBool(t DataType) bool     { return t == Boolean }
-func isAddr(t DataType) bool     { return t == IPv4Address || t == IPv6Address }
-func isMAC(t DataType) bool      { return t == MacAddress }
-func isString(t DataType) bool   { return t == String }
-func isTime(t DataType) bool     { return t.IsTime() }
-
 // Uint reads an unsigned integer of any (reduced) size.
 func (r *Record) Uint(i int) (uint64, error) {
-	b, err := r.value(i, "an unsigned integer", isUnsigned)
+	b, err := r.value(i, unsignedTypes)
 	if err != nil {
 		return 0, err
 	}
@@ -74,7 +107,7 @@ func (r *Record) Uint(i int) (uint64, error) {
 
 // Int reads a signed integer of any (reduced) size, sign-extended.
 func (r *Record) Int(i int) (int64, error) {
-	b, err := r.value(i, "a signed integer", isSigned)
+	b, err := r.value(i, signedTypes)
 	if err != nil {
 		return 0, err
 	}
@@ -87,7 +120,7 @@ func (r *Record) Int(i int) (int64, error) {
 
 // Float reads a float32 or float64 (possibly reduced to 4 octets).
 func (r *Record) Float(i int) (float64, error) {
-	b, err := r.value(i, "a float", isFloat)
+	b, err := r.value(i, floatTypes)
 	if err != nil {
 		return 0, err
 	}
@@ -99,7 +132,7 @@ func (r *Record) Float(i int) (float64, error) {
 
 // Bool reads a boolean (RFC 7011 §6.1.5: 1 is true, 2 is false).
 func (r *Record) Bool(i int) (bool, error) {
-	b, err := r.value(i, "a boolean", isBool)
+	b, err := r.value(i, boolTypes)
 	if err != nil {
 		return false, err
 	}
@@ -115,7 +148,7 @@ func (r *Record) Bool(i int) (bool, error) {
 
 // Addr reads an ipv4Address or ipv6Address.
 func (r *Record) Addr(i int) (netip.Addr, error) {
-	b, err := r.value(i, "an IP address", isAddr)
+	b, err := r.value(i, addrTypes)
 	if err != nil {
 		return netip.Addr{}, err
 	}
@@ -127,7 +160,7 @@ func (r *Record) Addr(i int) (netip.Addr, error) {
 
 // MAC reads a macAddress.
 func (r *Record) MAC(i int) ([6]byte, error) {
-	b, err := r.value(i, "a MAC address", isMAC)
+	b, err := r.value(i, macTypes)
 	if err != nil {
 		return [6]byte{}, err
 	}
@@ -142,7 +175,7 @@ func (r *Record) String(i int) (string, error) {
 
 // StringBytes returns a string element's octets without copying them.
 func (r *Record) StringBytes(i int) ([]byte, error) {
-	return r.value(i, "a string", isString)
+	return r.value(i, stringTypes)
 }
 
 // ntpEpochOffset is the number of seconds from 1900-01-01 (NTP era 0) to
@@ -152,7 +185,7 @@ const ntpEpochOffset = 2208988800
 // Time reads any dateTime type. dateTimeMicroseconds and
 // dateTimeNanoseconds use the NTP format of RFC 7011 §6.1.9-10.
 func (r *Record) Time(i int) (time.Time, error) {
-	b, err := r.value(i, "a time", isTime)
+	b, err := r.value(i, timeTypes)
 	if err != nil {
 		return time.Time{}, err
 	}
@@ -186,4 +219,10 @@ func beUint(b []byte) uint64 {
 		v = v<<8 | uint64(c)
 	}
 	return v
+}
+
+// Clone returns a copy of r that owns its bytes, for keeping a record
+// beyond the next call to Next or Reset.
+func (r *Record) Clone() *Record {
+	return &Record{Template: r.Template, data: bytes.Clone(r.data), spans: slices.Clone(r.spans)}
 }

@@ -122,4 +122,3 @@ func decodeFile(out *bufio.Writer, stderr io.Writer, path string, port uint16) b
 	}
 	return ok
 }
-
