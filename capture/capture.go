@@ -17,7 +17,6 @@ import (
 
 	"github.com/google/gopacket"
 	"github.com/google/gopacket/layers"
-	"github.com/google/gopacket/pcapgo"
 
 	"sluice/ipfix"
 )
@@ -104,22 +103,13 @@ func Read(r io.Reader, port uint16, h Handler) ([]Problem, error) {
 	case FormatRaw:
 		return nil, readRaw(br, h)
 	case FormatPcap:
-		pr, err := pcapgo.NewReader(br)
+		pr, err := newPcapReader(br)
 		if err != nil {
-			return nil, fmt.Errorf("capture: pcap header: %w", err)
+			return nil, fmt.Errorf("capture: %w", err)
 		}
-		return readPackets(pr, func(int) layers.LinkType { return pr.LinkType() }, port, h)
+		return readPackets(pr, port, h)
 	default:
-		nr, err := pcapgo.NewNgReader(br, pcapgo.DefaultNgReaderOptions)
-		if err != nil {
-			return nil, fmt.Errorf("capture: pcapng header: %w", err)
-		}
-		return readPackets(nr, func(i int) layers.LinkType {
-			if ifc, err := nr.Interface(i); err == nil {
-				return ifc.LinkType
-			}
-			return nr.LinkType()
-		}, port, h)
+		return readPackets(newNgReader(br), port, h)
 	}
 }
 
@@ -139,24 +129,24 @@ func readRaw(r io.Reader, h Handler) error {
 	}
 }
 
-type packetSource interface {
-	ReadPacketData() ([]byte, gopacket.CaptureInfo, error)
-}
-
 // readPackets delivers UDP messages as their packets come and TCP streams
 // when the capture ends, each reassembled in sequence order.
-func readPackets(src packetSource, linkType func(int) layers.LinkType, port uint16, h Handler) ([]Problem, error) {
+func readPackets(src packetReader, port uint16, h Handler) ([]Problem, error) {
 	streams := map[string]*tcpStream{}
 	var order []string
+	var problems []Problem
 	for n := 1; ; n++ {
-		data, ci, err := src.ReadPacketData()
-		if err == io.EOF || errors.Is(err, io.ErrUnexpectedEOF) {
+		p, err := src.next()
+		if err == io.EOF {
 			break
 		}
 		if err != nil {
-			return nil, fmt.Errorf("capture: packet %d: %w", n, err)
+			// What was read stays good: report, then deliver the
+			// streams gathered so far.
+			problems = append(problems, Problem{Session: "capture", Msg: fmt.Sprintf("packet %d: %v; the rest of the file is not read", n, err)})
+			break
 		}
-		pkt := gopacket.NewPacket(data, linkType(ci.InterfaceIndex), gopacket.DecodeOptions{Lazy: true, NoCopy: true})
+		pkt := gopacket.NewPacket(p.data, p.link, gopacket.DecodeOptions{Lazy: true, NoCopy: true})
 		net := pkt.NetworkLayer()
 		if net == nil {
 			continue
@@ -169,7 +159,7 @@ func readPackets(src packetSource, linkType func(int) layers.LinkType, port uint
 			}
 			sess := fmt.Sprintf("udp %s:%d -> %s:%d", src, tl.SrcPort, dst, tl.DstPort)
 			if err := h(Message{Session: sess, UDP: true, Where: fmt.Sprintf("packet %d", n), Data: tl.Payload}); err != nil {
-				return nil, err
+				return problems, err
 			}
 		case *layers.TCP:
 			if uint16(tl.SrcPort) != port && uint16(tl.DstPort) != port {
@@ -185,7 +175,6 @@ func readPackets(src packetSource, linkType func(int) layers.LinkType, port uint
 			s.add(tl)
 		}
 	}
-	var problems []Problem
 	for _, sess := range order {
 		data, gap := streams[sess].assemble()
 		if gap != "" {
@@ -201,7 +190,11 @@ func readPackets(src packetSource, linkType func(int) layers.LinkType, port uint
 				break
 			}
 			if err != nil {
-				problems = append(problems, Problem{Session: sess, Msg: err.Error()})
+				// After a hole, a message cut short is its consequence,
+				// already reported.
+				if gap == "" || !errors.Is(err, io.ErrUnexpectedEOF) {
+					problems = append(problems, Problem{Session: sess, Msg: err.Error()})
+				}
 				break
 			}
 			if err := h(Message{Session: sess, Where: fmt.Sprintf("stream offset %d", mr.Offset), Data: msg}); err != nil {
