@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Installs what the tests need on a fresh Debian machine: the third-party
+# IPFIX peers the interop tests run for real, and the Go modules.
+set -euo pipefail
+
+need=()
+command -v softflowd >/dev/null || need+=(softflowd)
+command -v nfcapd >/dev/null || need+=(nfdump)
+command -v tshark >/dev/null || need+=(tshark)
+command -v tcpdump >/dev/null || need+=(tcpdump)
+if ((${#need[@]})); then
+  if [[ $(id -u) -ne 0 ]]; then
+    echo "install-deps: need root to apt-get install ${need[*]}" >&2
+    exit 1
+  fi
+  echo "install-deps: apt-get install ${need[*]}"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+fi
+
+go mod download
+(cd interop && go mod download)
