@@ -389,6 +389,24 @@ func TestTemplateLimit(t *testing.T) {
 	if !errors.Is(got.err, ipfix.ErrTemplateLimit) || d.Session().NumTemplates() != 2 {
 		t.Fatalf("%v, %d templates", got.err, d.Session().NumTemplates())
 	}
+
+	// The field budget: 3 fields in all.
+	d = ipfix.NewDecoder(ipfix.NewSession(ipfix.SessionOptions{MaxTemplateFields: 3}))
+	two := []spec{{4, 1, 0}, {7, 2, 0}}
+	if got := decode(t, d, message(1, set(2, tmplRec(256, two...))), t0); got.err != nil {
+		t.Fatal(got.err)
+	}
+	if got := decode(t, d, message(1, set(2, tmplRec(257, two...))), t0); !errors.Is(got.err, ipfix.ErrTemplateLimit) {
+		t.Fatalf("second 2-field template: %v", got.err)
+	}
+	// Replacing 256 by a 3-field definition fits: the old fields are given back.
+	if got := decode(t, d, message(1, set(2, tmplRec(256, append(two, spec{11, 2, 0})...))), t0); got.err != nil {
+		t.Fatalf("replacement: %v", got.err)
+	}
+	// Withdrawing it frees the budget for 257.
+	if got := decode(t, d, message(1, set(2, u16(256), u16(0)), set(2, tmplRec(257, two...))), t0); got.err != nil {
+		t.Fatalf("after withdrawal: %v", got.err)
+	}
 }
 
 func TestMalformed(t *testing.T) {

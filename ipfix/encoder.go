@@ -118,8 +118,12 @@ func (e *Encoder) Flush() error {
 	binary.BigEndian.PutUint32(b[4:], uint32(e.now().Unix()))
 	binary.BigEndian.PutUint32(b[8:], e.seq[e.domain])
 	binary.BigEndian.PutUint32(b[12:], e.domain)
+	if err := e.emit(b); err != nil {
+		return err
+	}
+	// Only records that left count towards the next sequence number.
 	e.seq[e.domain] += e.records
-	return e.emit(b)
+	return nil
 }
 
 // AddTemplate writes t's template record into the current message of

@@ -3,6 +3,7 @@ package ipfix
 import (
 	"bytes"
 	"encoding/binary"
+	"fmt"
 	"time"
 )
 
@@ -15,6 +16,11 @@ const DefaultUDPTemplateTTL = 3 * 600 * time.Second
 // memory without limit.
 const DefaultMaxTemplates = 4096
 
+// DefaultMaxTemplateFields bounds the field specifiers of all templates of
+// one session together (an Antrea template has about 70), so that a few
+// huge templates cannot take what many small ones may not.
+const DefaultMaxTemplateFields = 65536
+
 // SessionOptions configures a transport session's template state.
 type SessionOptions struct {
 	// Registry resolves element identities; nil means DefaultRegistry().
@@ -25,6 +31,9 @@ type SessionOptions struct {
 	// MaxTemplates bounds the number of templates; zero means
 	// DefaultMaxTemplates.
 	MaxTemplates int
+	// MaxTemplateFields bounds the fields of all templates together; zero
+	// means DefaultMaxTemplateFields.
+	MaxTemplateFields int
 }
 
 // SessionStats counts what a session has seen. Counters only grow.
@@ -63,6 +72,7 @@ type templateEntry struct {
 type Session struct {
 	opts      SessionOptions
 	templates map[templateKey]templateEntry
+	fields    int // field specifiers held, across templates
 	Stats     SessionStats
 }
 
@@ -73,6 +83,9 @@ func NewSession(opts SessionOptions) *Session {
 	}
 	if opts.MaxTemplates <= 0 {
 		opts.MaxTemplates = DefaultMaxTemplates
+	}
+	if opts.MaxTemplateFields <= 0 {
+		opts.MaxTemplateFields = DefaultMaxTemplateFields
 	}
 	return &Session{opts: opts, templates: map[templateKey]templateEntry{}}
 }
@@ -88,7 +101,7 @@ func (s *Session) Template(domain uint32, id uint16, now time.Time) *Template {
 		return nil
 	}
 	if !e.expires.IsZero() && now.After(e.expires) {
-		delete(s.templates, templateKey{domain, id})
+		s.del(templateKey{domain, id})
 		s.Stats.TemplatesExpired++
 		return nil
 	}
@@ -105,7 +118,7 @@ func (s *Session) Expire(now time.Time) int {
 	n := 0
 	for k, e := range s.templates {
 		if !e.expires.IsZero() && now.After(e.expires) {
-			delete(s.templates, k)
+			s.del(k)
 			n++
 		}
 	}
@@ -207,18 +220,24 @@ func (s *Session) applyTemplate(domain uint32, setID, id, scope, count uint16, b
 	}
 	wire := b[:n]
 	key := templateKey{domain, id}
-	if e, ok := s.templates[key]; ok {
-		if e.t.ScopeFieldCount == scope && bytes.Equal(e.t.wire, wire) {
-			e.expires = s.expiry(now)
-			s.templates[key] = e
-			s.Stats.TemplatesRefreshed++
-			return n, nil
-		}
-	} else if len(s.templates) >= s.opts.MaxTemplates {
+	e, exists := s.templates[key]
+	if exists && e.t.ScopeFieldCount == scope && bytes.Equal(e.t.wire, wire) {
+		e.expires = s.expiry(now)
+		s.templates[key] = e
+		s.Stats.TemplatesRefreshed++
+		return n, nil
+	}
+	// A replacement gives back the fields of the definition it replaces.
+	old := 0
+	if exists {
+		old = len(e.t.Fields)
+	}
+	if s.full(!exists, s.fields-old+int(count)) {
 		s.Expire(now)
-		if len(s.templates) >= s.opts.MaxTemplates {
+		if s.full(!exists, s.fields-old+int(count)) {
 			return 0, &DecodeError{Offset: off, SetID: setID, TemplateID: id, Kind: ErrTemplateLimit,
-				Msg: "session holds the maximum number of templates"}
+				Msg: fmt.Sprintf("session holds %d templates with %d fields; limits are %d and %d",
+					len(s.templates), s.fields, s.opts.MaxTemplates, s.opts.MaxTemplateFields)}
 		}
 	}
 	t := &Template{ID: id, ScopeFieldCount: scope, Fields: make([]Field, count), wire: bytes.Clone(wire)}
@@ -241,8 +260,24 @@ func (s *Session) applyTemplate(domain uint32, setID, id, scope, count uint16, b
 	} else {
 		s.Stats.TemplatesAdded++
 	}
+	s.del(key)
 	s.templates[key] = templateEntry{t: t, expires: s.expiry(now)}
+	s.fields += len(t.Fields)
 	return n, nil
+}
+
+// full reports whether adding a template (isNew) so that the session holds
+// fields field specifiers would pass a limit.
+func (s *Session) full(isNew bool, fields int) bool {
+	return (isNew && len(s.templates) >= s.opts.MaxTemplates) || fields > s.opts.MaxTemplateFields
+}
+
+// del removes a template and its share of the field budget.
+func (s *Session) del(k templateKey) {
+	if e, ok := s.templates[k]; ok {
+		s.fields -= len(e.t.Fields)
+		delete(s.templates, k)
+	}
 }
 
 // withdraw handles a withdrawal record for template id.
@@ -251,7 +286,7 @@ func (s *Session) withdraw(domain uint32, setID, id uint16, off int) error {
 		options := setID == OptionsTemplateSetID
 		for k, e := range s.templates {
 			if k.domain == domain && e.t.IsOptions() == options {
-				delete(s.templates, k)
+				s.del(k)
 				s.Stats.TemplatesWithdrawn++
 			}
 		}
@@ -261,14 +296,14 @@ func (s *Session) withdraw(domain uint32, setID, id uint16, off int) error {
 		return malformed(off, setID, id, "withdrawal of invalid template ID %d", id)
 	}
 	if _, ok := s.templates[templateKey{domain, id}]; ok {
-		delete(s.templates, templateKey{domain, id})
+		s.del(templateKey{domain, id})
 		s.Stats.TemplatesWithdrawn++
 	}
 	return nil
 }
 
 func (s *Session) drop(domain uint32, id uint16) {
-	delete(s.templates, templateKey{domain, id})
+	s.del(templateKey{domain, id})
 }
 
 // checkPadding accepts trailing octets long enough to look like a record
