@@ -378,6 +378,7 @@ func (w *RecordWriter) End() error {
 	if w.err != nil {
 		if e.open && w.start > 0 && len(e.buf) >= w.start {
 			e.buf = e.buf[:w.start]
+			e.dropEmptySet(w.start)
 		}
 		return w.err
 	}
@@ -388,15 +389,12 @@ func (w *RecordWriter) End() error {
 	rec := len(e.buf) - w.start
 	if headerLen+setHeaderLen+rec > e.max {
 		e.buf = e.buf[:w.start]
+		e.dropEmptySet(w.start)
 		return fmt.Errorf("data record of template %d (%d octets): %w", w.t.ID, rec, ErrTooLarge)
 	}
 	e.scratch = append(e.scratch[:0], e.buf[w.start:]...)
 	e.buf = e.buf[:w.start]
-	// Drop the set header if the record was the first of its set.
-	if e.setStart == w.start-setHeaderLen {
-		e.buf = e.buf[:e.setStart]
-		e.setStart = -1
-	}
+	e.dropEmptySet(w.start)
 	domain := e.domain
 	if err := e.Flush(); err != nil {
 		return err
@@ -408,6 +406,15 @@ func (w *RecordWriter) End() error {
 	e.buf = append(e.buf, e.scratch...)
 	e.records++
 	return nil
+}
+
+// dropEmptySet removes the open set's header if the record that was to
+// start at recStart was its first: an empty set must not be sent.
+func (e *Encoder) dropEmptySet(recStart int) {
+	if e.setStart >= 0 && e.setStart == recStart-setHeaderLen {
+		e.buf = e.buf[:e.setStart]
+		e.setStart = -1
+	}
 }
 
 func appendBE(b []byte, v uint64, n int) []byte {

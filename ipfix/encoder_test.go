@@ -149,6 +149,11 @@ func TestRecordWriterChecks(t *testing.T) {
 			t.Errorf("%s: %v, want %q", c.name, err, c.want)
 		}
 	}
+	// Failed records leave no empty set behind: nothing is sent.
+	enc.Flush()
+	if len(*msgs) != 0 {
+		t.Fatalf("failed records produced %d message(s): % x", len(*msgs), (*msgs)[0])
+	}
 	// After all those failures, a good record still makes a clean message.
 	if err := enc.Record(1, tmpl).Uint(17).Uint(65535).Addr(v4).End(); err != nil {
 		t.Fatal(err)

@@ -6,6 +6,7 @@ import (
 	"math"
 	"net/netip"
 	"slices"
+	"strconv"
 	"time"
 )
 
@@ -86,7 +87,11 @@ func (s typeSet) String() string {
 // value checks that field i exists and has a type in want.
 func (r *Record) value(i int, want typeSet) ([]byte, error) {
 	if uint(i) >= uint(len(r.spans)) {
-		return nil, &FieldError{Index: i, Name: "?", Msg: "no such field"}
+		msg := "no such field"
+		if i < 0 {
+			msg = "the element is not in template " + strconv.Itoa(int(r.Template.ID))
+		}
+		return nil, &FieldError{Index: i, Name: "?", Msg: msg}
 	}
 	f := &r.Template.Fields[i]
 	if !want.has(f.Type) {

@@ -86,6 +86,9 @@ func (t *Template) Index(enterprise uint32, id uint16) int {
 	return -1
 }
 
+// IndexOf returns the position of the first field carrying ie, or -1.
+func (t *Template) IndexOf(ie *InfoElement) int { return t.Index(ie.EnterpriseID, ie.ID) }
+
 // NewTemplate builds a template for encoding from an ordered field list. A
 // field whose Length is zero takes its element's default length. Every
 // field must name a registered element, so that values can be type-checked
