@@ -1,0 +1,208 @@
+// Package flow defines Sluice's one canonical flow record: the content of
+// Antrea's Protobuf Flow message as a plain Go struct, with field presence
+// kept apart from values, so that an element an exporter did not send is
+// "unset" rather than zero.
+package flow
+
+import (
+	"net/netip"
+	"time"
+)
+
+// Field names one field of a Flow for presence tracking.
+type Field uint8
+
+// The fields of a Flow. The order is not a wire order; wire orders live
+// with the codecs.
+const (
+	StartTime Field = iota
+	EndTime
+	EndReason
+	SourceIP
+	DestinationIP
+	Protocol
+	SourcePort
+	DestinationPort
+	TCPState
+	PacketTotalCount
+	PacketDeltaCount
+	OctetTotalCount
+	OctetDeltaCount
+	ReversePacketTotalCount
+	ReversePacketDeltaCount
+	ReverseOctetTotalCount
+	ReverseOctetDeltaCount
+	FlowType
+	SourcePodNamespace
+	SourcePodName
+	SourcePodUID
+	SourcePodLabels
+	SourceNodeName
+	SourceNodeUID
+	DestinationPodNamespace
+	DestinationPodName
+	DestinationPodUID
+	DestinationPodLabels
+	DestinationNodeName
+	DestinationNodeUID
+	DestinationClusterIP
+	DestinationServiceIP
+	DestinationServicePort
+	DestinationServicePortName
+	DestinationServiceUID
+	IngressPolicyType
+	IngressPolicyNamespace
+	IngressPolicyName
+	IngressPolicyUID
+	IngressPolicyRuleName
+	IngressPolicyRuleAction
+	EgressPolicyType
+	EgressPolicyNamespace
+	EgressPolicyName
+	EgressPolicyUID
+	EgressPolicyRuleName
+	EgressPolicyRuleAction
+	EgressName
+	EgressIP
+	EgressNodeName
+	EgressNodeUID
+	EgressUID
+	AppProtocolName
+	HTTPVals
+	FlowDirection
+	ProxySnatIP
+	ProxySnatPort
+	ClusterID
+	numFields
+)
+
+// Fields is a set of Fields.
+type Fields [2]uint64
+
+// Has reports whether f is in the set.
+func (s *Fields) Has(f Field) bool { return s[f>>6]&(1<<(f&63)) != 0 }
+
+// Set adds f to the set.
+func (s *Fields) Set(f Field) { s[f>>6] |= 1 << (f & 63) }
+
+// Clear removes f from the set.
+func (s *Fields) Clear(f Field) { s[f>>6] &^= 1 << (f & 63) }
+
+// Stats are a direction's counters.
+type Stats struct {
+	PacketTotalCount uint64
+	PacketDeltaCount uint64
+	OctetTotalCount  uint64
+	OctetDeltaCount  uint64
+}
+
+// Policy is the NetworkPolicy that decided a direction of the flow.
+type Policy struct {
+	Type       uint8 // 1 K8s NP, 2 Antrea NP, 3 Antrea CNP, 4 K8s CNP
+	Namespace  string
+	Name       string
+	UID        UID
+	RuleName   string
+	RuleAction uint8 // 0 none, 1 Allow, 2 Drop, 3 Reject
+}
+
+// UID is a Kubernetes object UID in its 16-octet form; the zero UID is
+// unset.
+type UID [16]byte
+
+// Element is an Information Element the record model does not know (a
+// newer exporter's), kept with its raw value so that it can be passed on.
+type Element struct {
+	EnterpriseID uint32
+	ID           uint16
+	// Length is the field length from the template (or VariableLength).
+	Length uint16
+	Value  []byte
+}
+
+// Origin says where a record came from.
+type Origin struct {
+	// ExportTime is the export time of the message the record came in.
+	ExportTime time.Time
+	// SequenceNumber is the message's sequence number plus the record's
+	// index in the message.
+	SequenceNumber      uint32
+	ObservationDomainID uint32
+	// Exporter is the address of the exporter as the collector saw it.
+	Exporter netip.Addr
+	// Transport is "tcp", "udp", "tls" or "grpc".
+	Transport string
+}
+
+// Flow is one flow record. Values of fields absent from Present are
+// meaningless (zero) and sinks render them empty.
+type Flow struct {
+	Present Fields
+	Origin  Origin
+
+	StartTime, EndTime time.Time
+	EndReason          uint8 // 1 idle, 2 active, 3 end of flow, 4 forced end, 5 lack of resources
+	SourceIP           netip.Addr
+	DestinationIP      netip.Addr
+	Protocol           uint8
+	SourcePort         uint16
+	DestinationPort    uint16
+	TCPState           string
+
+	Stats, ReverseStats Stats
+
+	FlowType                   uint8 // 1 intra-node, 2 inter-node, 3 to external, 4 from external
+	SourcePodNamespace         string
+	SourcePodName              string
+	SourcePodUID               UID
+	SourcePodLabels            string // JSON object; "" unknown, "{}" none
+	SourceNodeName             string
+	SourceNodeUID              UID
+	DestinationPodNamespace    string
+	DestinationPodName         string
+	DestinationPodUID          UID
+	DestinationPodLabels       string
+	DestinationNodeName        string
+	DestinationNodeUID         UID
+	DestinationClusterIP       netip.Addr
+	DestinationServiceIP       netip.Addr
+	DestinationServicePort     uint16
+	DestinationServicePortName string // "namespace/service:port"
+	DestinationServiceUID      UID
+	Ingress, Egress            Policy
+	EgressName                 string
+	EgressIP                   netip.Addr
+	EgressNodeName             string
+	EgressNodeUID              UID
+	EgressUID                  UID
+	AppProtocolName            string
+	HTTPVals                   string
+	FlowDirection              uint8 // 0 ingress, 1 egress, 255 unknown
+	ProxySnatIP                netip.Addr
+	ProxySnatPort              uint16
+	ClusterID                  string
+
+	// Unknown holds the elements of the incoming record that no field
+	// maps, in the order they came.
+	Unknown []Element
+}
+
+// Enumerations shared with Antrea (same values in IPFIX and Protobuf).
+const (
+	FlowTypeIntraNode    uint8 = 1
+	FlowTypeInterNode    uint8 = 2
+	FlowTypeToExternal   uint8 = 3
+	FlowTypeFromExternal uint8 = 4
+
+	DirectionIngress uint8 = 0
+	DirectionEgress  uint8 = 1
+	DirectionUnknown uint8 = 0xff
+
+	ActionNone   uint8 = 0
+	ActionAllow  uint8 = 1
+	ActionDrop   uint8 = 2
+	ActionReject uint8 = 3
+)
+
+// IsIPv6 reports whether the flow's addresses are IPv6.
+func (f *Flow) IsIPv6() bool { return f.SourceIP.Is6() && !f.SourceIP.Is4In6() }

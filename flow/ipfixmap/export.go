@@ -1,0 +1,180 @@
+package ipfixmap
+
+import (
+	"encoding/binary"
+	"fmt"
+
+	"sluice/flow"
+	"sluice/ipfix"
+)
+
+// MaxPassThroughTemplates bounds the templates an Exporter makes for
+// distinct sets of passed-through elements.
+const MaxPassThroughTemplates = 256
+
+// Exporter turns flow records into IPFIX records of the aggregator's own
+// templates: one per IP family, plus, when unknown elements are passed
+// through, one per distinct set of them. Not safe for concurrent use.
+type Exporter struct {
+	base        [2][]*Element // by family index: 4 → 0, 6 → 1
+	baseKeys    map[ipfix.ElementKey]bool
+	passThrough bool
+	templates   map[string]*ipfix.Template
+	order       []*ipfix.Template
+	nextID      uint16
+	sig         []byte
+	// Dropped counts unknown elements left out: already in the base
+	// template, or beyond MaxPassThroughTemplates.
+	Dropped uint64
+}
+
+// NewExporter prepares the templates for opts. With passThrough, elements
+// a record carries that the aggregator does not know are appended to its
+// template, so they reach the collector.
+func NewExporter(table *Table, opts ExportOptions, passThrough bool, firstTemplateID uint16) (*Exporter, error) {
+	if firstTemplateID < ipfix.MinDataSetID {
+		firstTemplateID = ipfix.MinDataSetID
+	}
+	e := &Exporter{baseKeys: map[ipfix.ElementKey]bool{}, passThrough: passThrough,
+		templates: map[string]*ipfix.Template{}, nextID: firstTemplateID}
+	for fi, family := range []int{4, 6} {
+		els, err := table.Elements(ExportElements(family, opts))
+		if err != nil {
+			return nil, err
+		}
+		e.base[fi] = els
+		for _, el := range els {
+			e.baseKeys[ipfix.ElementKey{EnterpriseID: el.IE.EnterpriseID, ID: el.IE.ID}] = true
+		}
+		if _, err := e.template(fi, nil); err != nil {
+			return nil, err
+		}
+	}
+	return e, nil
+}
+
+// Templates returns every template made so far, in creation order; a
+// (re)connected exporting process announces them all.
+func (e *Exporter) Templates() []*ipfix.Template { return e.order }
+
+// Elements lists the base template's elements for an IP family.
+func (e *Exporter) Elements(family int) []*Element {
+	if family == 6 {
+		return e.base[1]
+	}
+	return e.base[0]
+}
+
+// Template returns the template for f, and whether it is new (it must be
+// announced before records of it are sent).
+func (e *Exporter) Template(f *flow.Flow) (t *ipfix.Template, isNew bool, err error) {
+	fi := 0
+	if f.IsIPv6() {
+		fi = 1
+	}
+	var extra []flow.Element
+	if e.passThrough {
+		extra = f.Unknown
+	}
+	n := len(e.order)
+	t, err = e.template(fi, extra)
+	return t, len(e.order) > n, err
+}
+
+// template finds or makes the template of family index fi extended with
+// the pass-through elements of extra.
+func (e *Exporter) template(fi int, extra []flow.Element) (*ipfix.Template, error) {
+	e.sig = append(e.sig[:0], byte(fi))
+	for _, x := range extra {
+		if e.baseKeys[ipfix.ElementKey{EnterpriseID: x.EnterpriseID, ID: x.ID}] {
+			e.Dropped++ // our own export already has this element
+			continue
+		}
+		e.sig = binary.BigEndian.AppendUint32(e.sig, x.EnterpriseID)
+		e.sig = binary.BigEndian.AppendUint16(e.sig, x.ID)
+		e.sig = binary.BigEndian.AppendUint16(e.sig, x.Length)
+	}
+	if t, ok := e.templates[string(e.sig)]; ok {
+		return t, nil
+	}
+	if len(e.templates) >= MaxPassThroughTemplates+2 {
+		// Out of room for another combination: fall back to the base.
+		e.Dropped += uint64(len(extra))
+		return e.templates[string(e.sig[:1])], nil
+	}
+	fields := make([]ipfix.Field, 0, len(e.base[fi])+len(extra))
+	for _, el := range e.base[fi] {
+		fields = append(fields, ipfix.Field{IE: el.IE})
+	}
+	for _, x := range extra {
+		if e.baseKeys[ipfix.ElementKey{EnterpriseID: x.EnterpriseID, ID: x.ID}] {
+			continue
+		}
+		ie := &ipfix.InfoElement{Name: fmt.Sprintf("%d:%d", x.EnterpriseID, x.ID), EnterpriseID: x.EnterpriseID,
+			ID: x.ID, Type: ipfix.OctetArray, Length: x.Length}
+		fields = append(fields, ipfix.Field{IE: ie, Length: x.Length})
+	}
+	t, err := ipfix.NewTemplate(e.nextID, fields)
+	if err != nil {
+		return nil, fmt.Errorf("ipfixmap: export template: %w", err)
+	}
+	e.nextID++
+	e.templates[string(e.sig)] = t
+	e.order = append(e.order, t)
+	return t, nil
+}
+
+// Write writes f's values as a record of t, which must come from
+// Template(f).
+func (e *Exporter) Write(w *ipfix.RecordWriter, t *ipfix.Template, f *flow.Flow) error {
+	fi := 0
+	if f.IsIPv6() {
+		fi = 1
+	}
+	PutValues(w, e.base[fi], f)
+	if len(t.Fields) > len(e.base[fi]) {
+		for _, x := range f.Unknown {
+			if !e.baseKeys[ipfix.ElementKey{EnterpriseID: x.EnterpriseID, ID: x.ID}] {
+				w.Bytes(x.Value)
+			}
+		}
+	}
+	return w.End()
+}
+
+// Elements resolves element names to mapped elements, in order.
+func (t *Table) Elements(names []string) ([]*Element, error) {
+	out := make([]*Element, len(names))
+	for i, name := range names {
+		el, ok := t.byName[name]
+		if !ok || el.put == nil {
+			return nil, fmt.Errorf("ipfixmap: no export mapping for element %s", name)
+		}
+		out[i] = el
+	}
+	return out, nil
+}
+
+// TemplateOf builds the template of an ordered element list.
+func TemplateOf(id uint16, els []*Element) (*ipfix.Template, error) {
+	ies := make([]*ipfix.InfoElement, len(els))
+	for i, el := range els {
+		ies[i] = el.IE
+	}
+	return ipfix.TemplateOf(id, ies...)
+}
+
+// WriteRecord writes f's values for els, in order, as one record of a
+// template built from the same list by TemplateOf.
+func WriteRecord(w *ipfix.RecordWriter, els []*Element, f *flow.Flow) error {
+	PutValues(w, els, f)
+	return w.End()
+}
+
+// PutValues writes f's values for els without ending the record, for a
+// template that continues with other fields.
+func PutValues(w *ipfix.RecordWriter, els []*Element, f *flow.Flow) {
+	for _, el := range els {
+		el.put(w, f)
+	}
+}
