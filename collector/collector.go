@@ -1,0 +1,197 @@
+// Package collector receives IPFIX from exporters over TCP, TLS and UDP,
+// decodes it with per-session template state, normalizes every record into
+// a flow.Flow and hands them on in batches (one per message). A malformed
+// message costs only its own session (TCP, TLS) or datagram (UDP); it is
+// logged once per session and counted, never a panic.
+package collector
+
+import (
+	"context"
+	"log/slog"
+	"net/netip"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"sluice/flow"
+	"sluice/flow/ipfixmap"
+	"sluice/ipfix"
+)
+
+// Batch is the records of one message.
+type Batch struct {
+	Flows []*flow.Flow
+}
+
+// Options configures every listener of a Collector.
+type Options struct {
+	Table *ipfixmap.Table
+	// Out receives batches. TCP and TLS readers block on it (backpressure
+	// to the exporter); the UDP reader never blocks and drops instead.
+	Out chan<- Batch
+	Log *slog.Logger
+	// UDPTemplateTTL defaults to ipfix.DefaultUDPTemplateTTL.
+	UDPTemplateTTL time.Duration
+	// MaxSessions bounds concurrent TCP/TLS sessions and remembered UDP
+	// peers, each; default 10000.
+	MaxSessions int
+	// HandshakeTimeout bounds a TLS handshake; default 10 s.
+	HandshakeTimeout time.Duration
+	Metrics          *Metrics
+}
+
+func (o *Options) defaults() {
+	if o.Log == nil {
+		o.Log = slog.Default()
+	}
+	if o.UDPTemplateTTL == 0 {
+		o.UDPTemplateTTL = ipfix.DefaultUDPTemplateTTL
+	}
+	if o.MaxSessions == 0 {
+		o.MaxSessions = 10000
+	}
+	if o.HandshakeTimeout == 0 {
+		o.HandshakeTimeout = 10 * time.Second
+	}
+	if o.Metrics == nil {
+		o.Metrics = NewMetrics(nil)
+	}
+}
+
+// Metrics are the collector's Prometheus series.
+type Metrics struct {
+	Records        *prometheus.CounterVec // transport, exporter
+	Messages       *prometheus.CounterVec // transport
+	DecodeErrors   *prometheus.CounterVec // transport
+	Sessions       *prometheus.GaugeVec   // transport
+	Refused        *prometheus.CounterVec // transport, reason
+	Dropped        *prometheus.CounterVec // transport, reason
+	UnknownSets    *prometheus.CounterVec // transport
+	SkewUnknown    *prometheus.CounterVec // exporter
+	SkewMissing    *prometheus.CounterVec // exporter
+	TemplatesTotal *prometheus.CounterVec // transport, event
+}
+
+// NewMetrics creates the collector's series and registers them with reg
+// when it is not nil.
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		Records: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_collector_records_received_total",
+			Help: "Flow records received, by transport and exporter address."}, []string{"transport", "exporter"}),
+		Messages: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_collector_messages_total",
+			Help: "IPFIX messages received."}, []string{"transport"}),
+		DecodeErrors: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_collector_decode_errors_total",
+			Help: "Malformed IPFIX messages; on TCP and TLS each closes its session."}, []string{"transport"}),
+		Sessions: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "sluice_collector_sessions_open",
+			Help: "Open transport sessions (UDP: peers with live state)."}, []string{"transport"}),
+		Refused: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_collector_sessions_refused_total",
+			Help: "Connections refused: failed TLS handshakes (no or bad client certificate) or too many sessions."}, []string{"transport", "reason"}),
+		Dropped: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_collector_records_dropped_total",
+			Help: "Records dropped by the collector: UDP records the pipeline had no room for."}, []string{"transport", "reason"}),
+		UnknownSets: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_collector_unknown_template_sets_total",
+			Help: "Data sets skipped because their template was not announced in the session."}, []string{"transport"}),
+		SkewUnknown: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_skew_unknown_elements_total",
+			Help: "Elements received that the aggregator does not know (newer exporters), summed over records."}, []string{"exporter"}),
+		SkewMissing: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_skew_missing_elements_total",
+			Help: "Elements of the newest Antrea agent set that records lacked (older exporters), summed over records."}, []string{"exporter"}),
+		TemplatesTotal: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_collector_templates_total",
+			Help: "Template events: added, replaced, withdrawn, expired."}, []string{"transport", "event"}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.Records, m.Messages, m.DecodeErrors, m.Sessions, m.Refused, m.Dropped,
+			m.UnknownSets, m.SkewUnknown, m.SkewMissing, m.TemplatesTotal)
+	}
+	return m
+}
+
+// session decodes the messages of one transport session.
+type session struct {
+	transport string
+	exporter  netip.Addr
+	ipfix     *ipfix.Session
+	dec       *ipfix.Decoder
+	norm      *ipfixmap.Normalizer
+	m         *Metrics
+	records   prometheus.Counter
+	skewU     prometheus.Counter
+	skewM     prometheus.Counter
+	last      ipfix.SessionStats
+}
+
+func newSession(o *Options, transport string, exporter netip.Addr, ttl time.Duration) *session {
+	s := &session{transport: transport, exporter: exporter, m: o.Metrics}
+	s.ipfix = ipfix.NewSession(ipfix.SessionOptions{Registry: o.Table.Registry(), TemplateTTL: ttl})
+	s.dec = ipfix.NewDecoder(s.ipfix)
+	s.norm = ipfixmap.NewNormalizer(o.Table)
+	addr := exporter.String()
+	s.records = o.Metrics.Records.WithLabelValues(transport, addr)
+	s.skewU = o.Metrics.SkewUnknown.WithLabelValues(addr)
+	s.skewM = o.Metrics.SkewMissing.WithLabelValues(addr)
+	return s
+}
+
+// decode turns one message into a batch. On a malformed message the
+// records before the defect are still returned, with the error.
+func (s *session) decode(msg []byte, now time.Time) (Batch, error) {
+	s.m.Messages.WithLabelValues(s.transport).Inc()
+	var b Batch
+	if err := s.dec.Reset(msg, now); err != nil {
+		s.m.DecodeErrors.WithLabelValues(s.transport).Inc()
+		return b, err
+	}
+	h := s.dec.Header()
+	origin := flow.Origin{ExportTime: h.Time(), ObservationDomainID: h.ObservationDomainID, Exporter: s.exporter, Transport: s.transport}
+	var skew ipfixmap.Skew
+	for i := uint32(0); s.dec.Next(); i++ {
+		f := &flow.Flow{Origin: origin}
+		f.Origin.SequenceNumber = h.SequenceNumber + i
+		k := s.norm.Normalize(s.dec.Record(), f)
+		skew.Unknown += k.Unknown
+		skew.Missing += k.Missing
+		b.Flows = append(b.Flows, f)
+	}
+	s.records.Add(float64(len(b.Flows)))
+	if skew.Unknown > 0 {
+		s.skewU.Add(float64(skew.Unknown))
+	}
+	if skew.Missing > 0 {
+		s.skewM.Add(float64(skew.Missing))
+	}
+	s.countTemplates()
+	err := s.dec.Err()
+	if err != nil {
+		s.m.DecodeErrors.WithLabelValues(s.transport).Inc()
+	}
+	return b, err
+}
+
+// countTemplates moves the session's template counters into metrics.
+func (s *session) countTemplates() {
+	st := s.ipfix.Stats
+	add := func(event string, now, before uint64) {
+		if now > before {
+			s.m.TemplatesTotal.WithLabelValues(s.transport, event).Add(float64(now - before))
+		}
+	}
+	add("added", st.TemplatesAdded, s.last.TemplatesAdded)
+	add("replaced", st.TemplatesReplaced, s.last.TemplatesReplaced)
+	add("withdrawn", st.TemplatesWithdrawn, s.last.TemplatesWithdrawn)
+	add("expired", st.TemplatesExpired, s.last.TemplatesExpired)
+	if st.UnknownTemplateSets > s.last.UnknownTemplateSets {
+		s.m.UnknownSets.WithLabelValues(s.transport).Add(float64(st.UnknownTemplateSets - s.last.UnknownTemplateSets))
+	}
+	s.last = st
+}
+
+// send hands a batch on, blocking (TCP) until there is room or ctx ends.
+func send(ctx context.Context, out chan<- Batch, b Batch) bool {
+	if len(b.Flows) == 0 {
+		return true
+	}
+	select {
+	case out <- b:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}

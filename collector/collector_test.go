@@ -1,0 +1,189 @@
+package collector_test
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"log/slog"
+	"net"
+	"net/netip"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"sluice/collector"
+	"sluice/flow"
+	"sluice/flow/ipfixmap"
+	"sluice/ipfix"
+	"sluice/ipfix/ipfixtest"
+)
+
+type harness struct {
+	srv *collector.Server
+	out chan collector.Batch
+	m   *collector.Metrics
+	wg  sync.WaitGroup
+}
+
+func newHarness(t *testing.T, buffer int) *harness {
+	t.Helper()
+	tb, err := ipfixmap.NewTable(ipfix.DefaultRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := &harness{out: make(chan collector.Batch, buffer), m: collector.NewMetrics(prometheus.NewRegistry())}
+	h.srv, err = collector.New(collector.Options{Table: tb, Out: h.out, Metrics: h.m,
+		Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(h.wg.Wait)
+	return h
+}
+
+func (h *harness) tcp(t *testing.T) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	h.wg.Add(1)
+	go func() { defer h.wg.Done(); h.srv.ServeTCP(ctx, ln, nil) }()
+	return ln.Addr().String()
+}
+
+func (h *harness) udp(t *testing.T) string {
+	c, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	h.wg.Add(1)
+	go func() { defer h.wg.Done(); h.srv.ServeUDP(ctx, c) }()
+	return c.LocalAddr().String()
+}
+
+// collect reads batches until n flows arrived or the deadline passes.
+func (h *harness) collect(t *testing.T, n int) []*flow.Flow {
+	t.Helper()
+	var out []*flow.Flow
+	deadline := time.After(5 * time.Second)
+	for len(out) < n {
+		select {
+		case b := <-h.out:
+			out = append(out, b.Flows...)
+		case <-deadline:
+			t.Fatalf("got %d flows, want %d", len(out), n)
+		}
+	}
+	return out
+}
+
+func antrea(t *testing.T, n, first, max int) [][]byte {
+	t.Helper()
+	tmpl, _ := ipfixtest.Template(ipfix.DefaultRegistry(), 256, ipfixtest.AntreaV27IPv4())
+	var msgs [][]byte
+	enc, _ := ipfix.NewEncoder(ipfix.EncoderOptions{MaxMessageSize: max}, func(m []byte) error { msgs = append(msgs, bytes.Clone(m)); return nil })
+	enc.AddTemplate(3, tmpl)
+	for i := range n {
+		if err := ipfixtest.WriteAntreaV27(enc, 3, tmpl, ipfixtest.SampleFlow(first+i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	enc.Flush()
+	return msgs
+}
+
+func TestTCPSessionsAreIndependent(t *testing.T) {
+	h := newHarness(t, 64)
+	addr := h.tcp(t)
+	good, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer good.Close()
+	bad, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bad.Close()
+	msgs := antrea(t, 100, 0, 1400)
+	half := len(msgs) / 2
+	for _, m := range msgs[:half] {
+		good.Write(m)
+	}
+	// The bad session announces a template, then sends a broken set.
+	tmplMsg := antrea(t, 0, 0, 1400)[0]
+	bad.Write(tmplMsg)
+	broken := []byte{0, 10, 0, 24, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 3, 1, 0, 0, 2, 0xff, 0xff, 0xff, 0xff}
+	bad.Write(broken)
+	// The server closes the bad session...
+	bad.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := bad.Read(make([]byte, 1)); err == nil {
+		t.Fatal("bad session not closed")
+	}
+	// ...and the good one goes on.
+	for _, m := range msgs[half:] {
+		good.Write(m)
+	}
+	flows := h.collect(t, 100)
+	for i, f := range flows {
+		want := ipfixtest.SampleFlow(i)
+		if f.SourcePodName != want.SrcPod || f.Stats.OctetTotalCount != want.Octets || f.SourceIP != want.Src {
+			t.Fatalf("flow %d = %+v", i, f)
+		}
+		if f.Origin.Transport != "tcp" || f.Origin.Exporter != netip.MustParseAddr("127.0.0.1") || f.Origin.ObservationDomainID != 3 || f.Origin.SequenceNumber != uint32(i) {
+			t.Fatalf("flow %d origin %+v", i, f.Origin)
+		}
+	}
+	if v := testutil.ToFloat64(h.m.DecodeErrors.WithLabelValues("tcp")); v != 1 {
+		t.Errorf("decode errors %v, want 1", v)
+	}
+	if v := testutil.ToFloat64(h.m.Records.WithLabelValues("tcp", "127.0.0.1")); v != 100 {
+		t.Errorf("records counted %v", v)
+	}
+}
+
+func TestUDPDropsWhenFullAndCounts(t *testing.T) {
+	h := newHarness(t, 1) // room for one batch only
+	addr := h.udp(t)
+	c, err := net.Dial("udp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	msgs := antrea(t, 50, 0, 1400)
+	for _, m := range msgs {
+		if _, err := c.Write(m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) {
+		got := testutil.ToFloat64(h.m.Records.WithLabelValues("udp", "127.0.0.1"))
+		if got == 50 {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	b := <-h.out
+	dropped := testutil.ToFloat64(h.m.Dropped.WithLabelValues("udp", "pipeline-full"))
+	if len(b.Flows)+int(dropped) != 50 || dropped == 0 {
+		t.Fatalf("delivered %d + dropped %v != 50 (or nothing dropped)", len(b.Flows), dropped)
+	}
+	// A malformed datagram is dropped, the next good one decodes.
+	c.Write([]byte{0, 10, 0, 20, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 3, 0, 2, 0, 2})
+	more := antrea(t, 5, 100, 1400)
+	for _, m := range more {
+		c.Write(m)
+	}
+	flows := h.collect(t, 5)
+	if flows[0].SourcePodName != ipfixtest.SampleFlow(100).SrcPod {
+		t.Fatalf("after the bad datagram: %+v", flows[0])
+	}
+}

@@ -1,0 +1,199 @@
+package collector
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"sync"
+	"time"
+
+	"sluice/ipfix"
+)
+
+// Server runs the IPFIX listeners. Serve methods return when their
+// context ends, after their sessions are closed.
+type Server struct {
+	o     Options
+	slots chan struct{} // one per open TCP/TLS session
+}
+
+// New returns a server with o (defaults filled in).
+func New(o Options) (*Server, error) {
+	if o.Table == nil || o.Out == nil {
+		return nil, errors.New("collector: Options.Table and Options.Out are required")
+	}
+	o.defaults()
+	return &Server{o: o, slots: make(chan struct{}, o.MaxSessions)}, nil
+}
+
+// ServeTCP accepts IPFIX-over-TCP sessions on ln; with tlsConfig set they
+// are TLS sessions (give it ClientAuth RequireAndVerifyClientCert for
+// mutual TLS). Each session keeps its own templates for its lifetime.
+func (s *Server) ServeTCP(ctx context.Context, ln net.Listener, tlsConfig *tls.Config) error {
+	transport := "tcp"
+	if tlsConfig != nil {
+		transport = "tls"
+	}
+	stop := context.AfterFunc(ctx, func() { ln.Close() })
+	defer stop()
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				continue
+			}
+			return fmt.Errorf("collector: accept %s: %w", transport, err)
+		}
+		select {
+		case s.slots <- struct{}{}:
+		default:
+			s.o.Metrics.Refused.WithLabelValues(transport, "session-limit").Inc()
+			s.o.Log.Warn("refusing IPFIX session: too many sessions", "transport", transport, "peer", c.RemoteAddr().String(), "limit", s.o.MaxSessions)
+			c.Close()
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { <-s.slots }()
+			s.serveConn(ctx, c, transport, tlsConfig)
+		}()
+	}
+}
+
+func (s *Server) serveConn(ctx context.Context, c net.Conn, transport string, tlsConfig *tls.Config) {
+	defer c.Close()
+	stop := context.AfterFunc(ctx, func() { c.Close() })
+	defer stop()
+	peer := c.RemoteAddr().String()
+	log := s.o.Log.With("transport", transport, "peer", peer)
+	if tlsConfig != nil {
+		tc := tls.Server(c, tlsConfig)
+		hctx, cancel := context.WithTimeout(ctx, s.o.HandshakeTimeout)
+		err := tc.HandshakeContext(hctx)
+		cancel()
+		if err != nil {
+			s.o.Metrics.Refused.WithLabelValues(transport, "tls-handshake").Inc()
+			log.Warn("refusing IPFIX session: TLS handshake failed", "err", err)
+			return
+		}
+		c = tc
+	}
+	gauge := s.o.Metrics.Sessions.WithLabelValues(transport)
+	gauge.Inc()
+	defer gauge.Dec()
+	log.Info("IPFIX session opened")
+	sess := newSession(&s.o, transport, addrOf(c.RemoteAddr()), 0)
+	mr := ipfix.NewMessageReader(c)
+	for {
+		msg, err := mr.Next()
+		if err != nil {
+			switch {
+			case errors.Is(err, io.EOF) || ctx.Err() != nil:
+				log.Info("IPFIX session closed", "messages", sess.ipfix.Stats.Messages, "records", sess.ipfix.Stats.DataRecords)
+			case errors.Is(err, ipfix.ErrMalformed):
+				s.o.Metrics.DecodeErrors.WithLabelValues(transport).Inc()
+				log.Warn("closing IPFIX session: malformed message", "err", err)
+			default:
+				log.Info("IPFIX session ended", "err", err)
+			}
+			return
+		}
+		b, derr := sess.decode(msg, time.Now())
+		if !send(ctx, s.o.Out, b) {
+			return
+		}
+		if derr != nil {
+			log.Warn("closing IPFIX session: malformed message", "offset", mr.Offset, "err", derr)
+			return
+		}
+	}
+}
+
+// ServeUDP reads IPFIX datagrams from conn. Templates are kept per source
+// address and port and expire after UDPTemplateTTL; a peer silent that
+// long is forgotten. When the pipeline is full, records are dropped and
+// counted rather than blocking the socket.
+func (s *Server) ServeUDP(ctx context.Context, conn *net.UDPConn) error {
+	stop := context.AfterFunc(ctx, func() { conn.Close() })
+	defer stop()
+	type peer struct {
+		s      *session
+		seen   time.Time
+		logged bool
+	}
+	peers := map[netip.AddrPort]*peer{}
+	gauge := s.o.Metrics.Sessions.WithLabelValues("udp")
+	defer gauge.Set(0)
+	dropped := s.o.Metrics.Dropped.WithLabelValues("udp", "pipeline-full")
+	buf := make([]byte, ipfix.MaxMessageLen)
+	lastSweep := time.Now()
+	for {
+		n, from, err := conn.ReadFromUDPAddrPort(buf)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return fmt.Errorf("collector: read udp: %w", err)
+		}
+		now := time.Now()
+		if now.Sub(lastSweep) > time.Minute {
+			lastSweep = now
+			for k, p := range peers {
+				if now.Sub(p.seen) > s.o.UDPTemplateTTL {
+					delete(peers, k)
+				} else {
+					p.s.ipfix.Expire(now)
+				}
+			}
+		}
+		p := peers[from]
+		if p == nil {
+			if len(peers) >= s.o.MaxSessions {
+				// Forget the longest-silent peer to make room.
+				var oldest netip.AddrPort
+				var t time.Time
+				for k, q := range peers {
+					if t.IsZero() || q.seen.Before(t) {
+						oldest, t = k, q.seen
+					}
+				}
+				delete(peers, oldest)
+			}
+			p = &peer{s: newSession(&s.o, "udp", from.Addr().Unmap(), s.o.UDPTemplateTTL)}
+			peers[from] = p
+		}
+		p.seen = now
+		gauge.Set(float64(len(peers)))
+		b, derr := p.s.decode(buf[:n], now)
+		if derr != nil && !p.logged {
+			p.logged = true // once per peer: a broken exporter sends many
+			s.o.Log.Warn("dropping malformed IPFIX datagram (further ones from this peer are only counted)", "transport", "udp", "peer", from.String(), "err", derr)
+		}
+		if len(b.Flows) == 0 {
+			continue
+		}
+		select {
+		case s.o.Out <- b:
+		default:
+			dropped.Add(float64(len(b.Flows)))
+		}
+	}
+}
+
+func addrOf(a net.Addr) netip.Addr {
+	if ap, err := netip.ParseAddrPort(a.String()); err == nil {
+		return ap.Addr().Unmap()
+	}
+	return netip.Addr{}
+}

@@ -1,0 +1,101 @@
+// Package ring is a bounded single-producer, multi-consumer broadcast
+// buffer. The producer never blocks: when a consumer falls a whole buffer
+// behind, the oldest items are overwritten and that consumer learns how
+// many it lost. So a slow sink loses (and counts) records instead of
+// stalling the pipeline or the other sinks.
+package ring
+
+import (
+	"context"
+	"sync"
+)
+
+// Buffer holds the last Cap items produced.
+type Buffer[T any] struct {
+	mu     sync.Mutex
+	wake   *sync.Cond
+	items  []T
+	mask   uint64
+	head   uint64 // sequence number of the next item to produce
+	closed bool
+}
+
+// New returns a buffer of at least capacity items (rounded up to a power
+// of two).
+func New[T any](capacity int) *Buffer[T] {
+	n := 1
+	for n < capacity {
+		n <<= 1
+	}
+	b := &Buffer[T]{items: make([]T, n), mask: uint64(n - 1)}
+	b.wake = sync.NewCond(&b.mu)
+	return b
+}
+
+// Cap is the number of items the buffer retains.
+func (b *Buffer[T]) Cap() int { return len(b.items) }
+
+// Produce appends items, overwriting the oldest ones if needed.
+func (b *Buffer[T]) Produce(items ...T) {
+	b.mu.Lock()
+	for _, it := range items {
+		b.items[b.head&b.mask] = it
+		b.head++
+	}
+	b.mu.Unlock()
+	b.wake.Broadcast()
+}
+
+// Close wakes every consumer; they drain what is left and then see the end.
+func (b *Buffer[T]) Close() {
+	b.mu.Lock()
+	b.closed = true
+	b.mu.Unlock()
+	b.wake.Broadcast()
+}
+
+// Consumer reads the buffer at its own pace.
+type Consumer[T any] struct {
+	b    *Buffer[T]
+	next uint64
+	// Lost counts items overwritten before this consumer read them.
+	Lost uint64
+}
+
+// Consumer returns a consumer starting at the current head (it sees only
+// items produced from now on).
+func (b *Buffer[T]) Consumer() *Consumer[T] {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return &Consumer[T]{b: b, next: b.head}
+}
+
+// Next appends up to max available items to dst, blocking until at least
+// one is available, the buffer is closed and drained (ok false), or ctx
+// ends (ok false).
+func (c *Consumer[T]) Next(ctx context.Context, dst []T, max int) (out []T, ok bool) {
+	b := c.b
+	stop := context.AfterFunc(ctx, func() {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		b.wake.Broadcast()
+	})
+	defer stop()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for c.next == b.head {
+		if b.closed || ctx.Err() != nil {
+			return dst, false
+		}
+		b.wake.Wait()
+	}
+	if oldest := b.head - uint64(len(b.items)); b.head > uint64(len(b.items)) && c.next < oldest {
+		c.Lost += oldest - c.next
+		c.next = oldest
+	}
+	for n := 0; c.next < b.head && n < max; n++ {
+		dst = append(dst, b.items[c.next&b.mask])
+		c.next++
+	}
+	return dst, true
+}

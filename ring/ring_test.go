@@ -1,0 +1,81 @@
+package ring
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+)
+
+func TestBroadcastAndLoss(t *testing.T) {
+	b := New[int](4)
+	fast, slow := b.Consumer(), b.Consumer()
+	b.Produce(1, 2, 3)
+	got, ok := fast.Next(context.Background(), nil, 10)
+	if !ok || len(got) != 3 || got[0] != 1 || got[2] != 3 {
+		t.Fatalf("fast got %v %v", got, ok)
+	}
+	b.Produce(4, 5, 6, 7, 8, 9) // slow falls 5 behind a buffer of 4
+	got, _ = slow.Next(context.Background(), nil, 10)
+	if slow.Lost != 5 || len(got) != 4 || got[0] != 6 || got[3] != 9 {
+		t.Fatalf("slow got %v, lost %d", got, slow.Lost)
+	}
+	got, _ = fast.Next(context.Background(), nil, 2)
+	if len(got) != 2 || got[0] != 6 || fast.Lost != 2 {
+		t.Fatalf("fast after lapping: %v lost %d", got, fast.Lost)
+	}
+}
+
+func TestCloseDrainsAndContextStops(t *testing.T) {
+	b := New[int](8)
+	c := b.Consumer()
+	b.Produce(1)
+	b.Close()
+	if got, ok := c.Next(context.Background(), nil, 10); !ok || len(got) != 1 {
+		t.Fatalf("drain: %v %v", got, ok)
+	}
+	if _, ok := c.Next(context.Background(), nil, 10); ok {
+		t.Fatal("closed and drained buffer still yields")
+	}
+	b2 := New[int](8)
+	c2 := b2.Consumer()
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if _, ok := c2.Next(ctx, nil, 1); ok {
+		t.Fatal("Next returned without items or cancellation")
+	}
+}
+
+func TestConcurrent(t *testing.T) {
+	b := New[int](1024)
+	var wg sync.WaitGroup
+	for range 3 {
+		c := b.Consumer()
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			seen, last := 0, -1
+			for {
+				got, ok := c.Next(context.Background(), nil, 64)
+				if !ok {
+					break
+				}
+				for _, v := range got {
+					if v <= last {
+						t.Errorf("out of order: %d after %d", v, last)
+					}
+					last = v
+				}
+				seen += len(got)
+			}
+			if uint64(seen)+c.Lost != 100000 {
+				t.Errorf("seen %d + lost %d != 100000", seen, c.Lost)
+			}
+		}()
+	}
+	for i := range 100000 {
+		b.Produce(i)
+	}
+	b.Close()
+	wg.Wait()
+}
