@@ -66,6 +66,21 @@ func NewEncoder(opts EncoderOptions, emit func(msg []byte) error) (*Encoder, err
 	return e, nil
 }
 
+// Discard drops the message being built, for an exporting process that
+// lost its connection: what was encoded for the old connection may depend
+// on templates the new one has not seen. It returns how many data records
+// were dropped.
+func (e *Encoder) Discard() int {
+	n := int(e.records)
+	e.open, e.records, e.setStart = false, 0, -1
+	e.buf = e.buf[:0]
+	return n
+}
+
+// PendingRecords is the number of data records in the message being
+// built; an emit function that fails can use it to count what it lost.
+func (e *Encoder) PendingRecords() int { return int(e.records) }
+
 // SequenceNumber is the number of data records sent so far in domain.
 func (e *Encoder) SequenceNumber(domain uint32) uint32 { return e.seq[domain] }
 

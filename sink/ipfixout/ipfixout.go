@@ -1,0 +1,361 @@
+// Package ipfixout sends flow records to an external collector as IPFIX
+// (TCP, TLS or UDP) or as newline-delimited JSON. It reconnects with capped
+// exponential backoff and announces its templates on every connection
+// (and, over UDP, every template refresh interval). While the collector is
+// unreachable, records wait in the pipeline's bounded broadcast buffer;
+// what that buffer cannot hold is counted as dropped.
+package ipfixout
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"sluice/flow"
+	"sluice/flow/ipfixmap"
+	"sluice/ipfix"
+	"sluice/ipfix/ipfixjson"
+	"sluice/ring"
+)
+
+// Options configures a Sink.
+type Options struct {
+	// Address is host:port of the collector; Proto "tcp" or "udp".
+	Address string
+	Proto   string
+	// TLS, when set, wraps TCP in TLS (with a client certificate in it
+	// for mutual TLS).
+	TLS *tls.Config
+	// JSON sends newline-delimited JSON objects instead of IPFIX.
+	JSON                bool
+	ObservationDomainID uint32
+	// MaxMessageSize defaults to 65535 over TCP and 1400 over UDP.
+	MaxMessageSize int
+	// TemplateRefresh re-announces templates over UDP; default 600 s.
+	TemplateRefresh time.Duration
+	// FlushInterval bounds how long a record waits in a partly filled
+	// message; default 1 s.
+	FlushInterval time.Duration
+	// Backoff between connection attempts grows from MinBackoff to
+	// MaxBackoff; defaults 1 s and 30 s.
+	MinBackoff, MaxBackoff time.Duration
+	Exporter               *ipfixmap.Exporter
+	Log                    *slog.Logger
+	Metrics                *Metrics
+	// Name labels this sink's metrics; default "ipfix".
+	Name string
+}
+
+// Metrics are a sink's Prometheus series, labelled by sink name.
+type Metrics struct {
+	Exported   *prometheus.CounterVec // sink
+	Dropped    *prometheus.CounterVec // sink, reason
+	Connected  *prometheus.GaugeVec   // sink
+	Reconnects *prometheus.CounterVec // sink
+}
+
+// NewMetrics creates the series and registers them with reg if not nil.
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		Exported: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_sink_records_exported_total",
+			Help: "Records a sink sent on."}, []string{"sink"}),
+		Dropped: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_sink_records_dropped_total",
+			Help: "Records a sink lost: buffer-full (it fell a whole buffer behind), send-error, encode-error."}, []string{"sink", "reason"}),
+		Connected: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "sluice_sink_connected",
+			Help: "1 while the sink is connected to its destination."}, []string{"sink"}),
+		Reconnects: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_sink_connection_attempts_total",
+			Help: "Connection attempts to the destination, successful or not."}, []string{"sink"}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.Exported, m.Dropped, m.Connected, m.Reconnects)
+	}
+	return m
+}
+
+// Sink is one external collector.
+type Sink struct {
+	o       Options
+	conn    net.Conn
+	enc     *ipfix.Encoder
+	lastTpl time.Time
+	jsonBuf []byte
+	// for JSON: records are rendered from their IPFIX form, so the two
+	// formats always carry the same elements and values.
+	scratch    *ipfix.Encoder
+	scratchMsg []byte
+	dec        *ipfix.Decoder
+	exported   prometheus.Counter
+	sendErrs   prometheus.Counter
+	encodeErrs prometheus.Counter
+	lost       prometheus.Counter
+	connected  prometheus.Gauge
+	attempts   prometheus.Counter
+}
+
+// New checks o and returns a sink; Run starts it.
+func New(o Options) (*Sink, error) {
+	if o.Exporter == nil {
+		return nil, errors.New("ipfixout: Options.Exporter is required")
+	}
+	if o.Proto != "tcp" && o.Proto != "udp" {
+		return nil, fmt.Errorf("ipfixout: protocol %q is neither tcp nor udp", o.Proto)
+	}
+	if o.TLS != nil && o.Proto != "tcp" {
+		return nil, errors.New("ipfixout: TLS needs the tcp protocol")
+	}
+	if _, _, err := net.SplitHostPort(o.Address); err != nil {
+		return nil, fmt.Errorf("ipfixout: collector address: %w", err)
+	}
+	if o.MaxMessageSize == 0 {
+		o.MaxMessageSize = ipfix.MaxMessageLen
+		if o.Proto == "udp" {
+			o.MaxMessageSize = 1400
+		}
+	}
+	if o.TemplateRefresh == 0 {
+		o.TemplateRefresh = 600 * time.Second
+	}
+	if o.FlushInterval == 0 {
+		o.FlushInterval = time.Second
+	}
+	if o.MinBackoff == 0 {
+		o.MinBackoff = time.Second
+	}
+	if o.MaxBackoff == 0 {
+		o.MaxBackoff = 30 * time.Second
+	}
+	if o.Log == nil {
+		o.Log = slog.Default()
+	}
+	if o.Metrics == nil {
+		o.Metrics = NewMetrics(nil)
+	}
+	if o.Name == "" {
+		o.Name = "ipfix"
+	}
+	s := &Sink{o: o}
+	var err error
+	if s.enc, err = ipfix.NewEncoder(ipfix.EncoderOptions{MaxMessageSize: o.MaxMessageSize}, s.write); err != nil {
+		return nil, err
+	}
+	if o.JSON {
+		s.scratch, _ = ipfix.NewEncoder(ipfix.EncoderOptions{}, func(m []byte) error { s.scratchMsg = m; return nil })
+		s.dec = ipfix.NewDecoder(ipfix.NewSession(ipfix.SessionOptions{}))
+	}
+	m := o.Metrics
+	s.exported = m.Exported.WithLabelValues(o.Name)
+	s.sendErrs = m.Dropped.WithLabelValues(o.Name, "send-error")
+	s.encodeErrs = m.Dropped.WithLabelValues(o.Name, "encode-error")
+	s.lost = m.Dropped.WithLabelValues(o.Name, "buffer-full")
+	s.connected = m.Connected.WithLabelValues(o.Name)
+	s.attempts = m.Reconnects.WithLabelValues(o.Name)
+	return s, nil
+}
+
+// write is the encoder's emit function: one finished message.
+func (s *Sink) write(msg []byte) error {
+	if s.conn == nil {
+		s.sendErrs.Add(float64(s.enc.PendingRecords()))
+		return errors.New("ipfixout: not connected")
+	}
+	n := s.enc.PendingRecords()
+	if _, err := s.conn.Write(msg); err != nil {
+		s.disconnect(err) // counts the message's records as lost
+		return err
+	}
+	s.exported.Add(float64(n))
+	return nil
+}
+
+func (s *Sink) disconnect(err error) {
+	if s.conn == nil {
+		return
+	}
+	s.o.Log.Warn("lost the flow collector", "sink", s.o.Name, "address", s.o.Address, "err", err)
+	s.conn.Close()
+	s.conn = nil
+	s.connected.Set(0)
+	s.sendErrs.Add(float64(s.enc.Discard()))
+}
+
+// connect dials the collector and announces the templates.
+func (s *Sink) connect(ctx context.Context) error {
+	s.attempts.Inc()
+	d := net.Dialer{Timeout: 10 * time.Second}
+	var c net.Conn
+	var err error
+	if s.o.TLS != nil {
+		td := tls.Dialer{NetDialer: &d, Config: s.o.TLS}
+		c, err = td.DialContext(ctx, "tcp", s.o.Address)
+	} else {
+		c, err = d.DialContext(ctx, s.o.Proto, s.o.Address)
+	}
+	if err != nil {
+		return err
+	}
+	s.conn = c
+	s.connected.Set(1)
+	s.o.Log.Info("connected to the flow collector", "sink", s.o.Name, "address", s.o.Address, "proto", s.o.Proto, "tls", s.o.TLS != nil, "json", s.o.JSON)
+	return s.announce()
+}
+
+func (s *Sink) announce() error {
+	s.lastTpl = time.Now()
+	if s.o.JSON {
+		return nil
+	}
+	for _, t := range s.o.Exporter.Templates() {
+		if err := s.enc.AddTemplate(s.o.ObservationDomainID, t); err != nil {
+			return err
+		}
+	}
+	return s.enc.Flush()
+}
+
+// Run sends what c yields until ctx ends or the buffer closes, then
+// flushes what it holds.
+func (s *Sink) Run(ctx context.Context, c *ring.Consumer[*flow.Flow]) error {
+	defer func() {
+		s.flush()
+		if s.conn != nil {
+			s.conn.Close()
+			s.connected.Set(0)
+		}
+	}()
+	backoff := s.o.MinBackoff
+	var pending []*flow.Flow
+	var lost uint64
+	for {
+		if s.conn == nil {
+			if err := s.connect(ctx); err != nil {
+				if ctx.Err() != nil {
+					return nil
+				}
+				s.o.Log.Warn("cannot reach the flow collector; records wait in the buffer", "sink", s.o.Name,
+					"address", s.o.Address, "retry_in", backoff.String(), "err", err)
+				select {
+				case <-ctx.Done():
+					return nil
+				case <-time.After(backoff):
+				}
+				backoff = min(2*backoff, s.o.MaxBackoff)
+				continue
+			}
+			backoff = s.o.MinBackoff
+		}
+		if len(pending) == 0 {
+			wctx, cancel := context.WithTimeout(ctx, s.o.FlushInterval)
+			var ok bool
+			pending, ok = c.Next(wctx, pending[:0], 512)
+			cancel()
+			if c.Lost > lost {
+				s.lost.Add(float64(c.Lost - lost))
+				lost = c.Lost
+			}
+			if !ok {
+				if ctx.Err() != nil {
+					return nil
+				}
+				if wctx.Err() == nil { // the buffer closed and is drained
+					return nil
+				}
+				s.flush()
+				s.refresh()
+				continue
+			}
+		}
+		for len(pending) > 0 && s.conn != nil {
+			s.send(pending[0])
+			pending = pending[1:]
+		}
+		s.refresh()
+	}
+}
+
+func (s *Sink) flush() {
+	if s.conn == nil {
+		return
+	}
+	if s.o.JSON {
+		return // JSON lines are written as they come
+	}
+	_ = s.enc.Flush()
+}
+
+// refresh re-announces templates over UDP when it is time.
+func (s *Sink) refresh() {
+	if s.conn != nil && s.o.Proto == "udp" && time.Since(s.lastTpl) >= s.o.TemplateRefresh {
+		if err := s.announce(); err != nil {
+			s.disconnect(err)
+		}
+	}
+}
+
+func (s *Sink) send(f *flow.Flow) {
+	t, isNew, err := s.o.Exporter.Template(f)
+	if err != nil {
+		s.encodeErrs.Inc()
+		s.o.Log.Error("cannot build an export template", "sink", s.o.Name, "err", err)
+		return
+	}
+	if s.o.JSON {
+		s.sendJSON(t, f)
+		return
+	}
+	if isNew {
+		if err := s.enc.AddTemplate(s.o.ObservationDomainID, t); err != nil {
+			s.encodeErrs.Inc()
+			return
+		}
+	}
+	if err := s.o.Exporter.Write(s.enc.Record(s.o.ObservationDomainID, t), t, f); err != nil && s.conn != nil {
+		// Not a send error (those disconnect): the record could not be
+		// encoded, which is a bug worth a log line.
+		s.encodeErrs.Inc()
+		s.o.Log.Error("cannot encode a record", "sink", s.o.Name, "err", err)
+	}
+}
+
+// sendJSON writes one {"ipfix":{...},"@timestamp":...} line.
+func (s *Sink) sendJSON(t *ipfix.Template, f *flow.Flow) {
+	if err := s.scratch.AddTemplate(0, t); err != nil {
+		s.encodeErrs.Inc()
+		return
+	}
+	if err := s.o.Exporter.Write(s.scratch.Record(0, t), t, f); err != nil {
+		s.encodeErrs.Inc()
+		return
+	}
+	_ = s.scratch.Flush()
+	if err := s.dec.Reset(s.scratchMsg, time.Now()); err != nil || !s.dec.Next() {
+		s.encodeErrs.Inc()
+		return
+	}
+	r := s.dec.Record()
+	b := append(s.jsonBuf[:0], `{"ipfix":{`...)
+	for i := 0; i < r.NumFields(); i++ {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, '"')
+		b = append(b, r.Field(i).Name()...)
+		b = append(b, `":`...)
+		b = ipfixjson.AppendValue(b, r, i)
+	}
+	b = append(b, `},"@timestamp":"`...)
+	b = time.Now().UTC().AppendFormat(b, time.RFC3339)
+	b = append(b, "\"}\n"...)
+	s.jsonBuf = b
+	if _, err := s.conn.Write(b); err != nil {
+		s.sendErrs.Inc()
+		s.disconnect(err)
+		return
+	}
+	s.exported.Inc()
+}
