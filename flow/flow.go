@@ -206,3 +206,40 @@ const (
 
 // IsIPv6 reports whether the flow's addresses are IPv6.
 func (f *Flow) IsIPv6() bool { return f.SourceIP.Is6() && !f.SourceIP.Is4In6() }
+
+// ParseUID reads a Kubernetes UID in its text form
+// (xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx).
+func ParseUID(s string) (UID, bool) {
+	var u UID
+	if len(s) != 36 || s[8] != '-' || s[13] != '-' || s[18] != '-' || s[23] != '-' {
+		return u, false
+	}
+	j := 0
+	for i := 0; i < len(s); {
+		if s[i] == '-' {
+			i++
+			continue
+		}
+		hi, ok1 := unhex(s[i])
+		lo, ok2 := unhex(s[i+1])
+		if !ok1 || !ok2 {
+			return UID{}, false
+		}
+		u[j] = hi<<4 | lo
+		j++
+		i += 2
+	}
+	return u, true
+}
+
+func unhex(c byte) (byte, bool) {
+	switch {
+	case '0' <= c && c <= '9':
+		return c - '0', true
+	case 'a' <= c && c <= 'f':
+		return c - 'a' + 10, true
+	case 'A' <= c && c <= 'F':
+		return c - 'A' + 10, true
+	}
+	return 0, false
+}

@@ -1,0 +1,159 @@
+// Package proxy is the aggregator's Proxy mode: stateless mediation. Each
+// record is enriched once and handed to the sinks; nothing is kept per
+// connection, so memory does not grow with the number of flows and any
+// number of replicas can run side by side.
+package proxy
+
+import (
+	"context"
+	"net/netip"
+	"time"
+
+	"sluice/collector"
+	"sluice/enrich"
+	"sluice/flow"
+	"sluice/ring"
+)
+
+// Options configures the enrichment.
+type Options struct {
+	// Store resolves Pods by IP and time; nil disables look-ups.
+	Store enrich.Store
+	// PodLabels adds sourcePodLabels/destinationPodLabels
+	// (recordContents.podLabels).
+	PodLabels bool
+	// UIDs fills Pod, Node and Service UIDs (flowCollector.includeK8sUIDs).
+	UIDs bool
+	// ClusterID is stamped on every record.
+	ClusterID string
+}
+
+// Proxy enriches records.
+type Proxy struct{ o Options }
+
+// New returns a Proxy.
+func New(o Options) *Proxy { return &Proxy{o: o} }
+
+// Run enriches the batches from in and produces their records to out
+// until in is closed or ctx ends.
+func (p *Proxy) Run(ctx context.Context, in <-chan collector.Batch, out *ring.Buffer[*flow.Flow]) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case b, ok := <-in:
+			if !ok {
+				return
+			}
+			for _, f := range b.Flows {
+				p.Process(f)
+			}
+			out.Produce(b.Flows...)
+		}
+	}
+}
+
+// Process enriches one record in place: flow direction, the Pod metadata
+// an inter-node half lacks, labels, UIDs and the cluster ID.
+func (p *Proxy) Process(f *flow.Flow) {
+	srcPod, dstPod := p.pod(f.SourceIP, f.StartTime), p.pod(f.DestinationIP, f.StartTime)
+	// Each half of an inter-node flow is made self-describing, since no
+	// correlation will bring the other half's names.
+	if f.FlowType == flow.FlowTypeInterNode {
+		if f.SourcePodName == "" && srcPod != nil {
+			f.SourcePodNamespace, f.SourcePodName = srcPod.Namespace, srcPod.Name
+			f.Present.Set(flow.SourcePodNamespace)
+			f.Present.Set(flow.SourcePodName)
+			if f.SourceNodeName == "" && srcPod.NodeName != "" {
+				f.SourceNodeName = srcPod.NodeName
+				f.Present.Set(flow.SourceNodeName)
+			}
+		}
+		if f.DestinationPodName == "" && dstPod != nil {
+			f.DestinationPodNamespace, f.DestinationPodName = dstPod.Namespace, dstPod.Name
+			f.Present.Set(flow.DestinationPodNamespace)
+			f.Present.Set(flow.DestinationPodName)
+			if f.DestinationNodeName == "" && dstPod.NodeName != "" {
+				f.DestinationNodeName = dstPod.NodeName
+				f.Present.Set(flow.DestinationNodeName)
+			}
+		}
+	}
+	f.FlowDirection = Direction(f)
+	f.Present.Set(flow.FlowDirection)
+	if p.o.PodLabels {
+		f.SourcePodLabels = labels(srcPod, f.SourcePodNamespace, f.SourcePodName)
+		f.DestinationPodLabels = labels(dstPod, f.DestinationPodNamespace, f.DestinationPodName)
+		f.Present.Set(flow.SourcePodLabels)
+		f.Present.Set(flow.DestinationPodLabels)
+	}
+	if p.o.UIDs {
+		p.fillUIDs(f, srcPod, dstPod)
+	}
+	if p.o.ClusterID != "" {
+		f.ClusterID = p.o.ClusterID
+		f.Present.Set(flow.ClusterID)
+	}
+}
+
+// Direction is Antrea's flowDirection rule for a record of one node:
+// egress when the node holds only the source Pod (inter-node) or the flow
+// leaves the cluster; ingress when it holds only the destination Pod
+// (inter-node) or the flow enters the cluster; unknown otherwise.
+func Direction(f *flow.Flow) uint8 {
+	src, dst := f.SourcePodName != "", f.DestinationPodName != ""
+	switch {
+	case f.FlowType == flow.FlowTypeInterNode && src && !dst, f.FlowType == flow.FlowTypeToExternal && src:
+		return flow.DirectionEgress
+	case f.FlowType == flow.FlowTypeInterNode && dst && !src, f.FlowType == flow.FlowTypeFromExternal && dst:
+		return flow.DirectionIngress
+	}
+	return flow.DirectionUnknown
+}
+
+func (p *Proxy) pod(ip netip.Addr, at time.Time) *enrich.Pod {
+	if p.o.Store == nil || !ip.IsValid() {
+		return nil
+	}
+	if pod, ok := p.o.Store.PodByIP(ip, at); ok {
+		return pod
+	}
+	return nil
+}
+
+// labels is the labels JSON of the record's Pod: "" when the record names
+// no Pod or the Pod is not known (or not the same one), "{}" for a Pod
+// without labels.
+func labels(pod *enrich.Pod, namespace, name string) string {
+	if name == "" || pod == nil || pod.Name != name || pod.Namespace != namespace {
+		return ""
+	}
+	return pod.LabelsJSON()
+}
+
+func (p *Proxy) fillUIDs(f *flow.Flow, src, dst *enrich.Pod) {
+	if p.o.Store == nil {
+		return
+	}
+	set := func(field flow.Field, dstUID *flow.UID, text string) {
+		if u, ok := flow.ParseUID(text); ok && *dstUID == (flow.UID{}) {
+			*dstUID = u
+			f.Present.Set(field)
+		}
+	}
+	if src != nil && src.Name == f.SourcePodName {
+		set(flow.SourcePodUID, &f.SourcePodUID, src.UID)
+	}
+	if dst != nil && dst.Name == f.DestinationPodName {
+		set(flow.DestinationPodUID, &f.DestinationPodUID, dst.UID)
+	}
+	if n, ok := p.o.Store.NodeByName(f.SourceNodeName); ok && f.SourceNodeName != "" {
+		set(flow.SourceNodeUID, &f.SourceNodeUID, n.UID)
+	}
+	if n, ok := p.o.Store.NodeByName(f.DestinationNodeName); ok && f.DestinationNodeName != "" {
+		set(flow.DestinationNodeUID, &f.DestinationNodeUID, n.UID)
+	}
+	if n, ok := p.o.Store.NodeByName(f.EgressNodeName); ok && f.EgressNodeName != "" {
+		set(flow.EgressNodeUID, &f.EgressNodeUID, n.UID)
+	}
+}
