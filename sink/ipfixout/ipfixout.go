@@ -253,16 +253,14 @@ func (s *Sink) Run(ctx context.Context, c *ring.Consumer[*flow.Flow]) error {
 			wctx, cancel := context.WithTimeout(ctx, s.o.FlushInterval)
 			var ok bool
 			pending, ok = c.Next(wctx, pending[:0], 512)
+			waited := wctx.Err() != nil
 			cancel()
 			if c.Lost > lost {
 				s.lost.Add(float64(c.Lost - lost))
 				lost = c.Lost
 			}
 			if !ok {
-				if ctx.Err() != nil {
-					return nil
-				}
-				if wctx.Err() == nil { // the buffer closed and is drained
+				if ctx.Err() != nil || !waited { // stopped, or the buffer closed and is drained
 					return nil
 				}
 				s.flush()

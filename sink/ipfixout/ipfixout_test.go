@@ -263,3 +263,30 @@ func TestJSONLines(t *testing.T) {
 		t.Fatal("no JSON line")
 	}
 }
+
+// TestCloseDrains: when the buffer closes, Run sends what is left and
+// returns at once, without waiting for a flush tick or a timeout.
+func TestCloseDrains(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	var r received
+	serveIPFIX(t, ln, &r)
+	buf := ring.New[*flow.Flow](64)
+	s := newSink(t, ln.Addr().String(), "tcp", false, nil)
+	c := buf.Consumer()
+	done := make(chan struct{})
+	go func() { defer close(done); s.Run(context.Background(), c) }()
+	for i := range 10 {
+		buf.Produce(testFlow(i))
+	}
+	buf.Close()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("Run did not return after the buffer closed")
+	}
+	waitFor(t, "the last records", func() bool { return r.len() == 10 })
+}
