@@ -23,7 +23,7 @@ func newRootCmd() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newVersionCmd(), newIPFIXCmd())
+	root.AddCommand(newVersionCmd(), newIPFIXCmd(), newAggregatorCmd())
 	return root
 }
 

@@ -1,0 +1,320 @@
+// Package aggregator wires the aggregator's stages together from a
+// configuration: collectors → mode (Proxy today) → broadcast buffer →
+// sinks, plus the HTTP API. It owns start-up and the ordered shutdown:
+// stop collectors, drain the mode, drain and flush the sinks.
+package aggregator
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"hash/fnv"
+	"log/slog"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"sluice/api"
+	"sluice/certs"
+	"sluice/collector"
+	"sluice/config"
+	"sluice/enrich"
+	"sluice/flow"
+	"sluice/flow/ipfixmap"
+	"sluice/ipfix"
+	"sluice/proxy"
+	"sluice/ring"
+	"sluice/sink/ipfixout"
+)
+
+// DrainTimeout bounds how long sinks may take to send what they hold at
+// shutdown.
+const DrainTimeout = 10 * time.Second
+
+// Aggregator is a configured, not yet running, aggregator. New binds every
+// listener, so that port conflicts and bad certificates fail at start-up
+// with the key that names them.
+type Aggregator struct {
+	cfg   *config.Aggregator
+	log   *slog.Logger
+	reg   *prometheus.Registry
+	api   *api.Server
+	apiLn net.Listener
+
+	coll     *collector.Server
+	tcpLn    net.Listener
+	tlsConf  *tls.Config
+	udpConn  *net.UDPConn
+	batches  chan collector.Batch
+	buf      *ring.Buffer[*flow.Flow]
+	proxy    *proxy.Proxy
+	sinks    []*ipfixout.Sink
+	inv      *enrich.Inventory
+	received prometheus.Counter
+}
+
+// Addrs are the addresses the aggregator listens on, as bound (useful
+// when the configuration asked for port 0).
+type Addrs struct {
+	IPFIX string // TCP or TLS
+	UDP   string
+	API   string
+}
+
+// New prepares an aggregator from cfg.
+func New(cfg *config.Aggregator, log *slog.Logger) (a *Aggregator, err error) {
+	if cfg.Mode != config.ModeProxy {
+		return nil, cfg.KeyError("mode", errors.New("Aggregate mode is not available yet in this build; use mode: Proxy"))
+	}
+	a = &Aggregator{cfg: cfg, log: log, reg: prometheus.NewRegistry()}
+	defer func() {
+		if err != nil {
+			a.closeListeners()
+		}
+	}()
+	a.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	table, err := ipfixmap.NewTable(ipfix.DefaultRegistry())
+	if err != nil {
+		return nil, err
+	}
+
+	var store enrich.Store
+	if cfg.Sluice.Inventory != "" {
+		a.inv, err = enrich.NewInventory(cfg.Sluice.Inventory, enrich.InventoryOptions{Logger: log})
+		if err != nil {
+			return nil, cfg.KeyError("sluice.inventory", err)
+		}
+		store = a.inv
+	}
+	a.proxy = proxy.New(proxy.Options{Store: store, PodLabels: cfg.RecordContents.PodLabels,
+		UIDs: cfg.FlowCollector.IncludeK8sUIDs, ClusterID: cfg.ClusterID})
+	a.batches = make(chan collector.Batch, 64)
+	a.buf = ring.New[*flow.Flow](cfg.RecordBufferSize)
+
+	if err := a.setupSinks(table); err != nil {
+		return nil, err
+	}
+	if err := a.setupCollectors(table); err != nil {
+		return nil, err
+	}
+	a.api = api.New(a.reg, log)
+	if a.apiLn, err = net.Listen("tcp", cfg.Sluice.APIAddress); err != nil {
+		return nil, cfg.KeyError("sluice.apiAddress", err)
+	}
+	return a, nil
+}
+
+// Addrs returns the bound addresses.
+func (a *Aggregator) Addrs() Addrs {
+	var out Addrs
+	if a.tcpLn != nil {
+		out.IPFIX = a.tcpLn.Addr().String()
+	}
+	if a.udpConn != nil {
+		out.UDP = a.udpConn.LocalAddr().String()
+	}
+	out.API = a.apiLn.Addr().String()
+	return out
+}
+
+// Registry is the aggregator's metrics registry.
+func (a *Aggregator) Registry() *prometheus.Registry { return a.reg }
+
+func (a *Aggregator) setupCollectors(table *ipfixmap.Table) error {
+	cfg := a.cfg
+	m := collector.NewMetrics(a.reg)
+	var err error
+	a.coll, err = collector.New(collector.Options{Table: table, Out: a.batches, Log: a.log, Metrics: m})
+	if err != nil {
+		return err
+	}
+	switch cfg.AggregatorTransportProtocol {
+	case config.TransportNone:
+		return nil
+	case config.TransportUDP:
+		ua, err := net.ResolveUDPAddr("udp", cfg.Sluice.IPFIXAddress)
+		if err != nil {
+			return cfg.KeyError("sluice.ipfixAddress", err)
+		}
+		if a.udpConn, err = net.ListenUDP("udp", ua); err != nil {
+			return cfg.KeyError("sluice.ipfixAddress", err)
+		}
+		return nil
+	case config.TransportTLS:
+		bundle, err := a.serverCerts()
+		if err != nil {
+			return err
+		}
+		a.tlsConf = bundle.ServerTLS(true)
+	}
+	if a.tcpLn, err = net.Listen("tcp", cfg.Sluice.IPFIXAddress); err != nil {
+		return cfg.KeyError("sluice.ipfixAddress", err)
+	}
+	return nil
+}
+
+// serverCerts loads the collectors' certificates from files, or makes
+// (once) and reuses a CA and certificates in the certificate directory.
+func (a *Aggregator) serverCerts() (*certs.Bundle, error) {
+	t := a.cfg.Sluice.TLS
+	if !t.Generated() {
+		b, err := certs.Load(t.CertFile, t.KeyFile, t.CAFile)
+		if err != nil {
+			return nil, a.cfg.KeyError("sluice.tls.certFile", err)
+		}
+		return b, nil
+	}
+	dir, err := t.CertDirectory()
+	if err != nil {
+		return nil, a.cfg.KeyError("sluice.tls.certDir", err)
+	}
+	var names []string
+	if a.cfg.FlowAggregatorAddress != "" {
+		names = append(names, a.cfg.FlowAggregatorAddress)
+	}
+	b, err := certs.Ensure(dir, certs.Options{ServerNames: names})
+	if err != nil {
+		return nil, a.cfg.KeyError("sluice.tls.certDir", err)
+	}
+	if len(b.Issued) > 0 {
+		a.log.Info("issued TLS certificates; point exporters at the CA", "dir", dir, "issued", b.Issued, "ca", b.Paths.CACert)
+	}
+	return b, nil
+}
+
+func (a *Aggregator) setupSinks(table *ipfixmap.Table) error {
+	cfg := a.cfg
+	fc := cfg.FlowCollector
+	if !fc.Enable {
+		a.log.Info("no sink is enabled: records are received and counted, then dropped")
+		return nil
+	}
+	hostport, proto, err := fc.Target()
+	if err != nil {
+		return cfg.KeyError("flowCollector.address", err)
+	}
+	ex, err := ipfixmap.NewExporter(table, ipfixmap.ExportOptions{Names: fc.IncludeK8sNames, UIDs: fc.IncludeK8sUIDs, Proxy: true},
+		cfg.Sluice.Proxy.PassThroughUnknown, ipfix.MinDataSetID)
+	if err != nil {
+		return err
+	}
+	var tlsConf *tls.Config
+	if fc.TLS.Enable {
+		ct := cfg.Sluice.CollectorTLS
+		b, err := certs.LoadClient(ct.CertFile, ct.KeyFile, ct.CAFile)
+		if err != nil {
+			return cfg.KeyError("sluice.collectorTLS", err)
+		}
+		tlsConf = b.ClientTLS(fc.TLS.ServerName)
+		if fc.TLS.MinVersion == "VersionTLS13" {
+			tlsConf.MinVersion = tls.VersionTLS13
+		}
+	}
+	domain := observationDomain(cfg)
+	s, err := ipfixout.New(ipfixout.Options{
+		Address: hostport, Proto: proto, TLS: tlsConf, JSON: fc.RecordFormat == config.FormatJSON,
+		ObservationDomainID: domain, MaxMessageSize: fc.MaxIPFIXMsgSize, TemplateRefresh: fc.TemplateRefreshTimeout.Duration,
+		Exporter: ex, Log: a.log, Metrics: ipfixout.NewMetrics(a.reg), Name: "flowCollector",
+	})
+	if err != nil {
+		return cfg.KeyError("flowCollector", err)
+	}
+	a.sinks = append(a.sinks, s)
+	return nil
+}
+
+// observationDomain is flowCollector.observationDomainID, or an FNV-1 hash
+// of the cluster ID so that the domain is stable across restarts.
+func observationDomain(cfg *config.Aggregator) uint32 {
+	if id := cfg.FlowCollector.ObservationDomainID; id != nil {
+		return *id
+	}
+	h := fnv.New32()
+	h.Write([]byte(cfg.ClusterID))
+	return h.Sum32()
+}
+
+// Run serves until ctx ends, then shuts down in order and returns.
+func (a *Aggregator) Run(ctx context.Context) error {
+	var stages, colls sync.WaitGroup
+	errs := make(chan error, 8)
+	collCtx, stopColl := context.WithCancel(ctx)
+	defer stopColl()
+	sinkCtx, stopSinks := context.WithCancel(context.Background())
+	defer stopSinks()
+
+	for _, s := range a.sinks {
+		c := a.buf.Consumer()
+		stages.Add(1)
+		go func() { defer stages.Done(); _ = s.Run(sinkCtx, c) }()
+	}
+	stages.Add(1)
+	go func() {
+		defer stages.Done()
+		a.proxy.Run(context.Background(), a.batches, a.buf) // ends when batches closes
+		a.buf.Close()
+	}()
+	if a.inv != nil {
+		stages.Add(1)
+		go func() { defer stages.Done(); _ = a.inv.Run(ctx) }()
+	}
+	start := func(f func() error) {
+		colls.Add(1)
+		go func() {
+			defer colls.Done()
+			if err := f(); err != nil {
+				errs <- err
+			}
+		}()
+	}
+	if a.tcpLn != nil {
+		start(func() error { return a.coll.ServeTCP(collCtx, a.tcpLn, a.tlsConf) })
+	}
+	if a.udpConn != nil {
+		start(func() error { return a.coll.ServeUDP(collCtx, a.udpConn) })
+	}
+	apiDone := make(chan error, 1)
+	go func() { apiDone <- a.api.Serve(ctx, a.apiLn) }()
+	a.api.SetReady(true)
+	a.log.Info("aggregator running", "mode", a.cfg.Mode, "transport", a.cfg.AggregatorTransportProtocol,
+		"ipfix", a.Addrs().IPFIX+a.Addrs().UDP, "api", a.Addrs().API, "sinks", len(a.sinks))
+
+	var runErr error
+	select {
+	case <-ctx.Done():
+	case runErr = <-errs:
+		a.log.Error("collector failed; shutting down", "err", runErr)
+	}
+	a.api.SetReady(false)
+	// Stop taking records, let the mode hand on what it has, then give the
+	// sinks a bounded time to send it.
+	stopColl()
+	colls.Wait()
+	close(a.batches)
+	drained := make(chan struct{})
+	go func() { stages.Wait(); close(drained) }()
+	select {
+	case <-drained:
+	case <-time.After(DrainTimeout):
+		a.log.Warn("sinks did not drain in time; records still buffered are lost", "timeout", DrainTimeout.String())
+		stopSinks()
+		<-drained
+	}
+	if err := <-apiDone; err != nil && runErr == nil {
+		runErr = err
+	}
+	a.log.Info("aggregator stopped")
+	return runErr
+}
+
+func (a *Aggregator) closeListeners() {
+	// net's Close methods are safe on nil connections.
+	for _, c := range []interface{ Close() error }{a.tcpLn, a.udpConn, a.apiLn} {
+		if c != nil {
+			c.Close()
+		}
+	}
+}

@@ -1,0 +1,234 @@
+package aggregator_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"sluice/aggregator"
+	"sluice/certs"
+	"sluice/config"
+	"sluice/flow"
+	"sluice/flow/ipfixmap"
+	"sluice/ipfix"
+	"sluice/ipfix/ipfixtest"
+)
+
+// collectorStub is an external IPFIX collector over TCP that keeps the raw
+// records it decodes.
+type collectorStub struct {
+	ln    net.Listener
+	mu    sync.Mutex
+	recs  []map[string][]byte // element "pen:id" → raw value
+	flows []flow.Flow
+}
+
+func newCollectorStub(t *testing.T) *collectorStub {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &collectorStub{ln: ln}
+	t.Cleanup(func() { ln.Close() })
+	tb, _ := ipfixmap.NewTable(ipfix.DefaultRegistry())
+	go func() {
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer conn.Close()
+				d := ipfix.NewDecoder(ipfix.NewSession(ipfix.SessionOptions{}))
+				n := ipfixmap.NewNormalizer(tb)
+				mr := ipfix.NewMessageReader(conn)
+				for {
+					m, err := mr.Next()
+					if err != nil {
+						return
+					}
+					if d.Reset(m, time.Now()) != nil {
+						return
+					}
+					for d.Next() {
+						r := d.Record()
+						raw := map[string][]byte{}
+						for i := 0; i < r.NumFields(); i++ {
+							f := r.Field(i)
+							raw[fmt.Sprintf("%d:%d", f.EnterpriseID, f.ID)] = bytes.Clone(r.Bytes(i))
+						}
+						var f flow.Flow
+						n.Normalize(r, &f)
+						c.mu.Lock()
+						c.recs = append(c.recs, raw)
+						c.flows = append(c.flows, f)
+						c.mu.Unlock()
+					}
+				}
+			}()
+		}
+	}()
+	return c
+}
+
+func (c *collectorStub) count() int { c.mu.Lock(); defer c.mu.Unlock(); return len(c.recs) }
+
+const inventory = `apiVersion: v1
+kind: List
+items:
+- apiVersion: v1
+  kind: Pod
+  metadata: {name: client-0, namespace: default, uid: 11111111-2222-4333-8444-555555555555, creationTimestamp: "2025-01-01T00:00:00Z", labels: {app: client}}
+  spec: {nodeName: node-1}
+  status: {podIP: 10.244.1.2, podIPs: [{ip: 10.244.1.2}]}
+`
+
+func startAggregator(t *testing.T, yaml string) (*aggregator.Aggregator, context.CancelFunc, chan error) {
+	t.Helper()
+	cfg, err := config.Parse([]byte(yaml), "test.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := aggregator.New(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return a, cancel, done
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func metrics(t *testing.T, api string) string {
+	resp, err := http.Get("http://" + api + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return string(b)
+}
+
+// TestProxyOverMutualTLS: an exporter with the generated client
+// certificate sends Antrea v2.7 records over TLS; the collector receives
+// them with the Proxy-mode elements; a client without a certificate is
+// refused and counted.
+func TestProxyOverMutualTLS(t *testing.T) {
+	dir := t.TempDir()
+	coll := newCollectorStub(t)
+	inv := filepath.Join(dir, "inventory.yaml")
+	os.WriteFile(inv, []byte(inventory), 0o644)
+	a, cancel, done := startAggregator(t, fmt.Sprintf(`
+mode: Proxy
+aggregatorTransportProtocol: tls
+clusterID: test-cluster
+recordContents: {podLabels: true}
+flowCollector: {enable: true, address: "%s:tcp", observationDomainID: 77}
+sluice:
+  ipfixAddress: "127.0.0.1:0"
+  apiAddress: "127.0.0.1:0"
+  inventory: %s
+  tls: {certDir: %s}
+`, coll.ln.Addr(), inv, filepath.Join(dir, "certs")))
+	addrs := a.Addrs()
+
+	bundle, err := certs.Ensure(filepath.Join(dir, "certs"), certs.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Refused: no client certificate.
+	noCert := &tls.Config{RootCAs: bundle.CAPool, ServerName: "localhost"}
+	if c, err := tls.Dial("tcp", addrs.IPFIX, noCert); err == nil {
+		// TLS 1.3 reports the refusal on the first read.
+		c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		_, err = c.Read(make([]byte, 1))
+		c.Close()
+		if err == nil {
+			t.Fatal("a client without a certificate was served")
+		}
+	}
+	waitFor(t, "the refusal to be counted", func() bool {
+		return strings.Contains(metrics(t, addrs.API), `sluice_collector_sessions_refused_total{reason="tls-handshake",transport="tls"} 1`)
+	})
+
+	conn, err := tls.Dial("tcp", addrs.IPFIX, bundle.ClientTLS("localhost"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	tmpl, _ := ipfixtest.Template(ipfix.DefaultRegistry(), 256, ipfixtest.AntreaV27IPv4())
+	enc, _ := ipfix.NewEncoder(ipfix.EncoderOptions{}, func(m []byte) error { _, err := conn.Write(m); return err })
+	enc.AddTemplate(9, tmpl)
+	for i := range 20 {
+		if err := ipfixtest.WriteAntreaV27(enc, 9, tmpl, ipfixtest.SampleFlow(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	enc.Flush()
+	waitFor(t, "20 records at the collector", func() bool { return coll.count() == 20 })
+
+	coll.mu.Lock()
+	raw, f := coll.recs[0], coll.flows[0]
+	coll.mu.Unlock()
+	if !bytes.Equal(raw["0:405"], []byte{0, 0, 0, 9}) {
+		t.Errorf("originalObservationDomainId = %x, want 9", raw["0:405"])
+	}
+	if !bytes.Equal(raw["0:403"], []byte{127, 0, 0, 1}) {
+		t.Errorf("originalExporterIPv4Address = %x", raw["0:403"])
+	}
+	if f.SourcePodName != "client-0" || f.ClusterID != "test-cluster" || f.SourcePodLabels != `{"app":"client"}` {
+		t.Errorf("record %+v", f)
+	}
+	if f.FlowDirection != flow.DirectionUnknown { // SampleFlow has both Pods: unknown
+		t.Errorf("flowDirection %d", f.FlowDirection)
+	}
+	m := metrics(t, addrs.API)
+	for _, want := range []string{
+		`sluice_collector_records_received_total{exporter="127.0.0.1",transport="tls"} 20`,
+		`sluice_sink_records_exported_total{sink="flowCollector"} 20`,
+		`sluice_collector_sessions_open{transport="tls"} 1`,
+	} {
+		if !strings.Contains(m, want) {
+			t.Errorf("metrics lack %s", want)
+		}
+	}
+	resp, err := http.Get("http://" + addrs.API + "/readyz")
+	if err != nil || resp.StatusCode != 200 {
+		t.Errorf("readyz: %v %v", resp, err)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("run: %v", err)
+	}
+	done <- nil // for the cleanup
+}
+
+func TestAggregateModeNotYet(t *testing.T) {
+	cfg := config.Default()
+	if _, err := aggregator.New(cfg, slog.Default()); err == nil || !strings.Contains(err.Error(), "mode") {
+		t.Fatalf("Aggregate mode: %v", err)
+	}
+}
