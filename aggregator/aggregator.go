@@ -44,16 +44,15 @@ type Aggregator struct {
 	api   *api.Server
 	apiLn net.Listener
 
-	coll     *collector.Server
-	tcpLn    net.Listener
-	tlsConf  *tls.Config
-	udpConn  *net.UDPConn
-	batches  chan collector.Batch
-	buf      *ring.Buffer[*flow.Flow]
-	proxy    *proxy.Proxy
-	sinks    []*ipfixout.Sink
-	inv      *enrich.Inventory
-	received prometheus.Counter
+	coll    *collector.Server
+	tcpLn   net.Listener
+	tlsConf *tls.Config
+	udpConn *net.UDPConn
+	batches chan collector.Batch
+	buf     *ring.Buffer[*flow.Flow]
+	proxy   *proxy.Proxy
+	sinks   []*ipfixout.Sink
+	inv     *enrich.Inventory
 }
 
 // Addrs are the addresses the aggregator listens on, as bound (useful
@@ -67,7 +66,7 @@ type Addrs struct {
 // New prepares an aggregator from cfg.
 func New(cfg *config.Aggregator, log *slog.Logger) (a *Aggregator, err error) {
 	if cfg.Mode != config.ModeProxy {
-		return nil, cfg.KeyError("mode", errors.New("Aggregate mode is not available yet in this build; use mode: Proxy"))
+		return nil, cfg.KeyError("mode", errors.New("the Aggregate mode is not available yet in this build; use mode: Proxy"))
 	}
 	a = &Aggregator{cfg: cfg, log: log, reg: prometheus.NewRegistry()}
 	defer func() {
