@@ -8,6 +8,7 @@ command -v softflowd >/dev/null || need+=(softflowd)
 command -v nfcapd >/dev/null || need+=(nfdump)
 command -v tshark >/dev/null || need+=(tshark)
 command -v tcpdump >/dev/null || need+=(tcpdump)
+command -v nfacctd >/dev/null || need+=(pmacct)
 if ((${#need[@]})); then
   if [[ $(id -u) -ne 0 ]]; then
     echo "install-deps: need root to apt-get install ${need[*]}" >&2
