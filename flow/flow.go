@@ -185,6 +185,26 @@ type Flow struct {
 	// Unknown holds the elements of the incoming record that no field
 	// maps, in the order they came.
 	Unknown []Element
+
+	// Aggregation holds the per-node view Aggregate mode adds; nil for
+	// records that were not aggregated.
+	Aggregation *Aggregation
+}
+
+// Aggregation is what Aggregate mode knows of each side of a correlated
+// flow: the counters and end time each node last reported, and
+// throughputs in bits per second since the previous export.
+type Aggregation struct {
+	EndFromSource, EndFromDestination time.Time
+	StatsFromSource                   Stats
+	ReverseStatsFromSource            Stats
+	StatsFromDestination              Stats
+	ReverseStatsFromDestination       Stats
+	Throughput, ReverseThroughput     uint64
+	ThroughputFromSource              uint64
+	ReverseThroughputFromSource       uint64
+	ThroughputFromDestination         uint64
+	ReverseThroughputFromDestination  uint64
 }
 
 // Enumerations shared with Antrea (same values in IPFIX and Protobuf).

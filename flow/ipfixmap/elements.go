@@ -251,12 +251,59 @@ func descriptors() []descriptor {
 		u16d("proxySnatPort", flow.ProxySnatPort, func(f *F) *uint16 { return &f.ProxySnatPort }),
 		u8d("flowDirection", flow.FlowDirection, func(f *F) *uint8 { return &f.FlowDirection }),
 
+		// Export only: Aggregate mode's per-node view (zero when absent).
+		aggU64("packetTotalCountFromSourceNode", func(a *flow.Aggregation) uint64 { return a.StatsFromSource.PacketTotalCount }),
+		aggU64("octetTotalCountFromSourceNode", func(a *flow.Aggregation) uint64 { return a.StatsFromSource.OctetTotalCount }),
+		aggU64("packetDeltaCountFromSourceNode", func(a *flow.Aggregation) uint64 { return a.StatsFromSource.PacketDeltaCount }),
+		aggU64("octetDeltaCountFromSourceNode", func(a *flow.Aggregation) uint64 { return a.StatsFromSource.OctetDeltaCount }),
+		aggU64("reversePacketTotalCountFromSourceNode", func(a *flow.Aggregation) uint64 { return a.ReverseStatsFromSource.PacketTotalCount }),
+		aggU64("reverseOctetTotalCountFromSourceNode", func(a *flow.Aggregation) uint64 { return a.ReverseStatsFromSource.OctetTotalCount }),
+		aggU64("reversePacketDeltaCountFromSourceNode", func(a *flow.Aggregation) uint64 { return a.ReverseStatsFromSource.PacketDeltaCount }),
+		aggU64("reverseOctetDeltaCountFromSourceNode", func(a *flow.Aggregation) uint64 { return a.ReverseStatsFromSource.OctetDeltaCount }),
+		aggU64("packetTotalCountFromDestinationNode", func(a *flow.Aggregation) uint64 { return a.StatsFromDestination.PacketTotalCount }),
+		aggU64("octetTotalCountFromDestinationNode", func(a *flow.Aggregation) uint64 { return a.StatsFromDestination.OctetTotalCount }),
+		aggU64("packetDeltaCountFromDestinationNode", func(a *flow.Aggregation) uint64 { return a.StatsFromDestination.PacketDeltaCount }),
+		aggU64("octetDeltaCountFromDestinationNode", func(a *flow.Aggregation) uint64 { return a.StatsFromDestination.OctetDeltaCount }),
+		aggU64("reversePacketTotalCountFromDestinationNode", func(a *flow.Aggregation) uint64 { return a.ReverseStatsFromDestination.PacketTotalCount }),
+		aggU64("reverseOctetTotalCountFromDestinationNode", func(a *flow.Aggregation) uint64 { return a.ReverseStatsFromDestination.OctetTotalCount }),
+		aggU64("reversePacketDeltaCountFromDestinationNode", func(a *flow.Aggregation) uint64 { return a.ReverseStatsFromDestination.PacketDeltaCount }),
+		aggU64("reverseOctetDeltaCountFromDestinationNode", func(a *flow.Aggregation) uint64 { return a.ReverseStatsFromDestination.OctetDeltaCount }),
+		aggU64("throughput", func(a *flow.Aggregation) uint64 { return a.Throughput }),
+		aggU64("reverseThroughput", func(a *flow.Aggregation) uint64 { return a.ReverseThroughput }),
+		aggU64("throughputFromSourceNode", func(a *flow.Aggregation) uint64 { return a.ThroughputFromSource }),
+		aggU64("throughputFromDestinationNode", func(a *flow.Aggregation) uint64 { return a.ThroughputFromDestination }),
+		aggU64("reverseThroughputFromSourceNode", func(a *flow.Aggregation) uint64 { return a.ReverseThroughputFromSource }),
+		aggU64("reverseThroughputFromDestinationNode", func(a *flow.Aggregation) uint64 { return a.ReverseThroughputFromDestination }),
+		aggTime("flowEndSecondsFromSourceNode", func(a *flow.Aggregation) time.Time { return a.EndFromSource }),
+		aggTime("flowEndSecondsFromDestinationNode", func(a *flow.Aggregation) time.Time { return a.EndFromDestination }),
+
 		// Export only: what a proxy says about where a record came from.
 		// Received, they are known but not mapped.
 		{name: "originalObservationDomainId", put: func(w *ipfix.RecordWriter, f *F) { w.Uint(uint64(f.Origin.ObservationDomainID)) }},
 		{name: "originalExporterIPv4Address", put: func(w *ipfix.RecordWriter, f *F) { w.Addr(familyOr(f.Origin.Exporter, 4)) }},
 		{name: "originalExporterIPv6Address", put: func(w *ipfix.RecordWriter, f *F) { w.Addr(familyOr(f.Origin.Exporter, 6)) }},
 	}
+}
+
+// aggU64 and aggTime export a field of the Aggregation, zero without one.
+func aggU64(name string, v func(*flow.Aggregation) uint64) descriptor {
+	return descriptor{name: name, put: func(w *ipfix.RecordWriter, f *flow.Flow) {
+		if f.Aggregation == nil {
+			w.Uint(0)
+			return
+		}
+		w.Uint(v(f.Aggregation))
+	}}
+}
+
+func aggTime(name string, v func(*flow.Aggregation) time.Time) descriptor {
+	return descriptor{name: name, put: func(w *ipfix.RecordWriter, f *flow.Flow) {
+		t := time.Unix(0, 0)
+		if f.Aggregation != nil && !v(f.Aggregation).IsZero() {
+			t = v(f.Aggregation)
+		}
+		w.Time(t)
+	}}
 }
 
 // familyOr returns a if it is of the family, else the zero Addr (written

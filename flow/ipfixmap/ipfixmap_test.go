@@ -335,3 +335,52 @@ func TestNormalizeAllocations(t *testing.T) {
 		t.Errorf("normalizing a known record allocates %.1f times", allocs)
 	}
 }
+
+func TestAggregateExportCarriesPerNodeView(t *testing.T) {
+	tb := table(t)
+	ex, err := ipfixmap.NewExporter(tb, ipfixmap.ExportOptions{Names: true, Aggregate: true}, false, 256)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := fullFlow(4)
+	f.Aggregation = &flow.Aggregation{StatsFromSource: flow.Stats{OctetDeltaCount: 111}, ThroughputFromDestination: 222,
+		EndFromSource: time.Unix(1767225700, 0).UTC()}
+	tmpl, _, _ := ex.Template(&f)
+	if len(tmpl.Fields) != 70 {
+		t.Fatalf("%d fields", len(tmpl.Fields))
+	}
+	var msgs [][]byte
+	enc, _ := ipfix.NewEncoder(ipfix.EncoderOptions{}, func(m []byte) error { msgs = append(msgs, bytes.Clone(m)); return nil })
+	enc.AddTemplate(1, tmpl)
+	if err := ex.Write(enc.Record(1, tmpl), tmpl, &f); err != nil {
+		t.Fatal(err)
+	}
+	f.Aggregation = nil // a record that was not aggregated writes zeros
+	if err := ex.Write(enc.Record(1, tmpl), tmpl, &f); err != nil {
+		t.Fatal(err)
+	}
+	enc.Flush()
+	d := ipfix.NewDecoder(ipfix.NewSession(ipfix.SessionOptions{}))
+	d.Reset(msgs[0], time.Now())
+	reg := ipfix.DefaultRegistry()
+	want := []map[string]uint64{
+		{"octetDeltaCountFromSourceNode": 111, "throughputFromDestinationNode": 222, "flowEndSecondsFromSourceNode": 1767225700},
+		{"octetDeltaCountFromSourceNode": 0, "throughputFromDestinationNode": 0, "flowEndSecondsFromSourceNode": 0},
+	}
+	for n := 0; d.Next(); n++ {
+		r := d.Record()
+		for name, v := range want[n] {
+			i := r.Template.IndexOf(reg.MustByName(name))
+			var got uint64
+			if r.Field(i).Type.IsTime() {
+				tm, _ := r.Time(i)
+				got = uint64(tm.Unix())
+			} else {
+				got, _ = r.Uint(i)
+			}
+			if got != v {
+				t.Errorf("record %d %s = %d, want %d", n, name, got, v)
+			}
+		}
+	}
+}
