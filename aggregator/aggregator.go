@@ -11,11 +11,13 @@ import (
 	"hash/fnv"
 	"log/slog"
 	"net"
+	"os"
 	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"k8s.io/client-go/kubernetes"
 
 	"sluice/api"
 	"sluice/certs"
@@ -53,6 +55,7 @@ type Aggregator struct {
 	proxy   *proxy.Proxy
 	sinks   []*ipfixout.Sink
 	inv     *enrich.Inventory
+	kube    *enrich.Kube
 }
 
 // Addrs are the addresses the aggregator listens on, as bound (useful
@@ -81,12 +84,27 @@ func New(cfg *config.Aggregator, log *slog.Logger) (a *Aggregator, err error) {
 	}
 
 	var store enrich.Store
-	if cfg.Sluice.Inventory != "" {
+	switch {
+	case cfg.Sluice.Inventory != "":
 		a.inv, err = enrich.NewInventory(cfg.Sluice.Inventory, enrich.InventoryOptions{Logger: log})
 		if err != nil {
 			return nil, cfg.KeyError("sluice.inventory", err)
 		}
 		store = a.inv
+	case cfg.Sluice.Kubeconfig != "" || os.Getenv("KUBERNETES_SERVICE_HOST") != "":
+		// A kubeconfig, or running in a Pod: follow the cluster itself.
+		rc, err := enrich.KubeConfig(cfg.Sluice.Kubeconfig)
+		if err != nil {
+			return nil, cfg.KeyError("sluice.kubeconfig", err)
+		}
+		client, err := kubernetes.NewForConfig(rc)
+		if err != nil {
+			return nil, cfg.KeyError("sluice.kubeconfig", err)
+		}
+		a.kube = enrich.NewKube(client, enrich.KubeOptions{Logger: log})
+		store = a.kube
+	default:
+		log.Info("no Pod metadata source (sluice.inventory or sluice.kubeconfig): records are forwarded as exporters sent them")
 	}
 	a.proxy = proxy.New(proxy.Options{Store: store, PodLabels: cfg.RecordContents.PodLabels,
 		UIDs: cfg.FlowCollector.IncludeK8sUIDs, ClusterID: cfg.ClusterID})
@@ -259,6 +277,17 @@ func (a *Aggregator) Run(ctx context.Context) error {
 	if a.inv != nil {
 		stages.Add(1)
 		go func() { defer stages.Done(); _ = a.inv.Run(ctx) }()
+	}
+	if a.kube != nil {
+		stages.Add(1)
+		go func() { defer stages.Done(); _ = a.kube.Run(ctx) }()
+		// Like the reference, wait (bounded by the sync timeout) for the
+		// cluster's objects before taking records, so that early records
+		// are enriched too.
+		select {
+		case <-a.kube.Ready():
+		case <-ctx.Done():
+		}
 	}
 	start := func(f func() error) {
 		colls.Add(1)

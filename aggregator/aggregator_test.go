@@ -232,3 +232,14 @@ func TestAggregateModeNotYet(t *testing.T) {
 		t.Fatalf("Aggregate mode: %v", err)
 	}
 }
+
+func TestBadKubeconfigNamesTheKey(t *testing.T) {
+	cfg, err := config.Parse([]byte("mode: Proxy\nsluice:\n  kubeconfig: /nonexistent/kubeconfig\n  ipfixAddress: 127.0.0.1:0\n  apiAddress: 127.0.0.1:0\n"), "k.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = aggregator.New(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err == nil || !strings.Contains(err.Error(), "k.yaml:3") || !strings.Contains(err.Error(), "sluice.kubeconfig") {
+		t.Fatalf("error %v should name k.yaml:3 and sluice.kubeconfig", err)
+	}
+}

@@ -8,9 +8,7 @@
 //   - [Inventory]: a file in the format printed by
 //     `kubectl get pods,nodes,services -A -o yaml` (or -o json), reloaded
 //     when it changes.
-//
-// A Store following the cluster through the Kubernetes API is to share the
-// bookkeeping of deletions and snapshots that Inventory uses.
+//   - [Kube]: the live cluster through client-go informers.
 //
 // A Pod IP can be reused by a new Pod once the old one is gone, so Pod
 // look-ups take the flow start time and return the Pod that held the IP at
