@@ -67,20 +67,24 @@ type Addrs struct {
 }
 
 // New prepares an aggregator from cfg.
-func New(cfg *config.Aggregator, log *slog.Logger) (a *Aggregator, err error) {
+func New(cfg *config.Aggregator, log *slog.Logger) (*Aggregator, error) {
 	if cfg.Mode != config.ModeProxy {
 		return nil, cfg.KeyError("mode", errors.New("the Aggregate mode is not available yet in this build; use mode: Proxy"))
 	}
-	a = &Aggregator{cfg: cfg, log: log, reg: prometheus.NewRegistry()}
-	defer func() {
-		if err != nil {
-			a.closeListeners()
-		}
-	}()
+	a := &Aggregator{cfg: cfg, log: log, reg: prometheus.NewRegistry()}
+	if err := a.init(); err != nil {
+		a.closeListeners()
+		return nil, err
+	}
+	return a, nil
+}
+
+func (a *Aggregator) init() error {
+	cfg, log := a.cfg, a.log
 	a.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	table, err := ipfixmap.NewTable(ipfix.DefaultRegistry())
 	if err != nil {
-		return nil, err
+		return err
 	}
 
 	var store enrich.Store
@@ -88,18 +92,18 @@ func New(cfg *config.Aggregator, log *slog.Logger) (a *Aggregator, err error) {
 	case cfg.Sluice.Inventory != "":
 		a.inv, err = enrich.NewInventory(cfg.Sluice.Inventory, enrich.InventoryOptions{Logger: log})
 		if err != nil {
-			return nil, cfg.KeyError("sluice.inventory", err)
+			return cfg.KeyError("sluice.inventory", err)
 		}
 		store = a.inv
 	case cfg.Sluice.Kubeconfig != "" || os.Getenv("KUBERNETES_SERVICE_HOST") != "":
 		// A kubeconfig, or running in a Pod: follow the cluster itself.
 		rc, err := enrich.KubeConfig(cfg.Sluice.Kubeconfig)
 		if err != nil {
-			return nil, cfg.KeyError("sluice.kubeconfig", err)
+			return cfg.KeyError("sluice.kubeconfig", err)
 		}
 		client, err := kubernetes.NewForConfig(rc)
 		if err != nil {
-			return nil, cfg.KeyError("sluice.kubeconfig", err)
+			return cfg.KeyError("sluice.kubeconfig", err)
 		}
 		a.kube = enrich.NewKube(client, enrich.KubeOptions{Logger: log})
 		store = a.kube
@@ -112,16 +116,16 @@ func New(cfg *config.Aggregator, log *slog.Logger) (a *Aggregator, err error) {
 	a.buf = ring.New[*flow.Flow](cfg.RecordBufferSize)
 
 	if err := a.setupSinks(table); err != nil {
-		return nil, err
+		return err
 	}
 	if err := a.setupCollectors(table); err != nil {
-		return nil, err
+		return err
 	}
 	a.api = api.New(a.reg, log)
 	if a.apiLn, err = net.Listen("tcp", cfg.Sluice.APIAddress); err != nil {
-		return nil, cfg.KeyError("sluice.apiAddress", err)
+		return cfg.KeyError("sluice.apiAddress", err)
 	}
-	return a, nil
+	return nil
 }
 
 // Addrs returns the bound addresses.
@@ -339,10 +343,13 @@ func (a *Aggregator) Run(ctx context.Context) error {
 }
 
 func (a *Aggregator) closeListeners() {
-	// net's Close methods are safe on nil connections.
-	for _, c := range []interface{ Close() error }{a.tcpLn, a.udpConn, a.apiLn} {
-		if c != nil {
-			c.Close()
-		}
+	if a.tcpLn != nil {
+		a.tcpLn.Close()
+	}
+	if a.udpConn != nil {
+		a.udpConn.Close()
+	}
+	if a.apiLn != nil {
+		a.apiLn.Close()
 	}
 }
