@@ -143,6 +143,9 @@ func (s *session) decode(msg []byte, now time.Time) (Batch, error) {
 	origin := flow.Origin{ExportTime: h.Time(), ObservationDomainID: h.ObservationDomainID, Exporter: s.exporter, Transport: s.transport}
 	var skew ipfixmap.Skew
 	for i := uint32(0); s.dec.Next(); i++ {
+		if s.dec.Record().Template.IsOptions() {
+			continue // exporter metadata (softflowd's meteringProcessId...), not a flow
+		}
 		f := &flow.Flow{Origin: origin}
 		f.Origin.SequenceNumber = h.SequenceNumber + i
 		k := s.norm.Normalize(s.dec.Record(), f)

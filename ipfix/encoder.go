@@ -138,6 +138,7 @@ func (e *Encoder) Flush() error {
 	}
 	// Only records that left count towards the next sequence number.
 	e.seq[e.domain] += e.records
+	e.records = 0
 	return nil
 }
 

@@ -19,10 +19,16 @@ type Exporter struct {
 	base        [2][]*Element // by family index: 4 → 0, 6 → 1
 	baseKeys    map[ipfix.ElementKey]bool
 	passThrough bool
-	templates   map[string]*ipfix.Template
-	order       []*ipfix.Template
-	nextID      uint16
-	sig         []byte
+	// legacy are known elements the export template no longer has (the
+	// L7 elements of agents v1.15 to v2.5); with pass-through they are
+	// appended when a record carries them, so older agents' values are
+	// not lost either.
+	legacy    []*Element
+	templates map[string]*ipfix.Template
+	order     []*ipfix.Template
+	nextID    uint16
+	sig       []byte
+	scratch   []*Element
 	// Dropped counts unknown elements left out: already in the base
 	// template, or beyond MaxPassThroughTemplates.
 	Dropped uint64
@@ -46,7 +52,12 @@ func NewExporter(table *Table, opts ExportOptions, passThrough bool, firstTempla
 		for _, el := range els {
 			e.baseKeys[ipfix.ElementKey{EnterpriseID: el.IE.EnterpriseID, ID: el.IE.ID}] = true
 		}
-		if _, err := e.template(fi, nil); err != nil {
+		if fi == 0 && passThrough {
+			if e.legacy, err = table.Elements([]string{"appProtocolName", "httpVals"}); err != nil {
+				return nil, err
+			}
+		}
+		if _, err := e.template(fi, nil, nil); err != nil {
 			return nil, err
 		}
 	}
@@ -73,18 +84,35 @@ func (e *Exporter) Template(f *flow.Flow) (t *ipfix.Template, isNew bool, err er
 		fi = 1
 	}
 	var extra []flow.Element
+	var legacy []*Element
 	if e.passThrough {
 		extra = f.Unknown
+		legacy = e.carried(f)
 	}
 	n := len(e.order)
-	t, err = e.template(fi, extra)
+	t, err = e.template(fi, legacy, extra)
 	return t, len(e.order) > n, err
 }
 
+// carried returns the legacy elements f carries, in a scratch slice.
+func (e *Exporter) carried(f *flow.Flow) []*Element {
+	out := e.scratch[:0]
+	for _, el := range e.legacy {
+		if f.Present.Has(el.Field) {
+			out = append(out, el)
+		}
+	}
+	e.scratch = out
+	return out
+}
+
 // template finds or makes the template of family index fi extended with
-// the pass-through elements of extra.
-func (e *Exporter) template(fi int, extra []flow.Element) (*ipfix.Template, error) {
-	e.sig = append(e.sig[:0], byte(fi))
+// the legacy elements, then the pass-through elements of extra.
+func (e *Exporter) template(fi int, legacy []*Element, extra []flow.Element) (*ipfix.Template, error) {
+	e.sig = append(e.sig[:0], byte(fi), byte(len(legacy)))
+	for _, el := range legacy {
+		e.sig = binary.BigEndian.AppendUint16(e.sig, el.IE.ID)
+	}
 	for _, x := range extra {
 		if e.baseKeys[ipfix.ElementKey{EnterpriseID: x.EnterpriseID, ID: x.ID}] {
 			e.Dropped++ // our own export already has this element
@@ -100,10 +128,13 @@ func (e *Exporter) template(fi int, extra []flow.Element) (*ipfix.Template, erro
 	if len(e.templates) >= MaxPassThroughTemplates+2 {
 		// Out of room for another combination: fall back to the base.
 		e.Dropped += uint64(len(extra))
-		return e.templates[string(e.sig[:1])], nil
+		return e.templates[string([]byte{byte(fi), 0})], nil
 	}
-	fields := make([]ipfix.Field, 0, len(e.base[fi])+len(extra))
+	fields := make([]ipfix.Field, 0, len(e.base[fi])+len(legacy)+len(extra))
 	for _, el := range e.base[fi] {
+		fields = append(fields, ipfix.Field{IE: el.IE})
+	}
+	for _, el := range legacy {
 		fields = append(fields, ipfix.Field{IE: el.IE})
 	}
 	for _, x := range extra {
@@ -133,6 +164,7 @@ func (e *Exporter) Write(w *ipfix.RecordWriter, t *ipfix.Template, f *flow.Flow)
 	}
 	PutValues(w, e.base[fi], f)
 	if len(t.Fields) > len(e.base[fi]) {
+		PutValues(w, e.carried(f), f)
 		for _, x := range f.Unknown {
 			if !e.baseKeys[ipfix.ElementKey{EnterpriseID: x.EnterpriseID, ID: x.ID}] {
 				w.Bytes(x.Value)

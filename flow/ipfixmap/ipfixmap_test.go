@@ -384,3 +384,40 @@ func TestAggregateExportCarriesPerNodeView(t *testing.T) {
 		}
 	}
 }
+
+// TestLegacyL7PassThrough: a v1.15 agent's L7 elements are no longer in
+// the export template; with pass-through they still reach the collector.
+func TestLegacyL7PassThrough(t *testing.T) {
+	tb := table(t)
+	want := fullFlow(4)
+	got, _ := normalizeAll(t, ipfixmap.NewNormalizer(tb), ipfix.NewDecoder(ipfix.NewSession(ipfix.SessionOptions{})),
+		agentMessages(t, tb, "v1.15", 4, &want, 256))
+	f := got[0]
+	for _, pass := range []bool{true, false} {
+		ex, _ := ipfixmap.NewExporter(tb, ipfixmap.ExportOptions{Names: true, Proxy: true}, pass, 256)
+		tmpl, _, err := ex.Template(&f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var msgs [][]byte
+		enc, _ := ipfix.NewEncoder(ipfix.EncoderOptions{}, func(m []byte) error { msgs = append(msgs, bytes.Clone(m)); return nil })
+		enc.AddTemplate(1, tmpl)
+		if err := ex.Write(enc.Record(1, tmpl), tmpl, &f); err != nil {
+			t.Fatal(err)
+		}
+		enc.Flush()
+		out, _ := normalizeAll(t, ipfixmap.NewNormalizer(tb), ipfix.NewDecoder(ipfix.NewSession(ipfix.SessionOptions{})), msgs)
+		if pass && (out[0].AppProtocolName != "http" || out[0].HTTPVals != want.HTTPVals || len(tmpl.Fields) != 52) {
+			t.Errorf("pass-through: %q %q, %d fields", out[0].AppProtocolName, out[0].HTTPVals, len(tmpl.Fields))
+		}
+		if !pass && (out[0].Present.Has(flow.AppProtocolName) || len(tmpl.Fields) != 50) {
+			t.Errorf("no pass-through still carried L7 (%d fields)", len(tmpl.Fields))
+		}
+	}
+	// A v2.7 record (no L7) keeps the plain template.
+	ex, _ := ipfixmap.NewExporter(tb, ipfixmap.ExportOptions{Names: true, Proxy: true}, true, 256)
+	g := fullFlow(4)
+	if tmpl, _, _ := ex.Template(&g); len(tmpl.Fields) != 50 {
+		t.Errorf("record without L7: %d fields", len(tmpl.Fields))
+	}
+}

@@ -80,11 +80,14 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 
 // Sink is one external collector.
 type Sink struct {
-	o       Options
-	conn    net.Conn
-	enc     *ipfix.Encoder
-	lastTpl time.Time
-	jsonBuf []byte
+	o    Options
+	conn net.Conn
+	// peerGone is closed when the collector closes a TCP/TLS connection
+	// (an IPFIX collector never writes, so any end of a read means that).
+	peerGone chan struct{}
+	enc      *ipfix.Encoder
+	lastTpl  time.Time
+	jsonBuf  []byte
 	// for JSON: records are rendered from their IPFIX form, so the two
 	// formats always carry the same elements and values.
 	scratch    *ipfix.Encoder
@@ -160,6 +163,9 @@ func New(o Options) (*Sink, error) {
 
 // write is the encoder's emit function: one finished message.
 func (s *Sink) write(msg []byte) error {
+	if s.closedByPeer() {
+		s.disconnect(errPeerClosed)
+	}
 	if s.conn == nil {
 		s.sendErrs.Add(float64(s.enc.PendingRecords()))
 		return errors.New("ipfixout: not connected")
@@ -171,6 +177,21 @@ func (s *Sink) write(msg []byte) error {
 	}
 	s.exported.Add(float64(n))
 	return nil
+}
+
+var errPeerClosed = errors.New("ipfixout: the collector closed the connection")
+
+// closedByPeer reports whether the collector has closed the connection.
+func (s *Sink) closedByPeer() bool {
+	if s.conn == nil || s.peerGone == nil {
+		return false
+	}
+	select {
+	case <-s.peerGone:
+		return true
+	default:
+		return false
+	}
 }
 
 func (s *Sink) disconnect(err error) {
@@ -200,6 +221,16 @@ func (s *Sink) connect(ctx context.Context) error {
 		return err
 	}
 	s.conn = c
+	s.peerGone = nil
+	if s.o.Proto == "tcp" {
+		gone := make(chan struct{})
+		s.peerGone = gone
+		go func() {
+			var b [1]byte
+			_, _ = c.Read(b[:])
+			close(gone)
+		}()
+	}
 	s.connected.Set(1)
 	s.o.Log.Info("connected to the flow collector", "sink", s.o.Name, "address", s.o.Address, "proto", s.o.Proto, "tls", s.o.TLS != nil, "json", s.o.JSON)
 	return s.announce()
@@ -232,6 +263,9 @@ func (s *Sink) Run(ctx context.Context, c *ring.Consumer[*flow.Flow]) error {
 	var pending []*flow.Flow
 	var lost uint64
 	for {
+		if s.closedByPeer() {
+			s.disconnect(errPeerClosed)
+		}
 		if s.conn == nil {
 			if err := s.connect(ctx); err != nil {
 				if ctx.Err() != nil {
@@ -268,7 +302,7 @@ func (s *Sink) Run(ctx context.Context, c *ring.Consumer[*flow.Flow]) error {
 				continue
 			}
 		}
-		for len(pending) > 0 && s.conn != nil {
+		for len(pending) > 0 && s.conn != nil && !s.closedByPeer() {
 			s.send(pending[0])
 			pending = pending[1:]
 		}
@@ -350,6 +384,11 @@ func (s *Sink) sendJSON(t *ipfix.Template, f *flow.Flow) {
 	b = time.Now().UTC().AppendFormat(b, time.RFC3339)
 	b = append(b, "\"}\n"...)
 	s.jsonBuf = b
+	if s.closedByPeer() {
+		s.sendErrs.Inc()
+		s.disconnect(errPeerClosed)
+		return
+	}
 	if _, err := s.conn.Write(b); err != nil {
 		s.sendErrs.Inc()
 		s.disconnect(err)
