@@ -262,7 +262,10 @@ func observationDomain(cfg *config.Aggregator) uint32 {
 func (a *Aggregator) Run(ctx context.Context) error {
 	var stages, colls sync.WaitGroup
 	errs := make(chan error, 8)
-	collCtx, stopColl := context.WithCancel(ctx)
+	// runCtx ends the whole run: the caller's ctx, or a collector failing.
+	runCtx, stopRun := context.WithCancel(ctx)
+	defer stopRun()
+	collCtx, stopColl := context.WithCancel(runCtx)
 	defer stopColl()
 	sinkCtx, stopSinks := context.WithCancel(context.Background())
 	defer stopSinks()
@@ -280,17 +283,17 @@ func (a *Aggregator) Run(ctx context.Context) error {
 	}()
 	if a.inv != nil {
 		stages.Add(1)
-		go func() { defer stages.Done(); _ = a.inv.Run(ctx) }()
+		go func() { defer stages.Done(); _ = a.inv.Run(runCtx) }()
 	}
 	if a.kube != nil {
 		stages.Add(1)
-		go func() { defer stages.Done(); _ = a.kube.Run(ctx) }()
+		go func() { defer stages.Done(); _ = a.kube.Run(runCtx) }()
 		// Like the reference, wait (bounded by the sync timeout) for the
 		// cluster's objects before taking records, so that early records
 		// are enriched too.
 		select {
 		case <-a.kube.Ready():
-		case <-ctx.Done():
+		case <-runCtx.Done():
 		}
 	}
 	start := func(f func() error) {
@@ -309,7 +312,7 @@ func (a *Aggregator) Run(ctx context.Context) error {
 		start(func() error { return a.coll.ServeUDP(collCtx, a.udpConn) })
 	}
 	apiDone := make(chan error, 1)
-	go func() { apiDone <- a.api.Serve(ctx, a.apiLn) }()
+	go func() { apiDone <- a.api.Serve(runCtx, a.apiLn) }()
 	a.api.SetReady(true)
 	a.log.Info("aggregator running", "mode", a.cfg.Mode, "transport", a.cfg.AggregatorTransportProtocol,
 		"ipfix", a.Addrs().IPFIX+a.Addrs().UDP, "api", a.Addrs().API, "sinks", len(a.sinks))
@@ -326,6 +329,7 @@ func (a *Aggregator) Run(ctx context.Context) error {
 	stopColl()
 	colls.Wait()
 	close(a.batches)
+	stopRun() // metadata sources and the API end with the run
 	drained := make(chan struct{})
 	go func() { stages.Wait(); close(drained) }()
 	select {

@@ -243,3 +243,38 @@ func TestBadKubeconfigNamesTheKey(t *testing.T) {
 		t.Fatalf("error %v should name k.yaml:3 and sluice.kubeconfig", err)
 	}
 }
+
+// TestRunEndsWhenACollectorFails: losing the IPFIX listener ends the run
+// with an error instead of leaving a process that serves nothing.
+func TestRunEndsWhenACollectorFails(t *testing.T) {
+	dir := t.TempDir()
+	inv := filepath.Join(dir, "inventory.yaml")
+	os.WriteFile(inv, []byte(inventory), 0o644)
+	cfg, err := config.Parse([]byte(fmt.Sprintf("mode: Proxy\naggregatorTransportProtocol: tcp\nsluice:\n  ipfixAddress: 127.0.0.1:0\n  apiAddress: 127.0.0.1:0\n  inventory: %s\n", inv)), "t.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := aggregator.New(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- a.Run(context.Background()) }()
+	waitFor(t, "the aggregator to serve", func() bool {
+		resp, err := http.Get("http://" + a.Addrs().API + "/readyz")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == 200
+	})
+	a.CloseIPFIXListenerForTest()
+	select {
+	case err := <-done:
+		if err == nil || !strings.Contains(err.Error(), "listener closed") {
+			t.Fatalf("run ended with %v", err)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("Run did not return after its collector failed")
+	}
+}

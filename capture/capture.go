@@ -151,6 +151,10 @@ func readPackets(src packetReader, port uint16, h Handler) ([]Problem, error) {
 		if net == nil {
 			continue
 		}
+		if fragment(pkt) {
+			problems = append(problems, Problem{Session: "capture", Msg: fmt.Sprintf("packet %d: an IP fragment; fragments are not reassembled, so what it carries is not decoded", n)})
+			continue
+		}
 		src, dst := net.NetworkFlow().Endpoints()
 		switch tl := pkt.TransportLayer().(type) {
 		case *layers.UDP:
@@ -205,6 +209,14 @@ func readPackets(src packetReader, port uint16, h Handler) ([]Problem, error) {
 	return problems, nil
 }
 
+// fragment reports whether pkt is an IPv4 or IPv6 fragment.
+func fragment(pkt gopacket.Packet) bool {
+	if ip, ok := pkt.Layer(layers.LayerTypeIPv4).(*layers.IPv4); ok {
+		return ip.Flags&layers.IPv4MoreFragments != 0 || ip.FragOffset != 0
+	}
+	return pkt.Layer(layers.LayerTypeIPv6Fragment) != nil
+}
+
 // tcpStream collects one direction's segments.
 type tcpStream struct {
 	isn    uint32
@@ -218,16 +230,17 @@ type segment struct {
 }
 
 func (s *tcpStream) add(t *layers.TCP) {
+	seq := t.Seq
 	if t.SYN {
+		// The SYN takes one sequence number; data it carries (TCP Fast
+		// Open) starts after it.
 		s.isn, s.hasSYN = t.Seq+1, true
-		if len(t.Payload) == 0 {
-			return
-		}
+		seq++
 	}
 	if len(t.Payload) == 0 {
 		return
 	}
-	s.segs = append(s.segs, segment{seq: t.Seq, data: bytes.Clone(t.Payload)})
+	s.segs = append(s.segs, segment{seq: seq, data: bytes.Clone(t.Payload)})
 }
 
 // assemble orders the segments by their offset from the start of the
@@ -250,6 +263,9 @@ func (s *tcpStream) assemble() ([]byte, string) {
 	sort.SliceStable(s.segs, func(i, j int) bool { return s.segs[i].seq-base < s.segs[j].seq-base })
 	var out []byte
 	for _, g := range s.segs {
+		if int32(g.seq-base) < 0 {
+			continue // before the stream began: a stray retransmission
+		}
 		off := int64(g.seq - base)
 		end := off + int64(len(g.data))
 		switch {

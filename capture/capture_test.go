@@ -228,3 +228,23 @@ func FuzzRead(f *testing.F) {
 		})
 	})
 }
+
+func TestFragmentsAreReportedAndSYNDataKept(t *testing.T) {
+	msgs := antreaMessages(t, 3, 1400)
+	pkts := frames(t, []frame{{udp: true, payload: msgs[0]}})
+	// Mark the datagram as a first fragment.
+	frag := bytes.Clone(pkts[0])
+	frag[14+6] |= 0x20 // IPv4 flags: more fragments (checksum is not checked)
+	_, problems, err := countRecords(t, pcapFile(t, [][]byte{frag}), 4739)
+	if err != nil || len(problems) != 1 || !strings.Contains(problems[0].Msg, "fragment") {
+		t.Fatalf("fragment: %v %v", problems, err)
+	}
+	// Data in the SYN (TCP Fast Open) belongs at the stream's start.
+	stream := bytes.Join(msgs, nil)
+	n, problems, err := countRecords(t, pcapFile(t, frames(t, []frame{
+		{syn: true, seq: 100, payload: stream[:50]}, {seq: 151, payload: stream[50:]},
+	})), 4739)
+	if err != nil || len(problems) != 0 || n != 3 {
+		t.Fatalf("SYN data: %d records, %v, %v", n, problems, err)
+	}
+}

@@ -11,6 +11,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"sluice/ipfix"
 )
 
@@ -19,6 +21,12 @@ import (
 type Server struct {
 	o     Options
 	slots chan struct{} // one per open TCP/TLS session
+
+	// refs counts live sessions per exporter address, so that the
+	// per-exporter metric series are deleted when an exporter goes away
+	// and their number stays bounded by the live sessions.
+	mu   sync.Mutex
+	refs map[netip.Addr]int
 }
 
 // New returns a server with o (defaults filled in).
@@ -27,7 +35,27 @@ func New(o Options) (*Server, error) {
 		return nil, errors.New("collector: Options.Table and Options.Out are required")
 	}
 	o.defaults()
-	return &Server{o: o, slots: make(chan struct{}, o.MaxSessions)}, nil
+	return &Server{o: o, slots: make(chan struct{}, o.MaxSessions), refs: map[netip.Addr]int{}}, nil
+}
+
+func (s *Server) openSession(transport string, exporter netip.Addr, ttl time.Duration) *session {
+	s.mu.Lock()
+	s.refs[exporter]++
+	s.mu.Unlock()
+	return newSession(&s.o, transport, exporter, ttl)
+}
+
+func (s *Server) closeSession(sess *session) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.refs[sess.exporter]--; s.refs[sess.exporter] > 0 {
+		return
+	}
+	delete(s.refs, sess.exporter)
+	series := prometheus.Labels{"exporter": sess.exporter.String()}
+	s.o.Metrics.Records.DeletePartialMatch(series)
+	s.o.Metrics.SkewUnknown.DeletePartialMatch(series)
+	s.o.Metrics.SkewMissing.DeletePartialMatch(series)
 }
 
 // ServeTCP accepts IPFIX-over-TCP sessions on ln; with tlsConfig set they
@@ -42,18 +70,28 @@ func (s *Server) ServeTCP(ctx context.Context, ln net.Listener, tlsConfig *tls.C
 	defer stop()
 	var wg sync.WaitGroup
 	defer wg.Wait()
+	var delay time.Duration
 	for {
 		c, err := ln.Accept()
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil
 			}
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
-				continue
+			if errors.Is(err, net.ErrClosed) {
+				return fmt.Errorf("collector: %s listener closed: %w", transport, err)
 			}
-			return fmt.Errorf("collector: accept %s: %w", transport, err)
+			// Running out of file descriptors and the like pass: wait a
+			// little, as net/http does, instead of giving up the port.
+			delay = min(max(2*delay, 5*time.Millisecond), time.Second)
+			s.o.Log.Warn("accepting an IPFIX session failed; retrying", "transport", transport, "err", err, "retry_in", delay.String())
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-time.After(delay):
+			}
+			continue
 		}
+		delay = 0
 		select {
 		case s.slots <- struct{}{}:
 		default:
@@ -93,7 +131,8 @@ func (s *Server) serveConn(ctx context.Context, c net.Conn, transport string, tl
 	gauge.Inc()
 	defer gauge.Dec()
 	log.Info("IPFIX session opened")
-	sess := newSession(&s.o, transport, addrOf(c.RemoteAddr()), 0)
+	sess := s.openSession(transport, addrOf(c.RemoteAddr()), 0)
+	defer s.closeSession(sess)
 	mr := ipfix.NewMessageReader(c)
 	for {
 		msg, err := mr.Next()
@@ -133,6 +172,11 @@ func (s *Server) ServeUDP(ctx context.Context, conn *net.UDPConn) error {
 		logged bool
 	}
 	peers := map[netip.AddrPort]*peer{}
+	defer func() {
+		for _, p := range peers {
+			s.closeSession(p.s)
+		}
+	}()
 	gauge := s.o.Metrics.Sessions.WithLabelValues("udp")
 	defer gauge.Set(0)
 	dropped := s.o.Metrics.Dropped.WithLabelValues("udp", "pipeline-full")
@@ -151,6 +195,7 @@ func (s *Server) ServeUDP(ctx context.Context, conn *net.UDPConn) error {
 			lastSweep = now
 			for k, p := range peers {
 				if now.Sub(p.seen) > s.o.UDPTemplateTTL {
+					s.closeSession(p.s)
 					delete(peers, k)
 				} else {
 					p.s.ipfix.Expire(now)
@@ -168,9 +213,10 @@ func (s *Server) ServeUDP(ctx context.Context, conn *net.UDPConn) error {
 						oldest, t = k, q.seen
 					}
 				}
+				s.closeSession(peers[oldest].s)
 				delete(peers, oldest)
 			}
-			p = &peer{s: newSession(&s.o, "udp", from.Addr().Unmap(), s.o.UDPTemplateTTL)}
+			p = &peer{s: s.openSession("udp", from.Addr().Unmap(), s.o.UDPTemplateTTL)}
 			peers[from] = p
 		}
 		p.seen = now
@@ -178,7 +224,7 @@ func (s *Server) ServeUDP(ctx context.Context, conn *net.UDPConn) error {
 		b, derr := p.s.decode(buf[:n], now)
 		if derr != nil && !p.logged {
 			p.logged = true // once per peer: a broken exporter sends many
-			s.o.Log.Warn("dropping malformed IPFIX datagram (further ones from this peer are only counted)", "transport", "udp", "peer", from.String(), "err", derr)
+			s.o.Log.Warn("malformed IPFIX datagram: the records before the defect are kept, the rest is dropped (further ones from this peer are only counted)", "transport", "udp", "peer", from.String(), "err", derr)
 		}
 		if len(b.Flows) == 0 {
 			continue

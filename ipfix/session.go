@@ -234,6 +234,12 @@ func (s *Session) applyTemplate(domain uint32, setID, id, scope, count uint16, b
 	}
 	if s.full(!exists, s.fields-old+int(count)) {
 		s.Expire(now)
+		// Expire may have removed this very template.
+		e, exists = s.templates[key]
+		old = 0
+		if exists {
+			old = len(e.t.Fields)
+		}
 		if s.full(!exists, s.fields-old+int(count)) {
 			return 0, &DecodeError{Offset: off, SetID: setID, TemplateID: id, Kind: ErrTemplateLimit,
 				Msg: fmt.Sprintf("session holds %d templates with %d fields; limits are %d and %d",

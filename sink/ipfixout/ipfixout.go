@@ -87,7 +87,11 @@ type Sink struct {
 	peerGone chan struct{}
 	enc      *ipfix.Encoder
 	lastTpl  time.Time
-	jsonBuf  []byte
+	// lastFlush is when the message being built was last sent out.
+	lastFlush time.Time
+	// announced holds the templates sent on the current connection.
+	announced map[*ipfix.Template]bool
+	jsonBuf   []byte
 	// for JSON: records are rendered from their IPFIX form, so the two
 	// formats always carry the same elements and values.
 	scratch    *ipfix.Encoder
@@ -241,10 +245,9 @@ func (s *Sink) announce() error {
 	if s.o.JSON {
 		return nil
 	}
+	clear(s.announced)
 	for _, t := range s.o.Exporter.Templates() {
-		if err := s.enc.AddTemplate(s.o.ObservationDomainID, t); err != nil {
-			return err
-		}
+		s.announceOne(t)
 	}
 	return s.enc.Flush()
 }
@@ -306,11 +309,17 @@ func (s *Sink) Run(ctx context.Context, c *ring.Consumer[*flow.Flow]) error {
 			s.send(pending[0])
 			pending = pending[1:]
 		}
+		// A steady trickle never leaves Next idle for a whole interval:
+		// flush on the clock too, so no record waits longer than that.
+		if time.Since(s.lastFlush) >= s.o.FlushInterval {
+			s.flush()
+		}
 		s.refresh()
 	}
 }
 
 func (s *Sink) flush() {
+	s.lastFlush = time.Now()
 	if s.conn == nil {
 		return
 	}
@@ -330,7 +339,7 @@ func (s *Sink) refresh() {
 }
 
 func (s *Sink) send(f *flow.Flow) {
-	t, isNew, err := s.o.Exporter.Template(f)
+	t, _, err := s.o.Exporter.Template(f) // each connection tracks what it announced
 	if err != nil {
 		s.encodeErrs.Inc()
 		s.o.Log.Error("cannot build an export template", "sink", s.o.Name, "err", err)
@@ -340,18 +349,39 @@ func (s *Sink) send(f *flow.Flow) {
 		s.sendJSON(t, f)
 		return
 	}
-	if isNew {
-		if err := s.enc.AddTemplate(s.o.ObservationDomainID, t); err != nil {
-			s.encodeErrs.Inc()
+	if !s.announced[t] && !s.announceOne(t) {
+		s.encodeErrs.Inc() // a template that cannot be sent: its records cannot either
+		return
+	}
+	if err := s.o.Exporter.Write(s.enc.Record(s.o.ObservationDomainID, t), t, f); err != nil {
+		if s.conn == nil {
+			// The connection failed while a full message went out; this
+			// record was waiting for the next message.
+			s.sendErrs.Inc()
 			return
 		}
-	}
-	if err := s.o.Exporter.Write(s.enc.Record(s.o.ObservationDomainID, t), t, f); err != nil && s.conn != nil {
-		// Not a send error (those disconnect): the record could not be
-		// encoded, which is a bug worth a log line.
 		s.encodeErrs.Inc()
 		s.o.Log.Error("cannot encode a record", "sink", s.o.Name, "err", err)
 	}
+}
+
+// announceOne adds t to the message being built, once per connection. A
+// template that cannot be encoded (too large for the message size) is
+// logged and reported false.
+func (s *Sink) announceOne(t *ipfix.Template) bool {
+	if s.announced[t] {
+		return true
+	}
+	if err := s.enc.AddTemplate(s.o.ObservationDomainID, t); err != nil {
+		s.o.Log.Error("cannot announce an export template; its records are dropped", "sink", s.o.Name,
+			"template", t.ID, "fields", len(t.Fields), "err", err)
+		return false
+	}
+	if s.announced == nil {
+		s.announced = map[*ipfix.Template]bool{}
+	}
+	s.announced[t] = true
+	return true
 }
 
 // sendJSON writes one {"ipfix":{...},"@timestamp":...} line.

@@ -290,3 +290,33 @@ func TestCloseDrains(t *testing.T) {
 	}
 	waitFor(t, "the last records", func() bool { return r.len() == 10 })
 }
+
+// TestTrickleIsFlushed: records that keep coming, each before the flush
+// interval ends, still go out within about one interval.
+func TestTrickleIsFlushed(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	var r received
+	serveIPFIX(t, ln, &r)
+	buf := ring.New[*flow.Flow](1024)
+	s := newSink(t, ln.Addr().String(), "tcp", false, nil) // flush interval 20 ms
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	c := buf.Consumer()
+	go func() { defer close(done); s.Run(ctx, c) }()
+	defer func() { cancel(); <-done }()
+	start := time.Now()
+	for i := 0; r.len() == 0; i++ {
+		if time.Since(start) > 2*time.Second {
+			t.Fatal("no record arrived within 2 s of a steady trickle")
+		}
+		buf.Produce(testFlow(i))
+		time.Sleep(5 * time.Millisecond)
+	}
+	if d := time.Since(start); d > 500*time.Millisecond {
+		t.Errorf("the first record took %v to arrive with a 20 ms flush interval", d)
+	}
+}
