@@ -226,22 +226,32 @@ type RecordWriter struct {
 }
 
 // next returns the next field if its type is in want, else records an
-// error.
+// error. The fast path is small enough to inline into every writer method.
 func (w *RecordWriter) next(want typeSet) *Field {
-	if w.err != nil {
-		return nil
+	i, fs := w.i, w.t.Fields
+	if w.err == nil && uint(i) < uint(len(fs)) && want&(1<<fs[i].Type) != 0 {
+		w.i = i + 1
+		return &fs[i]
 	}
-	if w.i >= len(w.t.Fields) {
+	return w.mismatch(want)
+}
+
+// mismatch records why next refused.
+func (w *RecordWriter) mismatch(want typeSet) *Field {
+	switch {
+	case w.err != nil:
+	case w.i >= len(w.t.Fields):
 		w.err = &FieldError{Index: w.i, Name: "?", Msg: fmt.Sprintf("template %d has only %d fields", w.t.ID, len(w.t.Fields))}
-		return nil
-	}
-	f := &w.t.Fields[w.i]
-	if !want.has(f.Type) {
+	default:
+		f := &w.t.Fields[w.i]
 		w.err = &FieldError{Index: w.i, Name: f.Name(), Type: f.Type, Msg: "cannot write " + want.String()}
-		return nil
 	}
-	w.i++
-	return f
+	return nil
+}
+
+// overflow records a value too large for its field.
+func (w *RecordWriter) overflow(f *Field, v any) {
+	w.fail(f, fmt.Sprintf("value %v does not fit in %d octets", v, f.Length))
 }
 
 func (w *RecordWriter) fail(f *Field, msg string) {
@@ -252,7 +262,7 @@ func (w *RecordWriter) fail(f *Field, msg string) {
 func (w *RecordWriter) Uint(v uint64) *RecordWriter {
 	if f := w.next(unsignedTypes); f != nil {
 		if f.Length < 8 && v>>(8*f.Length) != 0 {
-			w.fail(f, fmt.Sprintf("value %d does not fit in %d octets", v, f.Length))
+			w.overflow(f, v)
 			return w
 		}
 		w.e.buf = appendBE(w.e.buf, v, int(f.Length))
@@ -265,7 +275,7 @@ func (w *RecordWriter) Int(v int64) *RecordWriter {
 	if f := w.next(signedTypes); f != nil {
 		bits := 8 * uint(f.Length)
 		if bits < 64 && (v < -(1<<(bits-1)) || v >= 1<<(bits-1)) {
-			w.fail(f, fmt.Sprintf("value %d does not fit in %d octets", v, f.Length))
+			w.overflow(f, v)
 			return w
 		}
 		w.e.buf = appendBE(w.e.buf, uint64(v), int(f.Length))
