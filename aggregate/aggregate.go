@@ -1,0 +1,853 @@
+// Package aggregate is the aggregator's Aggregate mode: it correlates the
+// records that the source Node and the destination Node of a connection
+// export about it into one record carrying both sides' Kubernetes metadata
+// and per-Node counters, with the semantics of Antrea's Flow Aggregator
+// (classification, correlation, stats merging, throughput, expiry and
+// export), and exports each flow as soon as it is complete, then at most
+// once per active timeout.
+//
+// A [Store] is single-goroutine: Add, Tick and Flush must not run
+// concurrently (Run does all three from one goroutine). Stats may be read
+// from any goroutine.
+//
+// The per-flow state is compact (512 bytes plus about 17 of index, no
+// pointers): fixed-size
+// keys, values interned into a per-Store table of reference-counted ids,
+// counters as plain integers, an open-addressing index, a timing wheel of
+// one-second buckets and an idle list, both linked through slab indexes.
+package aggregate
+
+import (
+	"context"
+	"sync/atomic"
+	"time"
+
+	"sluice/collector"
+	"sluice/enrich"
+	"sluice/flow"
+	"sluice/ring"
+)
+
+// MaxRetries is how many times a flow still waiting for the other Node's
+// record is given another active timeout before it is exported one-sided
+// (or dropped).
+const MaxRetries = 2
+
+// Defaults of Options.
+const (
+	DefaultActiveTimeout   = 60 * time.Second
+	DefaultInactiveTimeout = 90 * time.Second
+	DefaultMaxFlows        = 1_000_000
+	DefaultTick            = time.Second
+)
+
+// Options configures a Store.
+type Options struct {
+	// ActiveTimeout is activeFlowRecordTimeout: a flow that keeps
+	// receiving records is exported at most once per ActiveTimeout (after
+	// its first export, which happens on the first tick after it is
+	// complete). Default 60 s; values under 1 s are raised to 1 s.
+	ActiveTimeout time.Duration
+	// InactiveTimeout is inactiveFlowRecordTimeout: a flow is forgotten
+	// this long after its last record. Default 90 s; at least 1 s.
+	InactiveTimeout time.Duration
+	// MaxFlows bounds the number of flows held (sluice.aggregate.maxFlows).
+	// Past it, the flows idle the longest are exported early and evicted.
+	// Default 1,000,000.
+	MaxFlows int
+	// ExportOneSided exports an inter-Node flow that only one Node
+	// reported once its retries are spent, instead of dropping it
+	// (sluice.aggregate.exportOneSided, true in the default configuration).
+	ExportOneSided bool
+
+	// Enrich resolves Pods and Nodes for flows that skipped correlation
+	// (denied inter-Node flows, one-sided flows), labels and UIDs; nil
+	// disables look-ups.
+	Enrich enrich.Store
+	// PodLabels adds sourcePodLabels/destinationPodLabels
+	// (recordContents.podLabels).
+	PodLabels bool
+	// UIDs fills missing Pod, Node, Service and Egress Node UIDs
+	// (flowCollector.includeK8sUIDs).
+	UIDs bool
+	// ClusterID is stamped on every exported record.
+	ClusterID string
+
+	// Clock is what Run reads the time from; default time.Now.
+	Clock func() time.Time
+}
+
+// Stats are a Store's counters.
+type Stats struct {
+	// RecordsIn counts records given to Add.
+	RecordsIn uint64
+	// RecordsInvalid counts records dropped for lacking a start or end
+	// time.
+	RecordsInvalid uint64
+	// RecordsStale counts records whose end time was not newer than the
+	// last one from the same Node: they changed no counter.
+	RecordsStale uint64
+	// Flows is the number of flows held now.
+	Flows uint64
+	// Correlated counts flows whose two sides were matched.
+	Correlated uint64
+	// Exported counts exported records (one-sided and evicted included).
+	Exported uint64
+	// OneSidedExported and OneSidedDropped count inter-Node flows only
+	// one Node reported, exported as such or dropped (ExportOneSided),
+	// after their retries or on eviction or Flush.
+	OneSidedExported uint64
+	OneSidedDropped  uint64
+	// Evicted counts flows exported early and forgotten because MaxFlows
+	// was reached.
+	Evicted uint64
+	// Expired counts flows forgotten InactiveTimeout after their last
+	// record.
+	Expired uint64
+}
+
+type counters struct {
+	recordsIn, recordsInvalid, recordsStale, correlated  atomic.Uint64
+	exported, oneSidedExported, oneSidedDropped, evicted atomic.Uint64
+	expired                                              atomic.Uint64
+	flows                                                atomic.Int64
+}
+
+// Store holds the flows being aggregated.
+type Store struct {
+	o                Options
+	active, inactive int64 // ns
+	maxFlows         int
+	seed             hashSeed
+
+	slab slab
+	idx  index
+	strs strtab
+
+	// Timing wheel: flow i is in bucket e.bucket, whose second is at or
+	// before min(active, inactive) (a later deadline moves it lazily, when
+	// its bucket comes up). Buckets up to wheelDone have been processed.
+	wheel     []uint32
+	wheelMask int64
+	wheelDone int64
+	started   bool
+
+	// Idle order: least recently updated first.
+	lHead, lTail uint32
+	n            int
+
+	c counters
+}
+
+// New returns an empty Store.
+func New(o Options) *Store {
+	if o.ActiveTimeout == 0 {
+		o.ActiveTimeout = DefaultActiveTimeout
+	}
+	if o.InactiveTimeout == 0 {
+		o.InactiveTimeout = DefaultInactiveTimeout
+	}
+	o.ActiveTimeout = max(o.ActiveTimeout, time.Second)
+	o.InactiveTimeout = max(o.InactiveTimeout, time.Second)
+	if o.MaxFlows <= 0 {
+		o.MaxFlows = DefaultMaxFlows
+	}
+	if o.Clock == nil {
+		o.Clock = time.Now
+	}
+	s := &Store{
+		o:        o,
+		active:   int64(o.ActiveTimeout),
+		inactive: int64(o.InactiveTimeout),
+		maxFlows: o.MaxFlows,
+		seed:     newHashSeed(),
+		strs:     newStrtab(),
+		lHead:    nilIdx,
+		lTail:    nilIdx,
+	}
+	s.idx.init()
+	// One bucket per second of the longest timeout (and a little slack);
+	// a deadline further out waits in its bucket for its round.
+	horizon := int64(max(o.ActiveTimeout, o.InactiveTimeout)/time.Second) + 2
+	n := int64(64)
+	for n < horizon && n < 1<<16 {
+		n <<= 1
+	}
+	s.wheel = make([]uint32, n)
+	for i := range s.wheel {
+		s.wheel[i] = nilIdx
+	}
+	s.wheelMask = n - 1
+	return s
+}
+
+// Stats returns the counters. It is safe to call from any goroutine.
+func (s *Store) Stats() Stats {
+	return Stats{
+		RecordsIn:        s.c.recordsIn.Load(),
+		RecordsInvalid:   s.c.recordsInvalid.Load(),
+		RecordsStale:     s.c.recordsStale.Load(),
+		Flows:            uint64(max(s.c.flows.Load(), 0)),
+		Correlated:       s.c.correlated.Load(),
+		Exported:         s.c.exported.Load(),
+		OneSidedExported: s.c.oneSidedExported.Load(),
+		OneSidedDropped:  s.c.oneSidedDropped.Load(),
+		Evicted:          s.c.evicted.Load(),
+		Expired:          s.c.expired.Load(),
+	}
+}
+
+// Len is the number of flows held. Call it from the Store's goroutine
+// (Stats().Flows is the same count, readable from any goroutine).
+func (s *Store) Len() int { return s.n }
+
+// side is which Node a record comes from.
+type side uint8
+
+const (
+	sideUnknown side = iota
+	sideSrc
+	sideDst
+)
+
+// Add takes one Node's record of a connection, received at now. The record
+// is not retained. emit receives the records of flows evicted to make room
+// (see Options.MaxFlows; nil discards them, still counted as exported); it
+// must not call back into the Store.
+func (s *Store) Add(now time.Time, f *flow.Flow, emit func(*flow.Flow)) {
+	s.c.recordsIn.Add(1)
+	if !f.Present.Has(flow.StartTime) || !f.Present.Has(flow.EndTime) || f.StartTime.IsZero() || f.EndTime.IsZero() {
+		s.c.recordsInvalid.Add(1)
+		return
+	}
+	nowNs := now.UnixNano()
+	s.begin(nowNs)
+
+	// §3.2 classification.
+	srcPod, dstPod := f.SourcePodName != "", f.DestinationPodName != ""
+	// The ingress-Node half of an inter-Node from-external flow is keyed
+	// on the proxy's SNAT address and port, which is what the destination
+	// Node sees as the source.
+	ingressHalf := f.FlowType == flow.FlowTypeFromExternal && !dstPod &&
+		f.ProxySnatIP.IsValid() && !f.ProxySnatIP.IsUnspecified()
+	denied := f.Egress.RuleAction == flow.ActionDrop || f.Egress.RuleAction == flow.ActionReject ||
+		f.Ingress.RuleAction == flow.ActionReject
+	corr := !denied && (f.FlowType == flow.FlowTypeInterNode || ingressHalf)
+	sd := sideUnknown
+	switch {
+	case srcPod && !dstPod, ingressHalf:
+		sd = sideSrc
+	case dstPod && !srcPod:
+		sd = sideDst
+	}
+	var k key
+	if ingressHalf {
+		k = makeKey(f.ProxySnatIP, f.DestinationIP, f.ProxySnatPort, f.DestinationPort, f.Protocol)
+	} else {
+		k = makeKey(f.SourceIP, f.DestinationIP, f.SourcePort, f.DestinationPort, f.Protocol)
+	}
+	h := s.seed.hash(&k)
+
+	i, ok := s.lookup(h, &k)
+	if !ok {
+		s.create(nowNs, h, &k, f, corr, sd, ingressHalf, emit)
+		return
+	}
+	e := s.slab.at(i)
+	// §3.4: a record needing correlation fills its own side's counters;
+	// one that does not fills both.
+	fillSrc, fillDst := true, true
+	if corr {
+		fillSrc, fillDst = sd == sideSrc, sd != sideSrc
+		if e.flags&fReady == 0 && !s.sameNode(e, sd) {
+			s.correlate(i, e, f, ingressHalf, nowNs)
+		}
+	}
+	s.aggregate(e, f, fillSrc, fillDst)
+	e.flags |= fUpdated
+	e.inactive = nowNs + s.inactive
+	s.touch(i, e)
+}
+
+// sameNode reports whether a record of side sd comes from the Node that
+// sent the first record of e.
+func (s *Store) sameNode(e *entry, sd side) bool {
+	return sd == sideSrc && e.flags&fSideSrc != 0 || sd == sideDst && e.flags&fSideDst != 0
+}
+
+func (s *Store) lookup(h uint32, k *key) (uint32, bool) {
+	x := &s.idx
+	for p := h & x.mask; ; p = (p + 1) & x.mask {
+		v := x.slots[p]
+		if v == 0 {
+			return 0, false
+		}
+		if uint32(v>>32) == h {
+			i := uint32(v) - 1
+			if s.slab.at(i).key == *k {
+				return i, true
+			}
+		}
+	}
+}
+
+// create stores the first record of a flow (§3.3).
+func (s *Store) create(nowNs int64, h uint32, k *key, f *flow.Flow, corr bool, sd side, ingressHalf bool, emit func(*flow.Flow)) {
+	if s.n >= s.maxFlows {
+		s.evictOldest(emit)
+	}
+	i := s.slab.alloc()
+	e := s.slab.at(i)
+	e.key = *k
+	e.hash = h
+	e.flags = fLive | fUpdated
+	e.present = f.Present
+	e.present.Clear(flow.FlowDirection)
+	e.present.Clear(flow.SourcePodLabels)
+	e.present.Clear(flow.DestinationPodLabels)
+	e.present.Clear(flow.ClusterID)
+	switch sd {
+	case sideSrc:
+		e.flags |= fSideSrc
+	case sideDst:
+		e.flags |= fSideDst
+	}
+	e.start, e.end = f.StartTime.UnixNano(), f.EndTime.UnixNano()
+	e.endReason = f.EndReason
+	e.flowType = f.FlowType
+	e.servicePort = f.DestinationServicePort
+	e.snatPort = f.ProxySnatPort
+	e.ingType, e.ingAc = f.Ingress.Type, f.Ingress.RuleAction
+	e.egType, e.egAc = f.Egress.Type, f.Egress.RuleAction
+	if ingressHalf {
+		e.flags |= fSrcIP
+		e.str[sSrcIP] = s.strs.addAddr(f.SourceIP)
+		e.srcPort = f.SourcePort
+	}
+	t := &s.strs
+	e.str[sSrcPodNamespace] = t.add(f.SourcePodNamespace)
+	e.str[sSrcPodName] = t.add(f.SourcePodName)
+	e.str[sSrcPodUID] = t.addUID(f.SourcePodUID)
+	e.str[sSrcNodeName] = t.add(f.SourceNodeName)
+	e.str[sSrcNodeUID] = t.addUID(f.SourceNodeUID)
+	e.str[sDstPodNamespace] = t.add(f.DestinationPodNamespace)
+	e.str[sDstPodName] = t.add(f.DestinationPodName)
+	e.str[sDstPodUID] = t.addUID(f.DestinationPodUID)
+	e.str[sDstNodeName] = t.add(f.DestinationNodeName)
+	e.str[sDstNodeUID] = t.addUID(f.DestinationNodeUID)
+	e.str[sClusterIP] = t.addAddr(f.DestinationClusterIP)
+	e.str[sServiceIP] = t.addAddr(f.DestinationServiceIP)
+	e.str[sServicePortName] = t.add(f.DestinationServicePortName)
+	e.str[sServiceUID] = t.addUID(f.DestinationServiceUID)
+	e.str[sIngNamespace] = t.add(f.Ingress.Namespace)
+	e.str[sIngName] = t.add(f.Ingress.Name)
+	e.str[sIngUID] = t.addUID(f.Ingress.UID)
+	e.str[sIngRule] = t.add(f.Ingress.RuleName)
+	e.str[sEgNamespace] = t.add(f.Egress.Namespace)
+	e.str[sEgName] = t.add(f.Egress.Name)
+	e.str[sEgUID] = t.addUID(f.Egress.UID)
+	e.str[sEgRule] = t.add(f.Egress.RuleName)
+	e.str[sEgressName] = t.add(f.EgressName)
+	e.str[sEgressIP] = t.addAddr(f.EgressIP)
+	e.str[sEgressNodeName] = t.add(f.EgressNodeName)
+	e.str[sEgressNodeUID] = t.addUID(f.EgressNodeUID)
+	e.str[sEgressUID] = t.addUID(f.EgressUID)
+	e.str[sAppProtocol] = t.add(f.AppProtocolName)
+	e.str[sHTTPVals] = t.add(f.HTTPVals)
+	e.str[sTCPState] = t.add(f.TCPState)
+	e.str[sSnatIP] = t.addAddr(f.ProxySnatIP)
+
+	// Counters: the common ones and those of the record's side (both
+	// sides when no correlation is needed).
+	fillSrc, fillDst := true, true
+	if corr {
+		fillSrc, fillDst = sd == sideSrc, sd != sideSrc
+	}
+	var tp, rtp uint64
+	if d := sec(e.end) - sec(e.start); d > 0 {
+		tp = f.Stats.OctetTotalCount * 8 / uint64(d)
+		rtp = f.ReverseStats.OctetTotalCount * 8 / uint64(d)
+	}
+	e.stats[cCommon], e.stats[cCommonRev] = f.Stats, f.ReverseStats
+	e.tput[cCommon], e.tput[cCommonRev] = tp, rtp
+	if fillSrc {
+		e.stats[cSrc], e.stats[cSrcRev] = f.Stats, f.ReverseStats
+		e.tput[cSrc], e.tput[cSrcRev] = tp, rtp
+		e.endSrc = e.end
+	}
+	if fillDst {
+		e.stats[cDst], e.stats[cDstRev] = f.Stats, f.ReverseStats
+		e.tput[cDst], e.tput[cDstRev] = tp, rtp
+		e.endDst = e.end
+	}
+
+	e.inactive = nowNs + s.inactive
+	if corr {
+		e.active = nowNs + s.active
+	} else {
+		// Complete already: export on the next tick.
+		e.flags |= fReady
+		e.active = nowNs
+		// An inter-Node flow that skips correlation (denied) lacks the
+		// other side's Pod, which is looked up at export.
+		if f.FlowType != flow.FlowTypeInterNode {
+			e.flags |= fCorrFilled
+		}
+	}
+	s.idx.insert(h, i)
+	s.schedule(i, e, min(e.active, e.inactive))
+	s.pushIdle(i, e)
+	s.n++
+	s.c.flows.Add(1)
+}
+
+// correlate merges the other Node's record into e (§3.4): every Kubernetes
+// field the record carries (non-empty, non-zero) replaces the stored one,
+// and the flow becomes ready to export on the next tick.
+func (s *Store) correlate(i uint32, e *entry, f *flow.Flow, ingressHalf bool, nowNs int64) {
+	t := &s.strs
+	str := func(field int, p flow.Field, v string) {
+		if v != "" {
+			t.set(&e.str[field], v)
+			e.present.Set(p)
+		}
+	}
+	uid := func(field int, p flow.Field, v flow.UID) {
+		if v != (flow.UID{}) {
+			t.setUID(&e.str[field], v)
+			e.present.Set(p)
+		}
+	}
+	str(sSrcPodNamespace, flow.SourcePodNamespace, f.SourcePodNamespace)
+	str(sSrcPodName, flow.SourcePodName, f.SourcePodName)
+	uid(sSrcPodUID, flow.SourcePodUID, f.SourcePodUID)
+	str(sSrcNodeName, flow.SourceNodeName, f.SourceNodeName)
+	uid(sSrcNodeUID, flow.SourceNodeUID, f.SourceNodeUID)
+	str(sDstPodNamespace, flow.DestinationPodNamespace, f.DestinationPodNamespace)
+	str(sDstPodName, flow.DestinationPodName, f.DestinationPodName)
+	uid(sDstPodUID, flow.DestinationPodUID, f.DestinationPodUID)
+	str(sDstNodeName, flow.DestinationNodeName, f.DestinationNodeName)
+	uid(sDstNodeUID, flow.DestinationNodeUID, f.DestinationNodeUID)
+	if f.DestinationClusterIP.IsValid() {
+		t.setAddr(&e.str[sClusterIP], f.DestinationClusterIP)
+		e.present.Set(flow.DestinationClusterIP)
+	}
+	if f.DestinationServiceIP.IsValid() {
+		t.setAddr(&e.str[sServiceIP], f.DestinationServiceIP)
+		e.present.Set(flow.DestinationServiceIP)
+	}
+	if f.DestinationServicePort != 0 {
+		e.servicePort = f.DestinationServicePort
+		e.present.Set(flow.DestinationServicePort)
+	}
+	str(sServicePortName, flow.DestinationServicePortName, f.DestinationServicePortName)
+	uid(sServiceUID, flow.DestinationServiceUID, f.DestinationServiceUID)
+	if f.Ingress.Type != 0 {
+		e.ingType = f.Ingress.Type
+		e.present.Set(flow.IngressPolicyType)
+	}
+	str(sIngNamespace, flow.IngressPolicyNamespace, f.Ingress.Namespace)
+	str(sIngName, flow.IngressPolicyName, f.Ingress.Name)
+	uid(sIngUID, flow.IngressPolicyUID, f.Ingress.UID)
+	str(sIngRule, flow.IngressPolicyRuleName, f.Ingress.RuleName)
+	if f.Ingress.RuleAction != 0 {
+		e.ingAc = f.Ingress.RuleAction
+		e.present.Set(flow.IngressPolicyRuleAction)
+	}
+	if f.Egress.Type != 0 {
+		e.egType = f.Egress.Type
+		e.present.Set(flow.EgressPolicyType)
+	}
+	str(sEgNamespace, flow.EgressPolicyNamespace, f.Egress.Namespace)
+	str(sEgName, flow.EgressPolicyName, f.Egress.Name)
+	uid(sEgUID, flow.EgressPolicyUID, f.Egress.UID)
+	str(sEgRule, flow.EgressPolicyRuleName, f.Egress.RuleName)
+	if f.Egress.RuleAction != 0 {
+		e.egAc = f.Egress.RuleAction
+		e.present.Set(flow.EgressPolicyRuleAction)
+	}
+	// Egress (SNAT gateway) information is the source Node's; it is copied
+	// like the other Kubernetes fields in case that record came second.
+	str(sEgressName, flow.EgressName, f.EgressName)
+	if f.EgressIP.IsValid() {
+		t.setAddr(&e.str[sEgressIP], f.EgressIP)
+		e.present.Set(flow.EgressIP)
+	}
+	str(sEgressNodeName, flow.EgressNodeName, f.EgressNodeName)
+	uid(sEgressNodeUID, flow.EgressNodeUID, f.EgressNodeUID)
+	uid(sEgressUID, flow.EgressUID, f.EgressUID)
+	if ingressHalf {
+		// The destination Node saw the proxy's SNAT address as the
+		// source; the ingress Node knows the external client.
+		t.setAddr(&e.str[sSrcIP], f.SourceIP)
+		e.srcPort = f.SourcePort
+		e.flags |= fSrcIP
+		t.setAddr(&e.str[sSnatIP], f.ProxySnatIP)
+		e.snatPort = f.ProxySnatPort
+		e.present.Set(flow.ProxySnatIP)
+		e.present.Set(flow.ProxySnatPort)
+		e.flowType = flow.FlowTypeFromExternal
+		e.present.Set(flow.FlowType)
+	}
+	e.flags |= fReady | fCorrFilled
+	s.c.correlated.Add(1)
+	// Complete: export on the next tick.
+	e.active = nowNs
+	s.schedule(i, e, min(e.active, e.inactive))
+}
+
+// aggregate folds a subsequent record into e (§3.5).
+func (s *Store) aggregate(e *entry, f *flow.Flow, fillSrc, fillDst bool) {
+	inEnd := f.EndTime.UnixNano()
+	inEndS, inStartS := sec(inEnd), sec(f.StartTime.UnixNano())
+	latest := inEndS >= sec(e.end)
+	if latest {
+		e.end = inEnd
+	}
+	// Per side: the time since that Node's previous record; a record not
+	// newer than it is stale and changes nothing more.
+	var dtSrc, dtDst int64
+	if fillSrc {
+		prev := inStartS
+		if e.endSrc != 0 {
+			prev = sec(e.endSrc)
+		}
+		e.endSrc = inEnd
+		if inEndS <= prev {
+			s.c.recordsStale.Add(1)
+			return
+		}
+		dtSrc = inEndS - prev
+	}
+	if fillDst {
+		prev := inStartS
+		if e.endDst != 0 {
+			prev = sec(e.endDst)
+		}
+		e.endDst = inEnd
+		if inEndS <= prev {
+			s.c.recordsStale.Add(1)
+			return
+		}
+		dtDst = inEndS - prev
+	}
+	// END_OF_FLOW sticks.
+	if e.endReason != endOfFlow {
+		e.endReason = f.EndReason
+		if f.Present.Has(flow.EndReason) {
+			e.present.Set(flow.EndReason)
+		} else {
+			e.present.Clear(flow.EndReason)
+		}
+	}
+	if latest && s.strs.str(e.str[sTCPState]) != f.TCPState {
+		if f.TCPState == "" {
+			s.strs.release(e.str[sTCPState])
+			e.str[sTCPState] = 0
+			e.present.Clear(flow.TCPState)
+		} else {
+			s.strs.set(&e.str[sTCPState], f.TCPState)
+			e.present.Set(flow.TCPState)
+		}
+	}
+	if fillSrc {
+		fold(e, cSrc, f, dtSrc, latest)
+	}
+	if fillDst {
+		fold(e, cDst, f, dtDst, latest)
+	}
+}
+
+const endOfFlow = 3
+
+// fold applies a record's counters to one side (c is cSrc or cDst): its
+// totals replace the side's, its deltas add up; the throughput is the
+// change of the octet total over dt seconds. The latest record of either
+// side sets the common counters: totals to the larger, deltas to this
+// side's.
+func fold(e *entry, c int, f *flow.Flow, dt int64, latest bool) {
+	st, rst := &e.stats[c], &e.stats[c+1]
+	// A total that went backwards is a new connection reusing the tuple:
+	// no throughput rather than a wrapped one.
+	tp := sub(f.Stats.OctetTotalCount, st.OctetTotalCount) * 8 / uint64(dt)
+	rtp := sub(f.ReverseStats.OctetTotalCount, rst.OctetTotalCount) * 8 / uint64(dt)
+	st.PacketTotalCount, st.OctetTotalCount = f.Stats.PacketTotalCount, f.Stats.OctetTotalCount
+	st.PacketDeltaCount += f.Stats.PacketDeltaCount
+	st.OctetDeltaCount += f.Stats.OctetDeltaCount
+	rst.PacketTotalCount, rst.OctetTotalCount = f.ReverseStats.PacketTotalCount, f.ReverseStats.OctetTotalCount
+	rst.PacketDeltaCount += f.ReverseStats.PacketDeltaCount
+	rst.OctetDeltaCount += f.ReverseStats.OctetDeltaCount
+	e.tput[c], e.tput[c+1] = tp, rtp
+	if latest {
+		cs, crs := &e.stats[cCommon], &e.stats[cCommonRev]
+		cs.PacketTotalCount = max(cs.PacketTotalCount, st.PacketTotalCount)
+		cs.OctetTotalCount = max(cs.OctetTotalCount, st.OctetTotalCount)
+		cs.PacketDeltaCount, cs.OctetDeltaCount = st.PacketDeltaCount, st.OctetDeltaCount
+		crs.PacketTotalCount = max(crs.PacketTotalCount, rst.PacketTotalCount)
+		crs.OctetTotalCount = max(crs.OctetTotalCount, rst.OctetTotalCount)
+		crs.PacketDeltaCount, crs.OctetDeltaCount = rst.PacketDeltaCount, rst.OctetDeltaCount
+		e.tput[cCommon], e.tput[cCommonRev] = tp, rtp
+	}
+	e.present[0] |= f.Present[0] & statsFields[0]
+	e.present[1] |= f.Present[1] & statsFields[1]
+}
+
+var statsFields = func() flow.Fields {
+	var s flow.Fields
+	for _, f := range []flow.Field{flow.PacketTotalCount, flow.PacketDeltaCount, flow.OctetTotalCount,
+		flow.OctetDeltaCount, flow.ReversePacketTotalCount, flow.ReversePacketDeltaCount,
+		flow.ReverseOctetTotalCount, flow.ReverseOctetDeltaCount} {
+		s.Set(f)
+	}
+	return s
+}()
+
+func sub(a, b uint64) uint64 {
+	if a < b {
+		return 0
+	}
+	return a - b
+}
+
+// sec is the whole second of a Unix time in nanoseconds.
+func sec(ns int64) int64 {
+	if ns < 0 {
+		return (ns - 999_999_999) / 1e9
+	}
+	return ns / 1e9
+}
+
+// Tick exports the flows that are due at now and forgets those that are
+// done (§3.6). Call it every second (DefaultTick); emit receives fresh
+// records (nil discards them) and must not call back into the Store.
+func (s *Store) Tick(now time.Time, emit func(*flow.Flow)) {
+	nowNs := now.UnixNano()
+	s.begin(nowNs)
+	cur := sec(nowNs)
+	from := s.wheelDone + 1
+	if n := s.wheelMask + 1; cur-from >= n {
+		from = cur - n + 1 // each bucket once
+	}
+	for b := from; b <= cur; b++ {
+		bi := b & s.wheelMask
+		for i := s.wheel[bi]; i != nilIdx; {
+			e := s.slab.at(i)
+			next := e.wNext
+			if due := min(e.active, e.inactive); due <= nowNs {
+				s.expire(i, e, nowNs, emit)
+			} else {
+				// Its deadline moved later (a record arrived), or is
+				// a later round of the wheel.
+				s.schedule(i, e, due)
+			}
+			i = next
+		}
+	}
+	// The current second's bucket may still hold deadlines later in it.
+	s.wheelDone = max(s.wheelDone, cur-1)
+}
+
+func (s *Store) expire(i uint32, e *entry, nowNs int64, emit func(*flow.Flow)) {
+	if e.flags&fReady == 0 {
+		// Still waiting for the other Node.
+		e.retries++
+		if e.retries > MaxRetries {
+			s.oneSided(e, emit)
+			s.remove(i, e)
+			return
+		}
+		e.active, e.inactive = nowNs+s.active, nowNs+s.inactive
+		s.schedule(i, e, min(e.active, e.inactive))
+		return
+	}
+	if e.flags&fUpdated != 0 {
+		s.export(e, emit)
+	}
+	if e.inactive <= nowNs {
+		s.c.expired.Add(1)
+		s.remove(i, e)
+		return
+	}
+	if e.active <= nowNs {
+		e.active = nowNs + s.active
+	}
+	s.schedule(i, e, min(e.active, e.inactive))
+}
+
+// oneSided exports a flow only one Node reported, or drops it.
+func (s *Store) oneSided(e *entry, emit func(*flow.Flow)) {
+	if s.o.ExportOneSided {
+		s.export(e, emit)
+		s.c.oneSidedExported.Add(1)
+	} else {
+		s.c.oneSidedDropped.Add(1)
+	}
+}
+
+// evictOldest exports and forgets the flow idle the longest.
+func (s *Store) evictOldest(emit func(*flow.Flow)) {
+	i := s.lHead
+	if i == nilIdx {
+		return
+	}
+	e := s.slab.at(i)
+	s.finish(e, emit)
+	s.c.evicted.Add(1)
+	s.remove(i, e)
+}
+
+// finish exports what a flow about to be forgotten has not exported yet.
+func (s *Store) finish(e *entry, emit func(*flow.Flow)) {
+	switch {
+	case e.flags&fReady == 0:
+		s.oneSided(e, emit)
+	case e.flags&fUpdated != 0:
+		s.export(e, emit)
+	}
+}
+
+// Flush exports every flow that has something not exported yet (flows
+// still waiting for their other side count as one-sided) and forgets all
+// flows. It is the graceful-shutdown path. emit as for Tick.
+func (s *Store) Flush(emit func(*flow.Flow)) {
+	for s.lHead != nilIdx {
+		i := s.lHead
+		e := s.slab.at(i)
+		s.finish(e, emit)
+		s.remove(i, e)
+	}
+}
+
+// remove forgets flow i.
+func (s *Store) remove(i uint32, e *entry) {
+	s.idx.remove(e.hash, i)
+	s.unschedule(i, e)
+	s.unlinkIdle(i, e)
+	for _, id := range e.str {
+		s.strs.release(id)
+	}
+	s.slab.release(i)
+	s.n--
+	s.c.flows.Add(-1)
+}
+
+// schedule puts flow i in the wheel bucket of deadline ns (or the next one
+// to be processed, if that is later).
+func (s *Store) schedule(i uint32, e *entry, ns int64) {
+	b := uint16(max(sec(ns), s.wheelDone+1) & s.wheelMask)
+	if e.flags&fScheduled != 0 {
+		if e.bucket == b {
+			return
+		}
+		s.unschedule(i, e)
+	}
+	e.bucket = b
+	e.wPrev = nilIdx
+	e.wNext = s.wheel[b]
+	if e.wNext != nilIdx {
+		s.slab.at(e.wNext).wPrev = i
+	}
+	s.wheel[b] = i
+	e.flags |= fScheduled
+}
+
+// begin starts the wheel at the first time the Store sees.
+func (s *Store) begin(nowNs int64) {
+	if !s.started {
+		s.started, s.wheelDone = true, sec(nowNs)-1
+	}
+}
+
+func (s *Store) unschedule(i uint32, e *entry) {
+	if e.flags&fScheduled == 0 {
+		return
+	}
+	if e.wPrev != nilIdx {
+		s.slab.at(e.wPrev).wNext = e.wNext
+	} else {
+		s.wheel[e.bucket] = e.wNext
+	}
+	if e.wNext != nilIdx {
+		s.slab.at(e.wNext).wPrev = e.wPrev
+	}
+	e.flags &^= fScheduled
+}
+
+func (s *Store) pushIdle(i uint32, e *entry) {
+	e.lPrev, e.lNext = s.lTail, nilIdx
+	if s.lTail != nilIdx {
+		s.slab.at(s.lTail).lNext = i
+	} else {
+		s.lHead = i
+	}
+	s.lTail = i
+}
+
+func (s *Store) unlinkIdle(i uint32, e *entry) {
+	if e.lPrev != nilIdx {
+		s.slab.at(e.lPrev).lNext = e.lNext
+	} else {
+		s.lHead = e.lNext
+	}
+	if e.lNext != nilIdx {
+		s.slab.at(e.lNext).lPrev = e.lPrev
+	} else {
+		s.lTail = e.lPrev
+	}
+}
+
+// touch moves flow i to the recent end of the idle order.
+func (s *Store) touch(i uint32, e *entry) {
+	if s.lTail == i {
+		return
+	}
+	s.unlinkIdle(i, e)
+	s.pushIdle(i, e)
+}
+
+// Run aggregates the batches from in and produces exported records to out,
+// ticking every tick (DefaultTick if 0). When in is closed it flushes
+// every flow (Flush) and returns; when ctx ends it returns at once.
+func (s *Store) Run(ctx context.Context, in <-chan collector.Batch, out *ring.Buffer[*flow.Flow], tick time.Duration) {
+	if tick <= 0 {
+		tick = DefaultTick
+	}
+	t := time.NewTicker(tick)
+	defer t.Stop()
+	const chunk = 256
+	pending := make([]*flow.Flow, 0, chunk)
+	produce := func() {
+		if len(pending) > 0 {
+			out.Produce(pending...)
+			clear(pending)
+			pending = pending[:0]
+		}
+	}
+	emit := func(f *flow.Flow) {
+		pending = append(pending, f)
+		if len(pending) == chunk {
+			produce()
+		}
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			produce()
+			return
+		case b, ok := <-in:
+			if !ok {
+				s.Flush(emit)
+				produce()
+				return
+			}
+			now := s.o.Clock()
+			for _, f := range b.Flows {
+				s.Add(now, f, emit)
+			}
+			produce()
+		case <-t.C:
+			s.Tick(s.o.Clock(), emit)
+			produce()
+		}
+	}
+}

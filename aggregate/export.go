@@ -1,0 +1,216 @@
+package aggregate
+
+import (
+	"net/netip"
+	"strings"
+	"time"
+
+	"sluice/enrich"
+	"sluice/flow"
+)
+
+// exported is an exported record and its Aggregation in one allocation.
+type exported struct {
+	f flow.Flow
+	a flow.Aggregation
+}
+
+// export hands a snapshot of e to emit (nil discards it), then resets its
+// deltas and throughputs (the totals stay, for the next throughput).
+func (s *Store) export(e *entry, emit func(*flow.Flow)) {
+	if emit != nil {
+		f := s.snapshot(e)
+		s.enrich(f, e.flags&fCorrFilled == 0)
+		emit(f)
+	}
+	s.c.exported.Add(1)
+	e.flags &^= fUpdated
+	for c := range e.stats {
+		e.stats[c].PacketDeltaCount, e.stats[c].OctetDeltaCount = 0, 0
+	}
+	e.tput = [nCounters]uint64{}
+}
+
+func unixTime(ns int64) time.Time {
+	if ns == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, ns).UTC()
+}
+
+// snapshot builds a fresh record from e.
+func (s *Store) snapshot(e *entry) *flow.Flow {
+	x := &exported{}
+	f, a := &x.f, &x.a
+	t := &s.strs
+	f.Aggregation = a
+	f.Present = e.present
+	f.Present.Set(flow.StartTime)
+	f.Present.Set(flow.EndTime)
+	f.Present[0] |= statsFields[0]
+	f.Present[1] |= statsFields[1]
+
+	f.StartTime, f.EndTime = unixTime(e.start), unixTime(e.end)
+	f.EndReason = e.endReason
+	f.SourceIP, f.DestinationIP = e.key.srcAddr(), e.key.dstAddr()
+	f.SourcePort, f.DestinationPort = e.key.sport(), e.key.dport()
+	if e.flags&fSrcIP != 0 {
+		f.SourceIP, f.SourcePort = t.addr(e.str[sSrcIP]), e.srcPort
+	}
+	f.Protocol = e.key.proto()
+	f.TCPState = t.str(e.str[sTCPState])
+	f.Stats, f.ReverseStats = e.stats[cCommon], e.stats[cCommonRev]
+	f.FlowType = e.flowType
+
+	f.SourcePodNamespace = t.str(e.str[sSrcPodNamespace])
+	f.SourcePodName = t.str(e.str[sSrcPodName])
+	f.SourcePodUID = t.uid(e.str[sSrcPodUID])
+	f.SourceNodeName = t.str(e.str[sSrcNodeName])
+	f.SourceNodeUID = t.uid(e.str[sSrcNodeUID])
+	f.DestinationPodNamespace = t.str(e.str[sDstPodNamespace])
+	f.DestinationPodName = t.str(e.str[sDstPodName])
+	f.DestinationPodUID = t.uid(e.str[sDstPodUID])
+	f.DestinationNodeName = t.str(e.str[sDstNodeName])
+	f.DestinationNodeUID = t.uid(e.str[sDstNodeUID])
+	f.DestinationClusterIP = t.addr(e.str[sClusterIP])
+	f.DestinationServiceIP = t.addr(e.str[sServiceIP])
+	f.DestinationServicePort = e.servicePort
+	f.DestinationServicePortName = t.str(e.str[sServicePortName])
+	f.DestinationServiceUID = t.uid(e.str[sServiceUID])
+	f.Ingress = flow.Policy{
+		Type:       e.ingType,
+		Namespace:  t.str(e.str[sIngNamespace]),
+		Name:       t.str(e.str[sIngName]),
+		UID:        t.uid(e.str[sIngUID]),
+		RuleName:   t.str(e.str[sIngRule]),
+		RuleAction: e.ingAc,
+	}
+	f.Egress = flow.Policy{
+		Type:       e.egType,
+		Namespace:  t.str(e.str[sEgNamespace]),
+		Name:       t.str(e.str[sEgName]),
+		UID:        t.uid(e.str[sEgUID]),
+		RuleName:   t.str(e.str[sEgRule]),
+		RuleAction: e.egAc,
+	}
+	f.EgressName = t.str(e.str[sEgressName])
+	f.EgressIP = t.addr(e.str[sEgressIP])
+	f.EgressNodeName = t.str(e.str[sEgressNodeName])
+	f.EgressNodeUID = t.uid(e.str[sEgressNodeUID])
+	f.EgressUID = t.uid(e.str[sEgressUID])
+	f.AppProtocolName = t.str(e.str[sAppProtocol])
+	f.HTTPVals = t.str(e.str[sHTTPVals])
+	f.ProxySnatIP = t.addr(e.str[sSnatIP])
+	f.ProxySnatPort = e.snatPort
+
+	a.EndFromSource, a.EndFromDestination = unixTime(e.endSrc), unixTime(e.endDst)
+	a.StatsFromSource, a.ReverseStatsFromSource = e.stats[cSrc], e.stats[cSrcRev]
+	a.StatsFromDestination, a.ReverseStatsFromDestination = e.stats[cDst], e.stats[cDstRev]
+	a.Throughput, a.ReverseThroughput = e.tput[cCommon], e.tput[cCommonRev]
+	a.ThroughputFromSource, a.ReverseThroughputFromSource = e.tput[cSrc], e.tput[cSrcRev]
+	a.ThroughputFromDestination, a.ReverseThroughputFromDestination = e.tput[cDst], e.tput[cDstRev]
+	return f
+}
+
+// enrich completes an exported record from the Kubernetes store: the Pods
+// of a flow that skipped correlation (lookup), labels, UIDs, cluster ID.
+func (s *Store) enrich(f *flow.Flow, lookup bool) {
+	st := s.o.Enrich
+	var srcPod, dstPod *enrich.Pod
+	if st != nil && (lookup || s.o.PodLabels || s.o.UIDs) {
+		srcPod, dstPod = pod(st, f.SourceIP, f.StartTime), pod(st, f.DestinationIP, f.StartTime)
+	}
+	if lookup {
+		if f.SourcePodName == "" && srcPod != nil {
+			f.SourcePodNamespace, f.SourcePodName = srcPod.Namespace, srcPod.Name
+			f.Present.Set(flow.SourcePodNamespace)
+			f.Present.Set(flow.SourcePodName)
+			if f.SourceNodeName == "" && srcPod.NodeName != "" {
+				f.SourceNodeName = srcPod.NodeName
+				f.Present.Set(flow.SourceNodeName)
+			}
+		}
+		if f.DestinationPodName == "" && dstPod != nil {
+			f.DestinationPodNamespace, f.DestinationPodName = dstPod.Namespace, dstPod.Name
+			f.Present.Set(flow.DestinationPodNamespace)
+			f.Present.Set(flow.DestinationPodName)
+			if f.DestinationNodeName == "" && dstPod.NodeName != "" {
+				f.DestinationNodeName = dstPod.NodeName
+				f.Present.Set(flow.DestinationNodeName)
+			}
+		}
+	}
+	if s.o.PodLabels {
+		f.SourcePodLabels = labels(srcPod, f.SourcePodNamespace, f.SourcePodName)
+		f.DestinationPodLabels = labels(dstPod, f.DestinationPodNamespace, f.DestinationPodName)
+		f.Present.Set(flow.SourcePodLabels)
+		f.Present.Set(flow.DestinationPodLabels)
+	}
+	if s.o.UIDs && st != nil {
+		fillUIDs(st, f, srcPod, dstPod)
+	}
+	if s.o.ClusterID != "" {
+		f.ClusterID = s.o.ClusterID
+		f.Present.Set(flow.ClusterID)
+	}
+}
+
+func pod(st enrich.Store, ip netip.Addr, at time.Time) *enrich.Pod {
+	if !ip.IsValid() {
+		return nil
+	}
+	if p, ok := st.PodByIP(ip, at); ok {
+		return p
+	}
+	return nil
+}
+
+// labels is the labels JSON of the record's Pod: "" when the record names
+// no Pod or the Pod is not known (or not the same one), "{}" for a Pod
+// without labels.
+func labels(p *enrich.Pod, namespace, name string) string {
+	if name == "" || p == nil || p.Name != name || p.Namespace != namespace {
+		return ""
+	}
+	return p.LabelsJSON()
+}
+
+// fillUIDs sets the UIDs the record lacks: Pods (when the store's Pod is
+// the record's), Nodes, the destination Service and the Egress Node.
+func fillUIDs(st enrich.Store, f *flow.Flow, src, dst *enrich.Pod) {
+	set := func(field flow.Field, u *flow.UID, text string) {
+		if *u != (flow.UID{}) {
+			return
+		}
+		if v, ok := flow.ParseUID(text); ok {
+			*u = v
+			f.Present.Set(field)
+		}
+	}
+	if src != nil && src.Name == f.SourcePodName && src.Namespace == f.SourcePodNamespace {
+		set(flow.SourcePodUID, &f.SourcePodUID, src.UID)
+	}
+	if dst != nil && dst.Name == f.DestinationPodName && dst.Namespace == f.DestinationPodNamespace {
+		set(flow.DestinationPodUID, &f.DestinationPodUID, dst.UID)
+	}
+	node := func(field flow.Field, u *flow.UID, name string) {
+		if name == "" {
+			return
+		}
+		if n, ok := st.NodeByName(name); ok {
+			set(field, u, n.UID)
+		}
+	}
+	node(flow.SourceNodeUID, &f.SourceNodeUID, f.SourceNodeName)
+	node(flow.DestinationNodeUID, &f.DestinationNodeUID, f.DestinationNodeName)
+	node(flow.EgressNodeUID, &f.EgressNodeUID, f.EgressNodeName)
+	// destinationServicePortName is "namespace/service:port".
+	if pn := f.DestinationServicePortName; pn != "" {
+		ns, rest, ok := strings.Cut(pn, "/")
+		if name, _, _ := strings.Cut(rest, ":"); ok && name != "" {
+			if svc, ok := st.ServiceByName(ns, name); ok {
+				set(flow.DestinationServiceUID, &f.DestinationServiceUID, svc.UID)
+			}
+		}
+	}
+}

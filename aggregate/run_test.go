@@ -1,0 +1,61 @@
+package aggregate
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"sluice/collector"
+	"sluice/flow"
+	"sluice/ring"
+)
+
+func TestRun(t *testing.T) {
+	var clock atomic.Int64
+	clock.Store(at(10).UnixNano())
+	s := New(Options{Clock: func() time.Time { return time.Unix(0, clock.Load()).UTC() }, ExportOneSided: true, Enrich: pods()})
+	in := make(chan collector.Batch, 4)
+	out := ring.New[*flow.Flow](64)
+	c := out.Consumer()
+	done := make(chan struct{})
+	go func() { s.Run(context.Background(), in, out, time.Millisecond); close(done) }()
+
+	intra := srcRec(0, 10, counts{pkts: 3})
+	intra.FlowType = flow.FlowTypeIntraNode
+	intra.SourcePort = 1
+	in <- collector.Batch{Flows: []*flow.Flow{intra, srcRec(0, 10, counts{pkts: 1})}}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	got, ok := c.Next(ctx, nil, 10) // the ticker exports the complete flow
+	if !ok || len(got) != 1 || got[0].FlowType != flow.FlowTypeIntraNode || got[0].Aggregation == nil {
+		t.Fatalf("got %v %+v", ok, got)
+	}
+	for s.Stats().RecordsIn != 2 { // readable while Run owns the Store
+		time.Sleep(time.Millisecond)
+	}
+	clock.Store(at(20).UnixNano())
+	close(in) // graceful: the waiting flow is flushed one-sided
+	<-done
+	got, ok = c.Next(ctx, nil, 10)
+	if !ok || len(got) != 1 || got[0].FlowType != flow.FlowTypeInterNode || got[0].DestinationPodName != "server" {
+		t.Fatalf("flushed %v %+v", ok, got)
+	}
+	if st := s.Stats(); st.Flows != 0 || st.OneSidedExported != 1 || st.Exported != 2 {
+		t.Errorf("stats %+v", st)
+	}
+}
+
+func TestRunCancel(t *testing.T) {
+	s := New(Options{})
+	in := make(chan collector.Batch)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { s.Run(ctx, in, ring.New[*flow.Flow](8), 0); close(done) }()
+	cancel()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run did not return after cancel")
+	}
+}

@@ -1,0 +1,310 @@
+package aggregate
+
+import (
+	"encoding/binary"
+	"math/bits"
+	"math/rand/v2"
+	"net/netip"
+
+	"sluice/flow"
+)
+
+// key is the correlation key of a flow: source and destination address
+// (16 octets each, IPv4 in the IPv4-mapped form, as big-endian words), then
+// source port, destination port, protocol and address flags in one word.
+type key struct {
+	src, dst [2]uint64
+	rest     uint64
+}
+
+const (
+	keySrcValid = 1 << iota
+	keySrcIs4
+	keyDstValid
+	keyDstIs4
+)
+
+func addrWords(a netip.Addr) [2]uint64 {
+	b := a.As16()
+	return [2]uint64{binary.BigEndian.Uint64(b[:8]), binary.BigEndian.Uint64(b[8:])}
+}
+
+func makeKey(src, dst netip.Addr, sport, dport uint16, proto uint8) key {
+	var k key
+	var fl uint64
+	if src.IsValid() {
+		k.src = addrWords(src)
+		fl |= keySrcValid
+		if src.Is4() {
+			fl |= keySrcIs4
+		}
+	}
+	if dst.IsValid() {
+		k.dst = addrWords(dst)
+		fl |= keyDstValid
+		if dst.Is4() {
+			fl |= keyDstIs4
+		}
+	}
+	k.rest = uint64(sport)<<48 | uint64(dport)<<32 | uint64(proto)<<24 | fl
+	return k
+}
+
+func keyAddr(w [2]uint64, valid, is4 bool) netip.Addr {
+	if !valid {
+		return netip.Addr{}
+	}
+	var b [16]byte
+	binary.BigEndian.PutUint64(b[:8], w[0])
+	binary.BigEndian.PutUint64(b[8:], w[1])
+	if is4 {
+		return netip.AddrFrom4([4]byte(b[12:]))
+	}
+	return netip.AddrFrom16(b)
+}
+
+func (k *key) srcAddr() netip.Addr {
+	return keyAddr(k.src, k.rest&keySrcValid != 0, k.rest&keySrcIs4 != 0)
+}
+func (k *key) dstAddr() netip.Addr {
+	return keyAddr(k.dst, k.rest&keyDstValid != 0, k.rest&keyDstIs4 != 0)
+}
+func (k *key) sport() uint16 { return uint16(k.rest >> 48) }
+func (k *key) dport() uint16 { return uint16(k.rest >> 32) }
+func (k *key) proto() uint8  { return uint8(k.rest >> 24) }
+
+// hashSeed keys a Store's hash function (random per Store, so that
+// exporters cannot aim at collisions).
+type hashSeed [6]uint64
+
+func newHashSeed() hashSeed {
+	var s hashSeed
+	for i := range s {
+		s[i] = rand.Uint64() | 1
+	}
+	return s
+}
+
+// mix is the folded 128-bit product of a and b.
+func mix(a, b uint64) uint64 {
+	hi, lo := bits.Mul64(a, b)
+	return hi ^ lo
+}
+
+// hash of k: each pair of words multiplied as 128 bits, folded, keyed by
+// the seed (the construction of wyhash).
+func (s *hashSeed) hash(k *key) uint32 {
+	h := mix(k.src[0]^s[0], k.src[1]^s[1])
+	h ^= mix(k.dst[0]^s[2], k.dst[1]^s[3])
+	h = mix(h^s[4], k.rest^s[5])
+	return uint32(h) ^ uint32(h>>32)
+}
+
+// The interned values of an entry, indexes into entry.str. Addresses are
+// interned as their 4 or 16 octets, UIDs as their 16 octets.
+const (
+	sSrcPodNamespace = iota
+	sSrcPodName
+	sSrcPodUID
+	sSrcNodeName
+	sSrcNodeUID
+	sDstPodNamespace
+	sDstPodName
+	sDstPodUID
+	sDstNodeName
+	sDstNodeUID
+	sClusterIP
+	sServiceIP
+	sServicePortName
+	sServiceUID
+	sIngNamespace
+	sIngName
+	sIngUID
+	sIngRule
+	sEgNamespace
+	sEgName
+	sEgUID
+	sEgRule
+	sEgressName
+	sEgressIP
+	sEgressNodeName
+	sEgressNodeUID
+	sEgressUID
+	sAppProtocol
+	sHTTPVals
+	sTCPState
+	sSnatIP
+	sSrcIP // the source address when it differs from the key's (from-external)
+	nStr
+)
+
+// The counters of an entry, indexes into entry.stats.
+const (
+	cCommon = iota
+	cCommonRev
+	cSrc
+	cSrcRev
+	cDst
+	cDstRev
+	nCounters
+)
+
+// Entry flags.
+const (
+	fLive       = 1 << iota
+	fReady      // ReadyToSend: correlated, or needing no correlation
+	fUpdated    // a record arrived since the last export
+	fCorrFilled // the other side's Kubernetes fields are known (no look-up at export)
+	fSideSrc    // the first record came from the source Node
+	fSideDst    // the first record came from the destination Node
+	fSrcIP      // str[sSrcIP] and srcPort replace the key's source
+	fScheduled  // in a wheel bucket
+)
+
+// entry is the state of one flow. It holds no pointers, so the slab pages
+// are not scanned by the garbage collector. Times are Unix nanoseconds, 0
+// for unset.
+type entry struct {
+	key key
+
+	start, end     int64
+	endSrc, endDst int64
+	// active and inactive are the export and forget deadlines (§3.6).
+	active, inactive int64
+
+	// stats are the common, source-Node and destination-Node counters,
+	// each forward and reverse; tput the matching throughputs (bit/s).
+	stats [nCounters]flow.Stats
+	tput  [nCounters]uint64
+
+	str     [nStr]uint32
+	present flow.Fields
+
+	hash           uint32
+	wPrev, wNext   uint32 // timing wheel bucket list
+	lPrev, lNext   uint32 // idle order (least recently updated first)
+	bucket         uint16
+	srcPort        uint16
+	servicePort    uint16
+	snatPort       uint16
+	flags          uint8
+	retries        uint8
+	endReason      uint8
+	flowType       uint8
+	ingType, ingAc uint8
+	egType, egAc   uint8
+}
+
+const nilIdx = ^uint32(0)
+
+// slab holds entries in fixed-size pages, so growing never copies and
+// never leaves more than one page unused. Freed entries are reused last
+// freed first; the free stack holds their indexes, so that allocating
+// reads nothing from a (cold) free entry.
+type slab struct {
+	pages [][]entry
+	next  uint32 // entries ever handed out
+	free  []uint32
+}
+
+const (
+	pageShift = 9
+	pageSize  = 1 << pageShift
+	pageMask  = pageSize - 1
+)
+
+func (s *slab) at(i uint32) *entry { return &s.pages[i>>pageShift][i&pageMask] }
+
+func (s *slab) alloc() uint32 {
+	if n := len(s.free); n > 0 {
+		i := s.free[n-1]
+		s.free = s.free[:n-1]
+		*s.at(i) = entry{}
+		return i
+	}
+	if int(s.next>>pageShift) == len(s.pages) {
+		s.pages = append(s.pages, make([]entry, pageSize))
+	}
+	i := s.next
+	s.next++
+	return i
+}
+
+func (s *slab) release(i uint32) {
+	s.at(i).flags = 0
+	s.free = append(s.free, i)
+}
+
+// index maps key hashes to slab indexes: open addressing with linear
+// probing. A slot holds the 32-bit hash in its high half and index+1 in its
+// low half; 0 is empty. Removal shifts the following entries back, so there
+// are no tombstones.
+type index struct {
+	slots []uint64
+	mask  uint32
+	n     int
+}
+
+const minIndexSlots = 1024
+
+func (x *index) init() {
+	x.slots = make([]uint64, minIndexSlots)
+	x.mask = minIndexSlots - 1
+	x.n = 0
+}
+
+func (x *index) insert(h, i uint32) {
+	if (x.n+1)*4 > len(x.slots)*3 {
+		x.grow()
+	}
+	x.put(uint64(h)<<32 | uint64(i+1))
+	x.n++
+}
+
+func (x *index) put(v uint64) {
+	for p := uint32(v>>32) & x.mask; ; p = (p + 1) & x.mask {
+		if x.slots[p] == 0 {
+			x.slots[p] = v
+			return
+		}
+	}
+}
+
+func (x *index) grow() {
+	old := x.slots
+	x.slots = make([]uint64, 2*len(old))
+	x.mask = uint32(len(x.slots) - 1)
+	for _, v := range old {
+		if v != 0 {
+			x.put(v)
+		}
+	}
+}
+
+// remove deletes the slot of index i, whose key hashes to h.
+func (x *index) remove(h, i uint32) {
+	want := uint64(h)<<32 | uint64(i+1)
+	p := h & x.mask
+	for x.slots[p] != want {
+		if x.slots[p] == 0 {
+			return // not there (cannot happen for a live entry)
+		}
+		p = (p + 1) & x.mask
+	}
+	x.n--
+	// Backward shift: move later members of the probe run into the hole
+	// when their home slot does not lie cyclically in (hole, their slot].
+	hole := p
+	for j := (hole + 1) & x.mask; ; j = (j + 1) & x.mask {
+		v := x.slots[j]
+		if v == 0 {
+			break
+		}
+		home := uint32(v>>32) & x.mask
+		if (j-home)&x.mask >= (j-hole)&x.mask {
+			x.slots[hole] = v
+			hole = j
+		}
+	}
+	x.slots[hole] = 0
+}

@@ -1,0 +1,179 @@
+package aggregate
+
+import (
+	"math/rand/v2"
+	"testing"
+	"time"
+	"unsafe"
+
+	"sluice/flow"
+)
+
+// The index against a map, with hashes drawn from a small range so that
+// probe runs are long, wrap around, and removals shift them back.
+func TestIndexAgainstMap(t *testing.T) {
+	r := rand.New(rand.NewPCG(1, 2))
+	var x index
+	x.init()
+	want := map[uint32]uint32{} // slab index -> hash
+	found := func(h, i uint32) bool {
+		v := uint64(h)<<32 | uint64(i+1)
+		for p := h & x.mask; x.slots[p] != 0; p = (p + 1) & x.mask {
+			if x.slots[p] == v {
+				return true
+			}
+		}
+		return false
+	}
+	next := uint32(0)
+	for step := range 100_000 {
+		if len(want) > 1500 || len(want) > 0 && r.IntN(100) < 45 {
+			for i, h := range want { // remove any one
+				x.remove(h, i)
+				delete(want, i)
+				break
+			}
+		} else {
+			// Hashes near the top of the range wrap around the table.
+			h := uint32(r.IntN(64)) | uint32(r.IntN(2))<<31 | x.mask&^63
+			x.insert(h, next)
+			want[next] = h
+			next++
+		}
+		if x.n != len(want) {
+			t.Fatalf("step %d: n %d, want %d", step, x.n, len(want))
+		}
+		if step%997 == 0 {
+			occupied := 0
+			for _, v := range x.slots {
+				if v != 0 {
+					occupied++
+				}
+			}
+			if occupied != len(want) {
+				t.Fatalf("step %d: %d occupied slots, %d entries", step, occupied, len(want))
+			}
+			for i, h := range want {
+				if !found(h, i) {
+					t.Fatalf("step %d: entry %d (hash %#x) unreachable", step, i, h)
+				}
+			}
+		}
+	}
+}
+
+// Deadlines further out than the wheel has buckets wait for their round;
+// ticks far apart visit every bucket once.
+func TestWheelHorizonAndJumps(t *testing.T) {
+	const active = 100_000 // seconds, more than the wheel's 65536 buckets
+	s, k := testStore(Options{ActiveTimeout: active * time.Second, InactiveTimeout: 3 * active * time.Second})
+	if n := len(s.wheel); n != 1<<16 {
+		t.Fatalf("wheel of %d buckets", n)
+	}
+	rec := func(port uint16, end int) *flow.Flow {
+		f := srcRec(0, end, counts{pkts: uint64(end)})
+		f.FlowType = flow.FlowTypeIntraNode
+		f.SourcePort = port
+		return f
+	}
+	s.Add(at(1), rec(1, 1), k.emit)
+	s.Tick(at(2), k.emit)
+	one(t, k.take()) // first export; the next is due at 2+active
+	s.Add(at(3), rec(1, 3), k.emit)
+	last := 2
+	for now := 2; now < 2+active; now += 997 {
+		s.Tick(at(now), k.emit)
+		none(t, k.take())
+		last = now
+	}
+	// The ticks above passed the bucket of 2+active-65536 without
+	// exporting; the first tick at or after the deadline does.
+	s.Tick(at(last+997), k.emit)
+	if f := one(t, k.take()); !f.EndTime.Equal(at(3)) {
+		t.Errorf("end %v", f.EndTime)
+	}
+
+	// A jump far past everything: both timeouts due at once.
+	s.Add(at(last+998), rec(2, last+998), k.emit)
+	s.Tick(at(10*active), k.emit)
+	if got := len(k.take()); got != 1 || s.Len() != 0 {
+		t.Errorf("after a long pause: %d exported, %d flows left", got, s.Len())
+	}
+}
+
+// Ticks more often than once a second, and a clock going backwards, do
+// not export early or twice.
+func TestTicksWithinASecond(t *testing.T) {
+	s, k := testStore(Options{ActiveTimeout: 2 * time.Second})
+	f := srcRec(0, 1, counts{pkts: 1})
+	f.FlowType = flow.FlowTypeIntraNode
+	now := at(1).Add(300 * time.Millisecond)
+	s.Add(now, f, k.emit)
+	s.Tick(at(1).Add(100*time.Millisecond), k.emit) // before the record
+	none(t, k.take())
+	s.Tick(now, k.emit)
+	one(t, k.take())
+	f = srcRec(0, 2, counts{pkts: 2})
+	f.FlowType = flow.FlowTypeIntraNode
+	s.Add(at(2), f, k.emit)
+	for ms := 400; ms < 2300; ms += 100 { // next export at 3.3 s
+		s.Tick(at(1).Add(time.Duration(ms)*time.Millisecond), k.emit)
+		none(t, k.take())
+	}
+	s.Tick(at(1), k.emit) // backwards
+	none(t, k.take())
+	s.Tick(at(3).Add(300*time.Millisecond), k.emit)
+	one(t, k.take())
+}
+
+// Interned values are shared and given back when no flow holds them.
+func TestInternRefcount(t *testing.T) {
+	var tab = newStrtab()
+	a := tab.add("web-1")
+	b := tab.add("web-1")
+	c := tab.addBytes([]byte("0123456789abcdef"))
+	if a != b || a == 0 || c == a || tab.live() != 2 {
+		t.Fatalf("ids %d %d %d, %d live", a, b, c, tab.live())
+	}
+	tab.release(a)
+	if tab.str(b) != "web-1" {
+		t.Fatal("value freed while referenced")
+	}
+	tab.release(b)
+	tab.release(c)
+	if tab.live() != 0 {
+		t.Fatalf("%d live after releasing all", tab.live())
+	}
+	// The cache must not hand out a freed or reused id.
+	d := tab.add("other")
+	e := tab.add("web-1")
+	if tab.str(d) != "other" || tab.str(e) != "web-1" || d == e {
+		t.Fatalf("reused ids: %d=%q %d=%q", d, tab.str(d), e, tab.str(e))
+	}
+}
+
+// Adding records allocates nothing per record in steady state (the
+// per-flow state lives in slab pages).
+func TestAddAllocations(t *testing.T) {
+	s, k := testStore(Options{})
+	src, dst := srcRec(0, 10, counts{pkts: 1}), dstRec(0, 10, counts{pkts: 1})
+	for i := range 2 * pageSize { // warm up pages, index and interned values
+		src.SourcePort, dst.SourcePort = uint16(i), uint16(i)
+		s.Add(at(10), src, k.emit)
+		s.Add(at(10), dst, k.emit)
+	}
+	s.Flush(k.emit)
+	k.take()
+	i := 0
+	allocs := testing.AllocsPerRun(1000, func() {
+		src.SourcePort, dst.SourcePort = uint16(i), uint16(i)
+		i++
+		s.Add(at(10), src, k.emit)
+		s.Add(at(10), dst, k.emit)
+	})
+	if allocs != 0 {
+		t.Errorf("%.1f allocations per pair of records", allocs)
+	}
+}
+
+var entrySize = unsafe.Sizeof(entry{})
