@@ -7,7 +7,6 @@ package aggregator
 import (
 	"context"
 	"crypto/tls"
-	"errors"
 	"hash/fnv"
 	"log/slog"
 	"net"
@@ -19,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"k8s.io/client-go/kubernetes"
 
+	"sluice/aggregate"
 	"sluice/api"
 	"sluice/certs"
 	"sluice/collector"
@@ -52,10 +52,12 @@ type Aggregator struct {
 	udpConn *net.UDPConn
 	batches chan collector.Batch
 	buf     *ring.Buffer[*flow.Flow]
-	proxy   *proxy.Proxy
-	sinks   []*ipfixout.Sink
-	inv     *enrich.Inventory
-	kube    *enrich.Kube
+	// mode turns batches from the collectors into records for the sinks
+	// until the batch channel closes: Proxy or Aggregate.
+	mode  func(in <-chan collector.Batch, out *ring.Buffer[*flow.Flow])
+	sinks []*ipfixout.Sink
+	inv   *enrich.Inventory
+	kube  *enrich.Kube
 }
 
 // Addrs are the addresses the aggregator listens on, as bound (useful
@@ -68,9 +70,6 @@ type Addrs struct {
 
 // New prepares an aggregator from cfg.
 func New(cfg *config.Aggregator, log *slog.Logger) (*Aggregator, error) {
-	if cfg.Mode != config.ModeProxy {
-		return nil, cfg.KeyError("mode", errors.New("the Aggregate mode is not available yet in this build; use mode: Proxy"))
-	}
 	a := &Aggregator{cfg: cfg, log: log, reg: prometheus.NewRegistry()}
 	if err := a.init(); err != nil {
 		a.closeListeners()
@@ -110,8 +109,21 @@ func (a *Aggregator) init() error {
 	default:
 		log.Info("no Pod metadata source (sluice.inventory or sluice.kubeconfig): records are forwarded as exporters sent them")
 	}
-	a.proxy = proxy.New(proxy.Options{Store: store, PodLabels: cfg.RecordContents.PodLabels,
-		UIDs: cfg.FlowCollector.IncludeK8sUIDs, ClusterID: cfg.ClusterID})
+	if cfg.Mode == config.ModeProxy {
+		p := proxy.New(proxy.Options{Store: store, PodLabels: cfg.RecordContents.PodLabels,
+			UIDs: cfg.FlowCollector.IncludeK8sUIDs, ClusterID: cfg.ClusterID})
+		a.mode = func(in <-chan collector.Batch, out *ring.Buffer[*flow.Flow]) { p.Run(context.Background(), in, out) }
+	} else {
+		st := aggregate.New(aggregate.Options{
+			ActiveTimeout: cfg.ActiveFlowRecordTimeout.Duration, InactiveTimeout: cfg.InactiveFlowRecordTimeout.Duration,
+			MaxFlows: cfg.Sluice.Aggregate.MaxFlows, ExportOneSided: cfg.Sluice.Aggregate.ExportOneSided,
+			Enrich: store, PodLabels: cfg.RecordContents.PodLabels, UIDs: cfg.FlowCollector.IncludeK8sUIDs, ClusterID: cfg.ClusterID,
+		})
+		// Closing the channel makes Run export every tracked flow.
+		a.mode = func(in <-chan collector.Batch, out *ring.Buffer[*flow.Flow]) {
+			st.Run(context.Background(), in, out, aggregate.DefaultTick)
+		}
+	}
 	a.batches = make(chan collector.Batch, 64)
 	a.buf = ring.New[*flow.Flow](cfg.RecordBufferSize)
 
@@ -217,8 +229,9 @@ func (a *Aggregator) setupSinks(table *ipfixmap.Table) error {
 	if err != nil {
 		return cfg.KeyError("flowCollector.address", err)
 	}
-	ex, err := ipfixmap.NewExporter(table, ipfixmap.ExportOptions{Names: fc.IncludeK8sNames, UIDs: fc.IncludeK8sUIDs, Proxy: true},
-		cfg.Sluice.Proxy.PassThroughUnknown, ipfix.MinDataSetID)
+	ex, err := ipfixmap.NewExporter(table, ipfixmap.ExportOptions{Names: fc.IncludeK8sNames, UIDs: fc.IncludeK8sUIDs,
+		Proxy: cfg.Mode == config.ModeProxy, Aggregate: cfg.Mode == config.ModeAggregate},
+		cfg.Mode == config.ModeProxy && cfg.Sluice.Proxy.PassThroughUnknown, ipfix.MinDataSetID)
 	if err != nil {
 		return err
 	}
@@ -278,7 +291,7 @@ func (a *Aggregator) Run(ctx context.Context) error {
 	stages.Add(1)
 	go func() {
 		defer stages.Done()
-		a.proxy.Run(context.Background(), a.batches, a.buf) // ends when batches closes
+		a.mode(a.batches, a.buf) // ends when batches closes
 		a.buf.Close()
 	}()
 	if a.inv != nil {

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -226,10 +227,78 @@ sluice:
 	done <- nil // for the cleanup
 }
 
-func TestAggregateModeNotYet(t *testing.T) {
-	cfg := config.Default()
-	if _, err := aggregator.New(cfg, slog.Default()); err == nil || !strings.Contains(err.Error(), "mode") {
-		t.Fatalf("Aggregate mode: %v", err)
+// TestAggregateCorrelatesTwoNodes: the source node and the destination
+// node each send their half of 20 inter-node connections over their own
+// TCP session; the collector gets one record per connection carrying both
+// Pods and both nodes' counters.
+func TestAggregateCorrelatesTwoNodes(t *testing.T) {
+	coll := newCollectorStub(t)
+	a, _, _ := startAggregator(t, fmt.Sprintf(`
+mode: Aggregate
+aggregatorTransportProtocol: tcp
+flowCollector: {enable: true, address: "%s:tcp"}
+sluice: {ipfixAddress: "127.0.0.1:0", apiAddress: "127.0.0.1:0"}
+`, coll.ln.Addr()))
+	tb, _ := ipfixmap.NewTable(ipfix.DefaultRegistry())
+	names, _ := ipfixmap.AgentElements("v2.7", 4)
+	els, _ := tb.Elements(names)
+	tmpl, _ := ipfixmap.TemplateOf(256, els)
+	node := func(domain uint32, half func(i int, f *flow.Flow)) {
+		conn, err := net.Dial("tcp", a.Addrs().IPFIX)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { conn.Close() })
+		enc, _ := ipfix.NewEncoder(ipfix.EncoderOptions{}, func(m []byte) error { _, err := conn.Write(m); return err })
+		enc.AddTemplate(domain, tmpl)
+		for i := range 20 {
+			f := flow.Flow{
+				StartTime: time.Now().Add(-10 * time.Second).Truncate(time.Second), EndTime: time.Now().Truncate(time.Second),
+				SourceIP: netip.AddrFrom4([4]byte{10, 244, 1, byte(i + 2)}), DestinationIP: netip.MustParseAddr("10.244.2.9"),
+				SourcePort: uint16(40000 + i), DestinationPort: 443, Protocol: 6, FlowType: flow.FlowTypeInterNode,
+				Stats: flow.Stats{OctetTotalCount: 1000, PacketTotalCount: 10, OctetDeltaCount: 1000, PacketDeltaCount: 10},
+			}
+			half(i, &f)
+			if err := ipfixmap.WriteRecord(enc.Record(domain, tmpl), els, &f); err != nil {
+				t.Fatal(err)
+			}
+		}
+		enc.Flush()
+	}
+	node(1, func(i int, f *flow.Flow) {
+		f.SourcePodNamespace, f.SourcePodName, f.SourceNodeName = "web", fmt.Sprintf("client-%d", i), "node-a"
+	})
+	node(2, func(i int, f *flow.Flow) {
+		f.DestinationPodNamespace, f.DestinationPodName, f.DestinationNodeName = "web", "server", "node-b"
+		f.Stats.OctetTotalCount = 990 // the destination saw a little less
+	})
+	waitFor(t, "20 correlated records", func() bool { return coll.count() >= 20 })
+	time.Sleep(1500 * time.Millisecond) // nothing more should come: one record per connection
+	coll.mu.Lock()
+	defer coll.mu.Unlock()
+	if len(coll.recs) != 20 {
+		t.Fatalf("%d records for 20 connections", len(coll.recs))
+	}
+	seen := map[uint16]bool{}
+	for i, f := range coll.flows {
+		raw := coll.recs[i]
+		if f.SourcePodName == "" || f.DestinationPodName != "server" || f.SourceNodeName != "node-a" || f.DestinationNodeName != "node-b" {
+			t.Errorf("record %d not correlated: %+v", i, f)
+		}
+		if want := fmt.Sprintf("client-%d", f.SourcePort-40000); f.SourcePodName != want {
+			t.Errorf("record for port %d names %s", f.SourcePort, f.SourcePodName)
+		}
+		seen[f.SourcePort] = true
+		// octetTotalCountFromSourceNode (56506:121) and ...FromDestinationNode (56506:129).
+		if !bytes.Equal(raw["56506:121"], []byte{0, 0, 0, 0, 0, 0, 3, 0xe8}) || !bytes.Equal(raw["56506:129"], []byte{0, 0, 0, 0, 0, 0, 3, 0xde}) {
+			t.Errorf("per-node totals %x %x, want 1000 and 990", raw["56506:121"], raw["56506:129"])
+		}
+		if f.Stats.OctetTotalCount != 1000 {
+			t.Errorf("common total %d, want the larger, 1000", f.Stats.OctetTotalCount)
+		}
+	}
+	if len(seen) != 20 {
+		t.Errorf("%d distinct connections", len(seen))
 	}
 }
 
