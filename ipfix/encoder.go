@@ -16,6 +16,11 @@ type EncoderOptions struct {
 	MaxMessageSize int
 	// Now stamps the export time of each message; nil means time.Now.
 	Now func() time.Time
+	// OneSetPerMessage starts a new message whenever the set changes
+	// (template set, or a data set of another template). RFC 7011 allows
+	// many sets per message, but go-ipfix's collector, and so Antrea's
+	// Flow Aggregator, reads only the first set of each.
+	OneSetPerMessage bool
 }
 
 // ErrTooLarge is returned when one record or template alone cannot fit in
@@ -30,9 +35,10 @@ var ErrTooLarge = errors.New("ipfix: record does not fit in a message")
 // walks the template's own field list, so the values can never be written
 // in another order than the template announces.
 type Encoder struct {
-	max  int
-	now  func() time.Time
-	emit func(msg []byte) error
+	max    int
+	now    func() time.Time
+	oneSet bool
+	emit   func(msg []byte) error
 
 	buf     []byte
 	domain  uint32
@@ -60,7 +66,7 @@ func NewEncoder(opts EncoderOptions, emit func(msg []byte) error) (*Encoder, err
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	e := &Encoder{max: opts.MaxMessageSize, now: opts.Now, emit: emit, seq: map[uint32]uint32{}, setStart: -1}
+	e := &Encoder{max: opts.MaxMessageSize, now: opts.Now, emit: emit, seq: map[uint32]uint32{}, setStart: -1, oneSet: opts.OneSetPerMessage}
 	e.buf = make([]byte, 0, opts.MaxMessageSize)
 	e.w.e = e
 	return e, nil
@@ -96,6 +102,17 @@ func (e *Encoder) begin(domain uint32) error {
 		e.domain, e.open, e.records, e.setStart = domain, true, 0, -1
 	}
 	return nil
+}
+
+// beginSet makes sure a message for domain is open and, with
+// OneSetPerMessage, that it holds no set other than one with the given ID.
+func (e *Encoder) beginSet(domain uint32, id uint16) error {
+	if e.oneSet && e.open && e.domain == domain && len(e.buf) > headerLen && (e.setStart < 0 || e.setID != id) {
+		if err := e.Flush(); err != nil {
+			return err
+		}
+	}
+	return e.begin(domain)
 }
 
 // openSet makes sure a set with the given ID is the last one of the
@@ -153,7 +170,7 @@ func (e *Encoder) AddTemplate(domain uint32, t *Template) error {
 	if headerLen+setHeaderLen+need > e.max {
 		return fmt.Errorf("template %d (%d octets): %w", t.ID, need, ErrTooLarge)
 	}
-	if err := e.begin(domain); err != nil {
+	if err := e.beginSet(domain, setID); err != nil {
 		return err
 	}
 	extra := need
@@ -184,7 +201,7 @@ func (e *Encoder) WithdrawTemplate(domain uint32, id uint16, options bool) error
 	if options {
 		setID = OptionsTemplateSetID
 	}
-	if err := e.begin(domain); err != nil {
+	if err := e.beginSet(domain, setID); err != nil {
 		return err
 	}
 	if len(e.buf)+setHeaderLen+4 > e.max {
@@ -205,7 +222,7 @@ func (e *Encoder) WithdrawTemplate(domain uint32, id uint16, options bool) error
 func (e *Encoder) Record(domain uint32, t *Template) *RecordWriter {
 	w := &e.w
 	w.t, w.i, w.err = t, 0, nil
-	if err := e.begin(domain); err != nil {
+	if err := e.beginSet(domain, t.ID); err != nil {
 		w.err = err
 		return w
 	}

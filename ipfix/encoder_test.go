@@ -268,3 +268,49 @@ func TestAllTypesRoundTrip(t *testing.T) {
 		t.Errorf("v6 %v", a)
 	}
 }
+
+// TestOneSetPerMessage: with the option, every message holds one set, as
+// go-ipfix's collector (Antrea's Flow Aggregator) requires.
+func TestOneSetPerMessage(t *testing.T) {
+	reg := ipfix.DefaultRegistry()
+	t4, _ := ipfix.TemplateOf(256, reg.MustByName("sourceIPv4Address"))
+	t6, _ := ipfix.TemplateOf(257, reg.MustByName("sourceIPv6Address"))
+	for _, one := range []bool{false, true} {
+		msgs, emit := collector()
+		enc, _ := ipfix.NewEncoder(ipfix.EncoderOptions{OneSetPerMessage: one, Now: fixedClock}, emit)
+		enc.AddTemplate(1, t4)
+		enc.AddTemplate(1, t6)
+		enc.Record(1, t4).Addr(netip.MustParseAddr("10.0.0.1")).End()
+		enc.Record(1, t4).Addr(netip.MustParseAddr("10.0.0.2")).End()
+		enc.Record(1, t6).Addr(netip.MustParseAddr("::1")).End()
+		enc.Record(1, t4).Addr(netip.MustParseAddr("10.0.0.3")).End()
+		enc.Flush()
+		sets := 0
+		for _, m := range *msgs {
+			n := 0
+			for off := ipfix.HeaderLen; off < len(m); n++ {
+				off += int(m[off+2])<<8 | int(m[off+3])
+			}
+			if one && n != 1 {
+				t.Errorf("a message holds %d sets", n)
+			}
+			sets += n
+		}
+		// template set, data 256 (2 records), data 257, data 256.
+		if sets != 4 || (one && len(*msgs) != 4) || (!one && len(*msgs) != 1) {
+			t.Errorf("one=%v: %d sets in %d messages", one, sets, len(*msgs))
+		}
+		d := newDecoder(0)
+		n := 0
+		for _, m := range *msgs {
+			got := decode(t, d, m, t0)
+			if got.err != nil {
+				t.Fatal(got.err)
+			}
+			n += len(got.recs)
+		}
+		if n != 4 {
+			t.Errorf("one=%v: decoded %d records", one, n)
+		}
+	}
+}

@@ -148,7 +148,9 @@ func New(o Options) (*Sink, error) {
 	}
 	s := &Sink{o: o}
 	var err error
-	if s.enc, err = ipfix.NewEncoder(ipfix.EncoderOptions{MaxMessageSize: o.MaxMessageSize}, s.write); err != nil {
+	// One set per message: collectors built on go-ipfix (Antrea's own
+	// test collector among them) read only the first set of a message.
+	if s.enc, err = ipfix.NewEncoder(ipfix.EncoderOptions{MaxMessageSize: o.MaxMessageSize, OneSetPerMessage: true}, s.write); err != nil {
 		return nil, err
 	}
 	if o.JSON {
