@@ -121,24 +121,7 @@ func (s *Store) enrich(f *flow.Flow, lookup bool) {
 		srcPod, dstPod = pod(st, f.SourceIP, f.StartTime), pod(st, f.DestinationIP, f.StartTime)
 	}
 	if lookup {
-		if f.SourcePodName == "" && srcPod != nil {
-			f.SourcePodNamespace, f.SourcePodName = srcPod.Namespace, srcPod.Name
-			f.Present.Set(flow.SourcePodNamespace)
-			f.Present.Set(flow.SourcePodName)
-			if f.SourceNodeName == "" && srcPod.NodeName != "" {
-				f.SourceNodeName = srcPod.NodeName
-				f.Present.Set(flow.SourceNodeName)
-			}
-		}
-		if f.DestinationPodName == "" && dstPod != nil {
-			f.DestinationPodNamespace, f.DestinationPodName = dstPod.Namespace, dstPod.Name
-			f.Present.Set(flow.DestinationPodNamespace)
-			f.Present.Set(flow.DestinationPodName)
-			if f.DestinationNodeName == "" && dstPod.NodeName != "" {
-				f.DestinationNodeName = dstPod.NodeName
-				f.Present.Set(flow.DestinationNodeName)
-			}
-		}
+		enrich.FillPods(f, srcPod, dstPod)
 	}
 	if s.o.PodLabels {
 		f.SourcePodLabels = labels(srcPod, f.SourcePodNamespace, f.SourcePodName)

@@ -60,24 +60,7 @@ func (p *Proxy) Process(f *flow.Flow) {
 	// Each half of an inter-node flow is made self-describing, since no
 	// correlation will bring the other half's names.
 	if f.FlowType == flow.FlowTypeInterNode {
-		if f.SourcePodName == "" && srcPod != nil {
-			f.SourcePodNamespace, f.SourcePodName = srcPod.Namespace, srcPod.Name
-			f.Present.Set(flow.SourcePodNamespace)
-			f.Present.Set(flow.SourcePodName)
-			if f.SourceNodeName == "" && srcPod.NodeName != "" {
-				f.SourceNodeName = srcPod.NodeName
-				f.Present.Set(flow.SourceNodeName)
-			}
-		}
-		if f.DestinationPodName == "" && dstPod != nil {
-			f.DestinationPodNamespace, f.DestinationPodName = dstPod.Namespace, dstPod.Name
-			f.Present.Set(flow.DestinationPodNamespace)
-			f.Present.Set(flow.DestinationPodName)
-			if f.DestinationNodeName == "" && dstPod.NodeName != "" {
-				f.DestinationNodeName = dstPod.NodeName
-				f.Present.Set(flow.DestinationNodeName)
-			}
-		}
+		enrich.FillPods(f, srcPod, dstPod)
 	}
 	f.FlowDirection = Direction(f)
 	f.Present.Set(flow.FlowDirection)
