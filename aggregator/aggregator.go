@@ -107,7 +107,7 @@ func (a *Aggregator) init() error {
 		a.kube = enrich.NewKube(client, enrich.KubeOptions{Logger: log})
 		store = a.kube
 	default:
-		log.Info("no Pod metadata source (sluice.inventory or sluice.kubeconfig): records are forwarded as exporters sent them")
+		log.Info("no Pod metadata source (sluice.inventory or sluice.kubeconfig): records keep the Pod metadata exporters sent, and nothing is added")
 	}
 	if cfg.Mode == config.ModeProxy {
 		p := proxy.New(proxy.Options{Store: store, PodLabels: cfg.RecordContents.PodLabels,
