@@ -24,13 +24,25 @@ func AppendRecord(b []byte, h ipfix.Header, r *ipfix.Record) []byte {
 	b = append(b, `,"@exportTime":"`...)
 	b = h.Time().AppendFormat(b, time.RFC3339)
 	b = append(b, '"')
-	for i := 0; i < r.NumFields(); i++ {
+	if r.NumFields() > 0 {
 		b = append(b, ',')
+	}
+	b = AppendFields(b, r)
+	return append(b, '}')
+}
+
+// AppendFields appends r's fields as comma-separated "name":value members
+// (no braces), for callers that wrap them in an object of their own.
+func AppendFields(b []byte, r *ipfix.Record) []byte {
+	for i := 0; i < r.NumFields(); i++ {
+		if i > 0 {
+			b = append(b, ',')
+		}
 		b = appendString(b, key(r, i))
 		b = append(b, ':')
 		b = AppendValue(b, r, i)
 	}
-	return append(b, '}')
+	return b
 }
 
 // key is the field's name; a name that repeats within the record gets

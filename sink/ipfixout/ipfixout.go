@@ -403,15 +403,7 @@ func (s *Sink) sendJSON(t *ipfix.Template, f *flow.Flow) {
 	}
 	r := s.dec.Record()
 	b := append(s.jsonBuf[:0], `{"ipfix":{`...)
-	for i := 0; i < r.NumFields(); i++ {
-		if i > 0 {
-			b = append(b, ',')
-		}
-		b = append(b, '"')
-		b = append(b, r.Field(i).Name()...)
-		b = append(b, `":`...)
-		b = ipfixjson.AppendValue(b, r, i)
-	}
+	b = ipfixjson.AppendFields(b, r)
 	b = append(b, `},"@timestamp":"`...)
 	b = time.Now().UTC().AppendFormat(b, time.RFC3339)
 	b = append(b, "\"}\n"...)
