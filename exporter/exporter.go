@@ -20,6 +20,7 @@ import (
 
 	"sluice/api"
 	"sluice/enrich"
+	"sluice/exporter/collectoraddr"
 	"sluice/exporter/connstore"
 	"sluice/exporter/ipfixsend"
 	"sluice/exporter/podmeta"
@@ -60,7 +61,7 @@ type Options struct {
 	Store enrich.Store
 	// Collector is the aggregator's address; Profile the agent element
 	// set sent; TLS the client configuration for the tls protocol.
-	Collector Collector
+	Collector collectoraddr.Collector
 	Profile   string
 	TLS       *tls.Config
 	// Transport, if set, replaces the IPFIX transport built from

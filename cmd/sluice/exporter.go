@@ -19,6 +19,7 @@ import (
 	"sluice/certs"
 	"sluice/enrich"
 	"sluice/exporter"
+	"sluice/exporter/collectoraddr"
 	"sluice/exporter/connstore"
 	"sluice/exporter/source"
 	"sluice/exporter/source/ctnetlink"
@@ -113,7 +114,7 @@ func parsePrefixes(flag string, vals []string) ([]netip.Prefix, error) {
 }
 
 func runExporter(ctx context.Context, f *exporterFlags, log *slog.Logger) error {
-	coll, err := exporter.ParseCollector(f.collector)
+	coll, err := collectoraddr.Parse(f.collector)
 	if err != nil {
 		return fmt.Errorf("--collector: %w", err)
 	}

@@ -1,15 +1,11 @@
-package exporter
+package collectoraddr
 
 import (
-	"context"
-	"net/netip"
 	"strings"
 	"testing"
-
-	"sluice/enrich"
 )
 
-func TestParseCollector(t *testing.T) {
+func TestParse(t *testing.T) {
 	good := map[string]Collector{
 		"10.0.0.1":          {"10.0.0.1", 4739, "tls"},
 		"10.0.0.1:4740":     {"10.0.0.1", 4740, "tls"},
@@ -23,7 +19,7 @@ func TestParseCollector(t *testing.T) {
 		"[fd00::10]::udp":                          {"fd00::10", 4739, "udp"},
 	}
 	for in, want := range good {
-		got, err := ParseCollector(in)
+		got, err := Parse(in)
 		if err != nil || got != want {
 			t.Errorf("%q: %+v, %v; want %+v", in, got, err, want)
 		}
@@ -46,49 +42,28 @@ func TestParseCollector(t *testing.T) {
 		"ho st:1":       "characters",
 	}
 	for in, why := range bad {
-		_, err := ParseCollector(in)
+		_, err := Parse(in)
 		if err == nil || !strings.Contains(err.Error(), why) {
 			t.Errorf("%q: error %v, want one mentioning %q", in, err, why)
 		}
 	}
 }
 
-func TestResolveService(t *testing.T) {
-	c, _ := ParseCollector("flow-aggregator/flow-aggregator:4739:tcp")
-	if _, err := resolver(c, nil)(context.Background()); err == nil {
-		t.Fatal("a Service resolved without a metadata source")
-	}
-	store := enrich.NewStatic(nil, nil, []enrich.Service{{Namespace: "flow-aggregator", Name: "flow-aggregator",
-		ClusterIPs: []netip.Addr{netip.MustParseAddr("10.96.4.4")}}})
-	got, err := resolver(c, store)(context.Background())
-	if err != nil || got != "10.96.4.4:4739" {
-		t.Fatalf("%q %v", got, err)
-	}
-	c2, _ := ParseCollector("ns/missing")
-	if _, err := resolver(c2, store)(context.Background()); err == nil {
-		t.Fatal("a missing Service resolved")
-	}
-	c3, _ := ParseCollector("[fd00::1]:9:udp")
-	if got, _ := resolver(c3, nil)(context.Background()); got != "[fd00::1]:9" {
-		t.Fatalf("%q", got)
-	}
-}
-
-// FuzzParseCollector: any input gives a result or an error, never a
+// FuzzParse: any input gives a result or an error, never a
 // panic, and a result formats back to an address that parses the same.
-func FuzzParseCollector(f *testing.F) {
+func FuzzParse(f *testing.F) {
 	for _, s := range []string{"10.0.0.1", "10.0.0.1:4740:tcp", "[fd00::10]:4739:udp", "ns/svc::tls", "[", "a:b:c:d", "[::]:", "h:65535:TLS"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
-		c, err := ParseCollector(s)
+		c, err := Parse(s)
 		if err != nil {
 			return
 		}
 		if c.Host == "" || c.Port == 0 || (c.Proto != "tcp" && c.Proto != "udp" && c.Proto != "tls") {
 			t.Fatalf("%q parsed to %+v", s, c)
 		}
-		again, err := ParseCollector(c.String())
+		again, err := Parse(c.String())
 		if err != nil || again != c {
 			t.Fatalf("%q → %+v → %q → %+v, %v", s, c, c.String(), again, err)
 		}

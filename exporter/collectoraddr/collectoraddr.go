@@ -1,15 +1,13 @@
-package exporter
+// Package collectoraddr reads the exporter's --collector address,
+// <HOST>:[<PORT>][:<PROTO>], with the reference agent's defaults.
+package collectoraddr
 
 import (
-	"context"
-	"errors"
 	"fmt"
 	"net"
 	"net/netip"
 	"strconv"
 	"strings"
-
-	"sluice/enrich"
 )
 
 // DefaultPort and DefaultProto complete a --collector address, as the
@@ -39,10 +37,10 @@ func (c Collector) String() string {
 	return net.JoinHostPort(c.Host, strconv.Itoa(int(c.Port))) + ":" + c.Proto
 }
 
-// ParseCollector reads <HOST>:[<PORT>][:<PROTO>]: HOST an IP address (IPv6
+// Parse reads <HOST>:[<PORT>][:<PROTO>]: HOST an IP address (IPv6
 // in brackets), a DNS name or namespace/service; PORT defaults to 4739 and
 // PROTO (tcp, udp or tls) to tls.
-func ParseCollector(s string) (Collector, error) {
+func Parse(s string) (Collector, error) {
 	c := Collector{Port: DefaultPort, Proto: DefaultProto}
 	bad := func(why string) (Collector, error) {
 		return Collector{}, fmt.Errorf("collector address %q: %s (want <host>:[<port>][:<proto>])", s, why)
@@ -104,24 +102,4 @@ func ParseCollector(s string) (Collector, error) {
 		}
 	}
 	return c, nil
-}
-
-// resolver returns the address to dial for c: host:port, with a Service
-// looked up in store at each call so a changed ClusterIP is followed.
-func resolver(c Collector, store enrich.Store) func(ctx context.Context) (string, error) {
-	ns, name, isSvc := c.ServiceRef()
-	port := strconv.Itoa(int(c.Port))
-	return func(context.Context) (string, error) {
-		if !isSvc {
-			return net.JoinHostPort(c.Host, port), nil
-		}
-		if store == nil {
-			return "", errors.New("the collector address names a Service, but there is no metadata source (--inventory or --kubeconfig) to look it up")
-		}
-		svc, ok := store.ServiceByName(ns, name)
-		if !ok || len(svc.ClusterIPs) == 0 {
-			return "", fmt.Errorf("Service %s/%s is unknown or has no ClusterIP", ns, name)
-		}
-		return net.JoinHostPort(svc.ClusterIPs[0].String(), port), nil
-	}
 }
