@@ -245,7 +245,7 @@ func (e *Exporter) Poll(ctx context.Context, now time.Time, conns []source.Conn,
 		}
 		return conns, batch
 	}
-	e.store.Update(now, conns, func(f *flow.Flow) { batch = append(batch, *f) })
+	batch = e.store.Update(now, conns, batch)
 	if d := e.q.Push(batch); d > 0 {
 		e.m.bufferDrops.Add(float64(d))
 	}

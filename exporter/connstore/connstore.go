@@ -119,7 +119,8 @@ type Store[M any] struct {
 	stats  Stats
 	active int64
 	idle   int64
-	rec    flow.Flow
+	// out collects the records of the Update in progress.
+	out []flow.Flow
 }
 
 // New returns an empty store.
@@ -147,9 +148,11 @@ func keyOf(c *source.Conn) key {
 }
 
 // Update applies one snapshot of the connection table taken at now, then
-// calls emit for every record due, in no particular order. The record
-// passed to emit is reused: emit must copy what it keeps.
-func (s *Store[M]) Update(now time.Time, conns []source.Conn, emit func(*flow.Flow)) {
+// appends every record due to out, in no particular order, and returns
+// it. Records are built in place in out, which is worth reusing across
+// calls: a record is large, and copying it is most of the cost.
+func (s *Store[M]) Update(now time.Time, conns []source.Conn, out []flow.Flow) []flow.Flow {
+	s.out = out
 	s.gen++
 	if s.gen == 0 { // 0 marks free slots
 		s.gen = 1
@@ -169,7 +172,7 @@ func (s *Store[M]) Update(now time.Time, conns []source.Conn, emit func(*flow.Fl
 				// The tuple names a new conntrack entry: the old connection
 				// ended with its last counters.
 				if e.flags&fDone == 0 {
-					s.export(e, ReasonEnd, emit)
+					s.export(e, ReasonEnd)
 				}
 				s.init(e, c, k, ns)
 				continue
@@ -196,7 +199,9 @@ func (s *Store[M]) Update(now time.Time, conns []source.Conn, emit func(*flow.Fl
 		s.init(&s.slab[idx], c, k, ns)
 	}
 	s.stats.Seen = seen
-	s.sweep(ns, emit)
+	s.sweep(ns)
+	out, s.out = s.out, nil
+	return out
 }
 
 func (s *Store[M]) init(e *entry[M], c *source.Conn, k key, ns int64) {
@@ -245,7 +250,7 @@ func (s *Store[M]) update(e *entry[M], c *source.Conn, ns int64) {
 
 // sweep removes the entries the snapshot no longer had and exports what is
 // due.
-func (s *Store[M]) sweep(ns int64, emit func(*flow.Flow)) {
+func (s *Store[M]) sweep(ns int64) {
 	tomb := 0
 	for i := range s.slab {
 		e := &s.slab[i]
@@ -256,7 +261,7 @@ func (s *Store[M]) sweep(ns int64, emit func(*flow.Flow)) {
 			// Gone from the table: it ended, whatever its state said.
 			if e.flags&fDone == 0 {
 				e.lastSeen = ns
-				s.export(e, ReasonEnd, emit)
+				s.export(e, ReasonEnd)
 			}
 			delete(s.index, e.key)
 			*e = entry[M]{}
@@ -267,7 +272,7 @@ func (s *Store[M]) sweep(ns int64, emit func(*flow.Flow)) {
 		case e.flags&fDone != 0:
 			tomb++
 		case e.flags&fEnded != 0:
-			s.export(e, ReasonEnd, emit)
+			s.export(e, ReasonEnd)
 			e.flags |= fDone
 			tomb++
 		case e.flags&fQueued == 0:
@@ -279,11 +284,11 @@ func (s *Store[M]) sweep(ns int64, emit func(*flow.Flow)) {
 			if e.flags&fChanged != 0 {
 				r = ReasonActive
 			}
-			s.export(e, r, emit)
+			s.export(e, r)
 			e.flags &^= fQueued
 		case ns >= e.activeAt:
 			if e.flags&fChanged != 0 {
-				s.export(e, ReasonActive, emit)
+				s.export(e, ReasonActive)
 			}
 			e.activeAt = ns + s.active
 		}
@@ -292,10 +297,17 @@ func (s *Store[M]) sweep(ns int64, emit func(*flow.Flow)) {
 	s.stats.Ended = tomb
 }
 
-// export builds e's record and hands it to emit.
-func (s *Store[M]) export(e *entry[M], reason uint8, emit func(*flow.Flow)) {
-	f := &s.rec
-	*f = flow.Flow{}
+// export appends e's record to s.out.
+func (s *Store[M]) export(e *entry[M], reason uint8) {
+	// Reslice rather than append a zero literal: appending a value this
+	// large copies it from a temporary.
+	if n := len(s.out); n < cap(s.out) {
+		s.out = s.out[:n+1]
+		s.out[n] = flow.Flow{}
+	} else {
+		s.out = append(s.out, flow.Flow{})
+	}
+	f := &s.out[len(s.out)-1]
 	f.StartTime = time.Unix(0, e.start)
 	f.EndTime = time.Unix(0, e.lastSeen)
 	f.EndReason = reason
@@ -332,5 +344,4 @@ func (s *Store[M]) export(e *entry[M], reason uint8, emit func(*flow.Flow)) {
 	e.prev = e.cur
 	e.flags &^= fChanged
 	s.stats.Exported[reason]++
-	emit(f)
 }

@@ -34,8 +34,7 @@ func newRun(t *testing.T, o Options[string]) *run {
 }
 
 func (r *run) poll(at time.Duration, conns ...source.Conn) []flow.Flow {
-	r.out = r.out[:0]
-	r.s.Update(t0.Add(at), conns, func(f *flow.Flow) { r.out = append(r.out, *f) })
+	r.out = r.s.Update(t0.Add(at), conns, r.out[:0])
 	return r.out
 }
 
