@@ -25,7 +25,7 @@ func resolver(c collectoraddr.Collector, store enrich.Store) func(ctx context.Co
 		}
 		svc, ok := store.ServiceByName(ns, name)
 		if !ok || len(svc.ClusterIPs) == 0 {
-			return "", fmt.Errorf("Service %s/%s is unknown or has no ClusterIP", ns, name)
+			return "", fmt.Errorf("the Service %s/%s is unknown or has no ClusterIP", ns, name)
 		}
 		return net.JoinHostPort(svc.ClusterIPs[0].String(), port), nil
 	}
