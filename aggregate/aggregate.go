@@ -137,6 +137,10 @@ type Store struct {
 	n            int
 
 	c counters
+
+	// queries carries flow-record look-ups into Run's goroutine, which
+	// alone touches the flows.
+	queries chan *queryReq
 }
 
 // New returns an empty Store.
@@ -164,6 +168,7 @@ func New(o Options) *Store {
 		strs:     newStrtab(),
 		lHead:    nilIdx,
 		lTail:    nilIdx,
+		queries:  make(chan *queryReq),
 	}
 	s.idx.init()
 	// One bucket per second of the longest timeout (and a little slack);
@@ -848,6 +853,8 @@ func (s *Store) Run(ctx context.Context, in <-chan collector.Batch, out *ring.Bu
 		case <-t.C:
 			s.Tick(s.o.Clock(), emit)
 			produce()
+		case r := <-s.queries:
+			s.answer(r)
 		}
 	}
 }

@@ -46,6 +46,13 @@ func (b *Buffer[T]) Produce(items ...T) {
 	b.wake.Broadcast()
 }
 
+// Produced is the number of items produced so far.
+func (b *Buffer[T]) Produced() uint64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.head
+}
+
 // Close wakes every consumer; they drain what is left and then see the end.
 func (b *Buffer[T]) Close() {
 	b.mu.Lock()
