@@ -31,8 +31,8 @@ func sample() *flow.Flow {
 		DestinationPodName: "cart-0", DestinationPodNamespace: "shop", DestinationNodeName: "node-b",
 		DestinationClusterIP: netip.MustParseAddr("10.96.0.20"), DestinationServiceIP: netip.MustParseAddr("10.96.0.20"),
 		DestinationServicePort: 80, DestinationServicePortName: "shop/cart:http",
-		Ingress: flow.Policy{Type: 2, Namespace: "shop", Name: "allow-web", RuleName: "r1", RuleAction: flow.ActionAllow},
-		Egress:  flow.Policy{Type: 4, Namespace: "", Name: "cnp", RuleName: "line\nbreak", RuleAction: flow.ActionReject},
+		Ingress:    flow.Policy{Type: 2, Namespace: "shop", Name: "allow-web", RuleName: "r1", RuleAction: flow.ActionAllow},
+		Egress:     flow.Policy{Type: 4, Namespace: "", Name: "cnp", RuleName: "line\nbreak", RuleAction: flow.ActionReject},
 		EgressName: "eg1", EgressIP: netip.MustParseAddr("172.18.0.100"), EgressNodeName: "node-c",
 	}
 }

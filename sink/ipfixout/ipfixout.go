@@ -75,7 +75,7 @@ type Sink struct {
 	jsonBuf   []byte
 	// for JSON: records are rendered from their IPFIX form, so the two
 	// formats always carry the same elements and values.
-	json *flowjson.Renderer
+	json       *flowjson.Renderer
 	exported   prometheus.Counter
 	sendErrs   prometheus.Counter
 	encodeErrs prometheus.Counter
