@@ -821,9 +821,17 @@ func (s *Store) Run(ctx context.Context, in <-chan collector.Batch, out *ring.Bu
 	defer t.Stop()
 	const chunk = 256
 	pending := make([]*flow.Flow, 0, chunk)
+	// The final flush may hold far more flows than the buffer: it waits
+	// for the sinks instead of lapping them (each sink's consumer is
+	// closed when it stops, which ends the wait).
+	flushing := false
 	produce := func() {
 		if len(pending) > 0 {
-			out.Produce(pending...)
+			if flushing {
+				out.ProduceWait(ctx, pending...)
+			} else {
+				out.Produce(pending...)
+			}
 			clear(pending)
 			pending = pending[:0]
 		}
@@ -841,6 +849,7 @@ func (s *Store) Run(ctx context.Context, in <-chan collector.Batch, out *ring.Bu
 			return
 		case b, ok := <-in:
 			if !ok {
+				flushing = true
 				s.Flush(emit)
 				produce()
 				return

@@ -352,7 +352,11 @@ func (a *Aggregator) Run(ctx context.Context) error {
 	for _, s := range a.sinks {
 		c := a.buf.Consumer()
 		stages.Add(1)
-		go func() { defer stages.Done(); _ = s.Run(sinkCtx, c) }()
+		go func() {
+			defer stages.Done()
+			defer c.Close() // a stopped sink no longer holds back the final flush
+			_ = s.Run(sinkCtx, c)
+		}()
 	}
 	stages.Add(1)
 	go func() {

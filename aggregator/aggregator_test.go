@@ -405,3 +405,63 @@ func TestRunEndsWhenACollectorFails(t *testing.T) {
 		t.Fatal("Run did not return after its collector failed")
 	}
 }
+
+// TestShutdownFlushOutrunsTheBuffer: 3000 flows are held when the
+// aggregator stops, far more than its 16-record buffer; the final flush
+// waits for the sinks, so the flow log gets every one.
+func TestShutdownFlushOutrunsTheBuffer(t *testing.T) {
+	logPath := filepath.Join(t.TempDir(), "flows.log")
+	a, stop, done := startAggregator(t, fmt.Sprintf(`
+mode: Aggregate
+aggregatorTransportProtocol: tcp
+recordBufferSize: 16
+flowLogger: {enable: true, path: %q}
+sluice: {ipfixAddress: "127.0.0.1:0", apiAddress: "127.0.0.1:0", aggregate: {exportOneSided: true}}
+`, logPath))
+	tb, _ := ipfixmap.NewTable(ipfix.DefaultRegistry())
+	names, _ := ipfixmap.AgentElements("v2.7", 4)
+	els, _ := tb.Elements(names)
+	tmpl, _ := ipfixmap.TemplateOf(256, els)
+	conn, err := net.Dial("tcp", a.Addrs().IPFIX)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	enc, _ := ipfix.NewEncoder(ipfix.EncoderOptions{}, func(m []byte) error { _, err := conn.Write(m); return err })
+	enc.AddTemplate(1, tmpl)
+	const n = 3000
+	for i := range n {
+		// Inter-Node flows only their source Node reports: held for
+		// correlation until the flush.
+		f := flow.Flow{
+			StartTime: time.Now().Add(-10 * time.Second).Truncate(time.Second), EndTime: time.Now().Truncate(time.Second),
+			SourceIP: netip.AddrFrom4([4]byte{10, 244, 1, byte(i % 250)}), DestinationIP: netip.MustParseAddr("10.244.2.9"),
+			SourcePort: uint16(10000 + i), DestinationPort: 443, Protocol: 6, FlowType: flow.FlowTypeInterNode,
+			SourcePodNamespace: "web", SourcePodName: "client", SourceNodeName: "node-a",
+		}
+		if err := ipfixmap.WriteRecord(enc.Record(1, tmpl), els, &f); err != nil {
+			t.Fatal(err)
+		}
+	}
+	enc.Flush()
+	waitFor(t, "all flows held", func() bool {
+		return strings.Contains(metrics(t, a.Addrs().API), "sluice_collector_records_received_total{exporter=\"127.0.0.1\",transport=\"tcp\"} 3000")
+	})
+	var rm map[string]any
+	waitFor(t, "3000 flows tracked", func() bool {
+		getJSON(t, "http://"+a.Addrs().API+"/recordmetrics", &rm)
+		return rm["numFlows"] == float64(n)
+	})
+	stop()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	done <- nil
+	b, err := os.ReadFile(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Count(string(b), "\n"); got != n {
+		t.Fatalf("flow log has %d lines after shutdown, want %d", got, n)
+	}
+}
