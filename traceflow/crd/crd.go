@@ -7,6 +7,9 @@
 package crd
 
 import (
+	"encoding/json"
+	"fmt"
+
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 )
@@ -271,4 +274,18 @@ type PolicyPort struct {
 	Protocol *string             `json:"protocol,omitempty"`
 	Port     *intstr.IntOrString `json:"port,omitempty"`
 	EndPort  *int32              `json:"endPort,omitempty"`
+}
+
+// Clone returns a deep copy (through JSON: the type is small and this
+// keeps it free of generated code).
+func (t *Traceflow) Clone() *Traceflow {
+	b, err := json.Marshal(t)
+	if err != nil {
+		panic(fmt.Sprintf("crd: Traceflow does not marshal: %v", err)) // cannot happen: plain data
+	}
+	var out Traceflow
+	if err := json.Unmarshal(b, &out); err != nil {
+		panic(fmt.Sprintf("crd: Traceflow does not unmarshal: %v", err))
+	}
+	return &out
 }

@@ -78,7 +78,7 @@ type SetEndpoint struct {
 }
 
 func (a SetEndpoint) String() string {
-	port := LoadReg{Reg: 4, Lo: 0, Hi: 15, Value: uint32(a.Port)}.String()
+	port := fmt.Sprintf("set_field:0x%x/0x7ffff->reg4", EndpointSelected<<16|uint32(a.Port))
 	if a.IP.Is6() {
 		return fmt.Sprintf("set_field:0x%x->xxreg3,%s", a.IP.AsSlice(), port)
 	}
@@ -93,9 +93,12 @@ func (a SetEndpoint) apply(x *execution) error {
 		b := a.IP.As4()
 		x.md.Regs[3] = uint32(b[0])<<24 | uint32(b[1])<<16 | uint32(b[2])<<8 | uint32(b[3])
 	}
-	x.md.Regs[4] = x.md.Regs[4]&^0xffff | uint32(a.Port)
+	x.md.Regs[4] = x.md.Regs[4]&^0x7ffff | EndpointSelected<<16 | uint32(a.Port)
 	return nil
 }
+
+// EndpointSelected is the reg4[16..18] state once an endpoint is chosen.
+const EndpointSelected = 2
 
 // EndpointMatch returns the match fields selecting an endpoint chosen by
 // SetEndpoint.
@@ -106,7 +109,7 @@ func EndpointMatch(m *Match, ip netip.Addr, port uint16) {
 		b := ip.As4()
 		m.Regs = append(m.Regs, RegMatch{3, Exact(uint32(b[0])<<24 | uint32(b[1])<<16 | uint32(b[2])<<8 | uint32(b[3]))})
 	}
-	m.Regs = append(m.Regs, RegMatch{4, Masked{uint32(port), 0xffff}})
+	m.Regs = append(m.Regs, RegMatch{4, Masked{EndpointSelected<<16 | uint32(port), 0x7ffff}})
 }
 
 // SetPktMark writes the packet mark under a mask.
@@ -254,6 +257,9 @@ type OutputReg struct{ Reg int }
 
 func (a OutputReg) String() string { return fmt.Sprintf("output:NXM_NX_REG%d[]", a.Reg) }
 func (a OutputReg) apply(x *execution) error {
+	if x.md.Regs[a.Reg] == x.md.InPort {
+		return nil // OpenFlow never outputs to the ingress port unless told IN_PORT
+	}
 	return x.output(x.md.Regs[a.Reg])
 }
 
