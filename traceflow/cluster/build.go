@@ -497,6 +497,8 @@ func (b *builder) crossChecks() {
 			b.warn(obj, "egress IP %s is held by no Node (status.egressNode is empty); traced as an Egress without IP", e.Status.EgressIP)
 		case e.Spec.EgressIP != "":
 			b.warn(obj, "egress IP %s is held by no Node (no status.egressIP/egressNode); traced as an Egress without IP", e.Spec.EgressIP)
+		case e.Spec.ExternalIPPool != "":
+			b.warn(obj, "no IP allocated from ExternalIPPool %s (no status.egressIP/egressNode); traced as an Egress without IP", e.Spec.ExternalIPPool)
 		}
 	}
 	// Two Egresses may share an IP, but then they must agree on its Node.

@@ -7,6 +7,7 @@
 package crd
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 
@@ -288,4 +289,19 @@ func (t *Traceflow) Clone() *Traceflow {
 		panic(fmt.Sprintf("crd: Traceflow does not unmarshal: %v", err))
 	}
 	return &out
+}
+
+// DecodeTraceflow reads a Traceflow from JSON, refusing unknown fields so
+// a misspelt spec field is reported rather than ignored.
+func DecodeTraceflow(raw []byte) (*Traceflow, error) {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	var tf Traceflow
+	if err := dec.Decode(&tf); err != nil {
+		return nil, fmt.Errorf("Traceflow: %w", err)
+	}
+	if tf.Name == "" {
+		return nil, fmt.Errorf("Traceflow: metadata.name is empty")
+	}
+	return &tf, nil
 }
