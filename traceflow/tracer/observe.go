@@ -154,7 +154,7 @@ func effectiveEgress(m *pipeline.Model, src *cluster.Pod) (*crd.Egress, error) {
 		return nil, fmt.Errorf("no effective Egress for Pod %s", src.Key())
 	}
 	if _, _, ok := cluster.EgressAssignment(e); !ok {
-		return nil, fmt.Errorf("Egress %s has no effective IP", e.Name)
+		return nil, fmt.Errorf("no effective IP for Egress %s", e.Name)
 	}
 	return e, nil
 }
