@@ -23,7 +23,7 @@ func newRootCmd() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newVersionCmd(), newIPFIXCmd(), newAggregatorCmd(), newGetCmd())
+	root.AddCommand(newVersionCmd(), newIPFIXCmd(), newAggregatorCmd(), newGetCmd(), newTraceflowCmd())
 	return root
 }
 
