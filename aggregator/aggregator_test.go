@@ -259,7 +259,7 @@ sluice: {ipfixAddress: "127.0.0.1:0", apiAddress: "127.0.0.1:0"}
 				Stats: flow.Stats{OctetTotalCount: 1000, PacketTotalCount: 10, OctetDeltaCount: 1000, PacketDeltaCount: 10},
 			}
 			half(i, &f)
-			if err := ipfixmap.WriteRecord(enc.Record(domain, tmpl), els, &f); err != nil {
+			if err := ipfixmap.WriteRecord(enc.Begin(domain, tmpl), els, &f); err != nil {
 				t.Fatal(err)
 			}
 		}

@@ -31,7 +31,7 @@ var ErrTooLarge = errors.New("ipfix: record does not fit in a message")
 // finished message to an emit function. It keeps per-observation-domain
 // sequence numbers. It is not safe for concurrent use.
 //
-// Data records are written field by field through a RecordWriter that
+// Data records are written field by field through a RecordBuilder that
 // follows the template's own field list (a plan computed once per
 // template), so the values can never be written in another order or of
 // another type than the template announces.
@@ -51,6 +51,16 @@ type Encoder struct {
 	setID    uint16
 	seq      map[uint32]uint32
 	w        RecordWriter
+
+	// The record being built (see Begin): its template and plan, the
+	// whole buffer it is written into, where it starts (-1 if none), why
+	// it could not start, and the address of a failed Addr write.
+	t     *Template
+	ops   []fieldOp
+	b     []byte
+	start int
+	werr  error
+	fa    netip.Addr
 }
 
 // NewEncoder returns an encoder that passes each finished message to emit.
@@ -73,7 +83,8 @@ func NewEncoder(opts EncoderOptions, emit func(msg []byte) error) (*Encoder, err
 	// stores): it never grows, and a record that overruns it cannot fit in
 	// any message.
 	e.buf = make([]byte, 0, 2*opts.MaxMessageSize+64)
-	e.w.e = e
+	e.b = e.buf[:cap(e.buf)]
+	e.start = -1
 	return e, nil
 }
 
@@ -224,63 +235,85 @@ func (e *Encoder) WithdrawTemplate(domain uint32, id uint16, options bool) error
 	return nil
 }
 
-// Record starts a data record of template t in domain and returns the
-// writer for its values, which stays valid until End. t must come from
-// NewTemplate, TemplateOf or a Session.
-func (e *Encoder) Record(domain uint32, t *Template) *RecordWriter {
-	w := &e.w
-	w.t, w.ops = t, t.ops
+// Begin starts a data record of template t in domain and returns a
+// builder for its values. t must come from NewTemplate, TemplateOf or a
+// Session.
+//
+// A RecordBuilder is a value: each method returns the builder to use next,
+// so use one chain, enc.Begin(d, t).Uint(1).String("a").End(), or
+// reassign (b = b.Uint(1)). Keeping the state in the caller's registers
+// rather than in memory is what makes a write a few instructions. A
+// builder is valid until its End or the encoder's next Begin or Record.
+func (e *Encoder) Begin(domain uint32, t *Template) RecordBuilder {
 	// The common case, another record of the set being built, needs none
 	// of beginSet's checks.
 	if !e.open || e.domain != domain || e.setStart < 0 || e.setID != t.ID {
 		if err := e.beginSet(domain, t.ID); err != nil {
-			w.err, w.i = err, len(t.ops)+1
-			return w
+			e.t, e.ops, e.werr, e.start = t, t.ops, err, -1
+			return RecordBuilder{e: e, i: failBit | int(wNone)<<failShift}
 		}
 		e.openSet(t.ID)
 	}
-	w.b = e.buf[:cap(e.buf)]
-	w.i, w.n, w.start, w.err = 0, len(e.buf), len(e.buf), nil
-	if len(t.ops) != len(t.Fields) {
-		w.err, w.i = fmt.Errorf("ipfix: template %d was not built by NewTemplate or a Session", t.ID), len(t.ops)+1
+	if e.t != t {
+		e.t, e.ops = t, t.ops
 	}
-	return w
+	if e.werr != nil {
+		e.werr = nil
+	}
+	n := len(e.buf)
+	e.start = n
+	room := recordSlack
+	if len(t.ops) > 0 {
+		room = int(t.ops[0].room)
+	}
+	// One check per record makes every fixed-length write safe: room is
+	// the space the template's fixed-length fields need (see fieldOp).
+	if n+room > len(e.b) || t.minLen > e.max-headerLen-setHeaderLen || len(t.ops) != len(t.Fields) {
+		return RecordBuilder{e: e, i: failBit | int(wNone)<<failShift}
+	}
+	return RecordBuilder{e: e, n: n}
 }
 
-// RecordWriter writes the values of one data record, in template order.
-// Each method checks the next field's type against the template's plan
-// (one compare) and stores the value at the end of the record, in the
-// encoder's buffer beyond the message's length; End commits it. The first
-// error sticks and is returned by End, which then discards the record.
-type RecordWriter struct {
-	e   *Encoder
-	t   *Template
-	ops []fieldOp
-	// b is the encoder's whole buffer. It is larger than any message plus
-	// any record, so a write that does not fit means the record can never
-	// fit in a message (see NewEncoder).
-	b []byte
-	// i is the next field; i > len(ops) once a write has failed, so that
-	// every later write fails at its first compare.
-	i     int
-	n     int // where the next value goes in b
-	start int // where the record starts in b
-	err   error
-	// The first failed write: field, method and value (or length), from
-	// which End builds the error off the hot path.
-	fi int
-	fc wclass
-	fv uint64
-	fa netip.Addr
+// RecordBuilder writes the values of one data record, in template order;
+// see Encoder.Begin. Each method checks the next field's type against the
+// template's plan (one compare) and stores the value past the end of the
+// message being built; End commits the record. The first error sticks and
+// is returned by End, which then discards the record.
+type RecordBuilder struct {
+	e *Encoder
+	// i is the next field. The first failed write sets it to
+	// field | failBit | method<<failShift: every later write then fails
+	// at its first compare, and End knows which write failed.
+	i int
+	n int    // where the next value goes in e.b
+	v uint64 // the value (or octet count) of the failed write, for End's error
 }
 
-// wclass is the RecordWriter method that writes a field: every data type
+const (
+	// failBit marks a failed record in RecordBuilder.i; a template that can
+	// be encoded has fewer fields than that (each takes at least an octet).
+	failBit   = 1 << 16
+	failShift = 20
+	// recordSlack is the room past the last field that lets writers store
+	// 8 or 16 octets whatever the field's length.
+	recordSlack = 16
+)
+
+// fail records a failed write of method c, unless an earlier one failed.
+func (a RecordBuilder) fail(c wclass, v uint64) RecordBuilder {
+	if a.i < failBit {
+		a.i, a.v = a.i|failBit|int(c)<<failShift, v
+	}
+	return a
+}
+
+// wclass is the RecordBuilder method that writes a field: every data type
 // is written by exactly one. Variable- and fixed-length octets differ so
 // that the common variable-length case is one compare.
 type wclass uint8
 
 const (
-	wNone wclass = iota
+	wNone wclass = iota // no write: the record could not start
 	wUint
 	wInt
 	wFloat
@@ -301,7 +334,7 @@ var classTypes = [...]typeSet{
 	wOctets: octetTypes, wOctetsFixed: octetTypes,
 }
 
-// fieldOp is how a RecordWriter writes one template field.
+// fieldOp is how a RecordBuilder writes one template field.
 type fieldOp struct {
 	cls wclass
 	typ DataType
@@ -313,13 +346,32 @@ type fieldOp struct {
 	_      uint8
 	length uint16
 	_      uint16
+	// room is recordSlack plus the length of this and every later
+	// fixed-length field, capped. Begin checks that the buffer has room
+	// for the first field; a fixed-length write keeps that true for the
+	// next, and a variable-length one checks its own length plus room.
+	room uint32
+}
+
+// planFields computes the plan of t's fields.
+func planFields(fs []Field) []fieldOp {
+	ops := make([]fieldOp, len(fs))
+	room := recordSlack
+	for i := len(fs) - 1; i >= 0; i-- {
+		ops[i] = opFor(&fs[i])
+		if !fs[i].Variable() {
+			room = min(room+int(fs[i].Length), 4*maxMessageLen)
+		}
+		ops[i].room = uint32(room)
+	}
+	return ops
 }
 
 // opFor returns the plan of field f. Templates guarantee that integer
 // fields are 1 to 8 octets and other fixed types have their own size.
 func opFor(f *Field) fieldOp {
 	op := fieldOp{typ: f.Type, length: f.Length}
-	variable := f.Length == VariableLength
+	variable := f.Variable()
 	switch t := f.Type; {
 	case unsignedTypes.has(t):
 		op.cls = wUint
@@ -350,237 +402,231 @@ func opFor(f *Field) fieldOp {
 	return op
 }
 
-// stop records a failed write of method c for field i, unless an earlier
-// one failed already, and makes every later write fail.
-func (w *RecordWriter) stop(i int, c wclass, v uint64) {
-	if i <= len(w.ops) {
-		w.fi, w.fc, w.fv, w.i = i, c, v, len(w.ops)+1
-	}
-}
-
 // Uint writes an unsigned integer at the field's (possibly reduced) size.
-func (w *RecordWriter) Uint(v uint64) *RecordWriter {
-	i, n := w.i, w.n
-	if i < len(w.ops) && n+8 <= len(w.b) {
-		op := w.ops[i]
-		s := op.shift & 63
-		if op.cls == wUint && v<<s>>s == v {
-			// All 8 octets are stored; those past the field's length
-			// are overwritten by the next value or cut off by End.
-			binary.BigEndian.PutUint64(w.b[n:], v<<s)
-			w.i, w.n = i+1, n+int(op.length)
-			return w
+func (a RecordBuilder) Uint(v uint64) RecordBuilder {
+	e := a.e
+	if a.i < len(e.ops) {
+		op := &e.ops[a.i]
+		if op.cls == wUint && v<<op.shift>>op.shift == v {
+			// All 8 octets are stored (room allows it); those past the
+			// field are overwritten by the next value or cut off by End.
+			binary.BigEndian.PutUint64(e.b[a.n:], v<<op.shift)
+			a.i++
+			a.n += int(op.length)
+			return a
 		}
 	}
-	w.stop(i, wUint, v)
-	return w
+	// a.fail, spelled out to stay within the inlining budget.
+	if a.i < failBit {
+		a.i, a.v = a.i|failBit|int(wUint)<<failShift, v
+	}
+	return a
 }
 
 // Int writes a signed integer at the field's (possibly reduced) size.
-func (w *RecordWriter) Int(v int64) *RecordWriter {
-	i, n := w.i, w.n
-	if i < len(w.ops) && n+8 <= len(w.b) {
-		op := w.ops[i]
-		s := op.shift & 63
-		if op.cls == wInt && v<<s>>s == v {
-			binary.BigEndian.PutUint64(w.b[n:], uint64(v)<<s)
-			w.i, w.n = i+1, n+int(op.length)
-			return w
+func (a RecordBuilder) Int(v int64) RecordBuilder {
+	e := a.e
+	if a.i < len(e.ops) {
+		op := &e.ops[a.i]
+		if op.cls == wInt && v<<op.shift>>op.shift == v {
+			binary.BigEndian.PutUint64(e.b[a.n:], uint64(v)<<op.shift)
+			a.i++
+			a.n += int(op.length)
+			return a
 		}
 	}
-	w.stop(i, wInt, uint64(v))
-	return w
+	// a.fail, spelled out to stay within the inlining budget.
+	if a.i < failBit {
+		a.i, a.v = a.i|failBit|int(wInt)<<failShift, uint64(v)
+	}
+	return a
 }
 
 // Float writes a float32 or float64 field.
-func (w *RecordWriter) Float(v float64) *RecordWriter {
-	i, n := w.i, w.n
-	if i < len(w.ops) && n+8 <= len(w.b) && w.ops[i].cls == wFloat {
-		if w.ops[i].length == 4 {
-			binary.BigEndian.PutUint32(w.b[n:], math.Float32bits(float32(v)))
-			w.n = n + 4
+func (a RecordBuilder) Float(v float64) RecordBuilder {
+	e := a.e
+	if a.i < len(e.ops) && e.ops[a.i].cls == wFloat {
+		if e.ops[a.i].length == 4 {
+			binary.BigEndian.PutUint32(e.b[a.n:], math.Float32bits(float32(v)))
+			a.n += 4
 		} else {
-			binary.BigEndian.PutUint64(w.b[n:], math.Float64bits(v))
-			w.n = n + 8
+			binary.BigEndian.PutUint64(e.b[a.n:], math.Float64bits(v))
+			a.n += 8
 		}
-		w.i = i + 1
-		return w
+		a.i++
+		return a
 	}
-	w.stop(i, wFloat, 0)
-	return w
+	return a.fail(wFloat, 0)
 }
 
 // Bool writes a boolean field.
-func (w *RecordWriter) Bool(v bool) *RecordWriter {
-	i, n := w.i, w.n
-	if i < len(w.ops) && n < len(w.b) && w.ops[i].cls == wBool {
+func (a RecordBuilder) Bool(v bool) RecordBuilder {
+	e := a.e
+	if a.i < len(e.ops) && e.ops[a.i].cls == wBool {
 		c := byte(2)
 		if v {
 			c = 1
 		}
-		w.b[n] = c
-		w.i, w.n = i+1, n+1
-		return w
+		e.b[a.n] = c
+		a.i++
+		a.n++
+		return a
 	}
-	w.stop(i, wBool, 0)
-	return w
+	return a.fail(wBool, 0)
 }
 
 // Addr writes an address field. The zero Addr writes an all-zero address
 // of the field's family (how unset addresses travel in fixed-size fields).
-func (w *RecordWriter) Addr(a netip.Addr) *RecordWriter {
-	i, n := w.i, w.n
-	if i < len(w.ops) && n+16 <= len(w.b) && w.ops[i].cls == wAddr {
-		op := w.ops[i]
-		ok := true
+func (a RecordBuilder) Addr(addr netip.Addr) RecordBuilder {
+	e := a.e
+	if a.i < len(e.ops) && e.ops[a.i].cls == wAddr {
+		op := &e.ops[a.i]
 		switch {
-		case op.typ == IPv4Address && a.Is4():
-			b := a.As4()
-			copy(w.b[n:], b[:])
-		case op.typ == IPv6Address && a.Is6():
-			b := a.As16()
-			copy(w.b[n:], b[:])
-		case !a.IsValid():
-			clear(w.b[n : n+int(op.length)])
+		case op.typ == IPv4Address && addr.Is4():
+			b := addr.As4()
+			copy(e.b[a.n:], b[:])
+		case op.typ == IPv6Address && addr.Is6():
+			b := addr.As16()
+			copy(e.b[a.n:], b[:])
+		case !addr.IsValid():
+			clear(e.b[a.n : a.n+int(op.length)])
 		default:
-			ok = false
+			e.fa = addr
+			return a.fail(wAddr, 0)
 		}
-		if ok {
-			w.i, w.n = i+1, n+int(op.length)
-			return w
-		}
+		a.i++
+		a.n += int(op.length)
+		return a
 	}
-	if i <= len(w.ops) {
-		w.fa = a
-	}
-	w.stop(i, wAddr, 0)
-	return w
+	return a.fail(wAddr, 0)
 }
 
 // MAC writes a macAddress field.
-func (w *RecordWriter) MAC(m [6]byte) *RecordWriter {
-	i, n := w.i, w.n
-	if i < len(w.ops) && n+6 <= len(w.b) && w.ops[i].cls == wMAC {
-		copy(w.b[n:], m[:])
-		w.i, w.n = i+1, n+6
-		return w
+func (a RecordBuilder) MAC(m [6]byte) RecordBuilder {
+	e := a.e
+	if a.i < len(e.ops) && e.ops[a.i].cls == wMAC {
+		copy(e.b[a.n:], m[:])
+		a.i++
+		a.n += 6
+		return a
 	}
-	w.stop(i, wMAC, 0)
-	return w
+	return a.fail(wMAC, 0)
 }
 
 // Time writes any dateTime field.
-func (w *RecordWriter) Time(t time.Time) *RecordWriter {
-	i, n := w.i, w.n
-	if i < len(w.ops) && n+8 <= len(w.b) && w.ops[i].cls == wTime {
-		switch w.ops[i].typ {
+func (a RecordBuilder) Time(t time.Time) RecordBuilder {
+	e := a.e
+	if a.i < len(e.ops) && e.ops[a.i].cls == wTime {
+		b := e.b[a.n:]
+		switch typ := e.ops[a.i].typ; typ {
 		case DateTimeSeconds:
-			binary.BigEndian.PutUint32(w.b[n:], uint32(t.Unix()))
-			n += 4
+			binary.BigEndian.PutUint32(b, uint32(t.Unix()))
+			a.n += 4
 		case DateTimeMilliseconds:
-			binary.BigEndian.PutUint64(w.b[n:], uint64(t.UnixMilli()))
-			n += 8
+			binary.BigEndian.PutUint64(b, uint64(t.UnixMilli()))
+			a.n += 8
 		default:
-			sec := uint32(t.Unix() + ntpEpochOffset)
 			frac := (uint64(t.Nanosecond()) << 32) / 1e9
-			if w.ops[i].typ == DateTimeMicroseconds {
+			if typ == DateTimeMicroseconds {
 				frac &^= 0x7ff
 			}
-			binary.BigEndian.PutUint32(w.b[n:], sec)
-			binary.BigEndian.PutUint32(w.b[n+4:], uint32(frac))
-			n += 8
+			binary.BigEndian.PutUint64(b, uint64(uint32(t.Unix()+ntpEpochOffset))<<32|frac)
+			a.n += 8
 		}
-		w.i, w.n = i+1, n
-		return w
+		a.i++
+		return a
 	}
-	w.stop(i, wTime, 0)
-	return w
+	return a.fail(wTime, 0)
 }
 
 // String writes a string field; see Bytes for the length rules.
-func (w *RecordWriter) String(s string) *RecordWriter {
-	i, n := w.i, w.n
+func (a RecordBuilder) String(s string) RecordBuilder {
+	e := a.e
 	// The common case: a short value in a variable-length field.
-	if i < len(w.ops) && len(s) < 255 && n+1+len(s) <= len(w.b) && w.ops[i].cls == wString {
-		w.b[n] = byte(len(s))
-		copy(w.b[n+1:], s)
-		w.i, w.n = i+1, n+1+len(s)
-		return w
+	if a.i < len(e.ops) && len(s) < 255 {
+		op := &e.ops[a.i]
+		if op.cls == wString && a.n+1+len(s)+int(op.room) <= len(e.b) {
+			e.b[a.n] = byte(len(s))
+			copy(e.b[a.n+1:], s)
+			a.i++
+			a.n += 1 + len(s)
+			return a
+		}
 	}
-	writeOctets(w, s, wString)
-	return w
+	return writeOctets(a, s, wString)
 }
 
 // Bytes writes an octetArray field (or any field whose type the encoder
 // treats as raw octets). A fixed-length field must get exactly its length;
 // a variable-length one takes a length prefix (RFC 7011 §7).
-func (w *RecordWriter) Bytes(b []byte) *RecordWriter {
-	writeOctets(w, b, wOctets)
-	return w
+func (a RecordBuilder) Bytes(b []byte) RecordBuilder {
+	return writeOctets(a, b, wOctets)
 }
 
 // writeOctets writes v with method c (wString or wOctets) in all cases.
-func writeOctets[T ~string | ~[]byte](w *RecordWriter, v T, c wclass) {
-	i, n, l := w.i, w.n, len(v)
-	if i >= len(w.ops) {
-		w.stop(i, c, uint64(l))
-		return
+func writeOctets[T ~string | ~[]byte](a RecordBuilder, v T, c wclass) RecordBuilder {
+	e, n, l := a.e, a.n, len(v)
+	if a.i >= len(e.ops) {
+		return a.fail(c, uint64(l))
 	}
-	op := w.ops[i]
+	op := &e.ops[a.i]
 	switch {
-	case op.cls == c+1 && l == int(op.length): // fixed length (wStringFixed, wOctetsFixed)
-	case op.cls != c:
-		w.stop(i, c, uint64(l))
-		return
-	case l < 255:
-		if n+1+l > len(w.b) {
-			w.stop(i, c, uint64(l))
-			return
-		}
-		w.b[n] = byte(l)
+	case op.cls == c+1 && l == int(op.length): // wStringFixed, wOctetsFixed: room covers it
+	case op.cls != c || l > maxMessageLen:
+		return a.fail(c, uint64(l))
+	case l < 255 && n+1+l+int(op.room) <= len(e.b):
+		e.b[n] = byte(l)
 		n++
-	case l <= maxMessageLen && n+3+l <= len(w.b):
-		w.b[n], w.b[n+1], w.b[n+2] = 255, byte(l>>8), byte(l)
+	case n+3+l+int(op.room) <= len(e.b):
+		e.b[n], e.b[n+1], e.b[n+2] = 255, byte(l>>8), byte(l)
 		n += 3
 	default:
-		w.stop(i, c, uint64(l))
-		return
+		return a.fail(c, uint64(l))
 	}
-	if n+l > len(w.b) {
-		w.stop(i, c, uint64(l))
-		return
-	}
-	copy(w.b[n:], v)
-	w.i, w.n = i+1, n+l
+	copy(e.b[n:], v)
+	a.i++
+	a.n = n + l
+	return a
 }
 
 // End finishes the record. If it made the message larger than the maximum
 // size, the message is sent without it and the record starts the next one.
 // On error nothing of the record is kept.
-func (w *RecordWriter) End() error {
-	e := w.e
-	if w.i != len(w.ops) {
-		if w.err != nil {
-			return w.err
-		}
-		e.dropEmptySet(w.start)
-		return w.failure()
+func (a RecordBuilder) End() error {
+	e := a.e
+	if a.i != len(e.ops) || e.start < 0 {
+		return e.abort(a)
 	}
-	if w.n <= e.max {
-		e.buf = e.buf[:w.n]
+	start := e.start
+	e.start = -1
+	if a.n <= e.max {
+		e.buf = e.buf[:a.n]
 		e.records++
 		return nil
 	}
-	return w.spill()
+	return e.spill(start, a.n)
+}
+
+// abort discards a record that cannot be ended and says why.
+func (e *Encoder) abort(a RecordBuilder) error {
+	if e.werr != nil {
+		return e.werr
+	}
+	if e.start < 0 {
+		return errors.New("ipfix: record ended twice")
+	}
+	err := e.failure(a)
+	e.dropEmptySet(e.start)
+	e.start = -1
+	return err
 }
 
 // spill moves a record that made the message too large into the next one.
-func (w *RecordWriter) spill() error {
-	e := w.e
-	rec := w.n - w.start
-	e.dropEmptySet(w.start)
+func (e *Encoder) spill(start, end int) error {
+	t, rec := e.t, end-start
+	e.dropEmptySet(start)
 	if headerLen+setHeaderLen+rec > e.max {
-		return fmt.Errorf("data record of template %d (%d octets): %w", w.t.ID, rec, ErrTooLarge)
+		return fmt.Errorf("data record of template %d (%d octets): %w", t.ID, rec, ErrTooLarge)
 	}
 	domain := e.domain
 	if err := e.Flush(); err != nil {
@@ -589,51 +635,56 @@ func (w *RecordWriter) spill() error {
 	if err := e.begin(domain); err != nil {
 		return err
 	}
-	e.openSet(w.t.ID)
+	e.openSet(t.ID)
 	// The record still lies past the (new) message's end; the header and
 	// set header just written end before it starts, and copy handles any
 	// overlap.
 	k := len(e.buf)
 	e.buf = e.buf[:k+rec]
-	copy(e.buf[k:], w.b[w.start:w.n])
+	copy(e.buf[k:], e.b[start:end])
 	e.records++
 	return nil
 }
 
 // failure builds the error of a record that End refuses, from the first
 // failed write.
-func (w *RecordWriter) failure() error {
-	fs, ops := w.t.Fields, w.ops
-	if w.i < len(ops) {
-		f := &fs[w.i]
-		return &FieldError{Index: w.i, Name: f.Name(), Type: f.Type, Msg: "not written"}
+func (e *Encoder) failure(a RecordBuilder) error {
+	t, ops := e.t, e.ops
+	if a.i < failBit { // ended early
+		f := &t.Fields[a.i]
+		return &FieldError{Index: a.i, Name: f.Name(), Type: f.Type, Msg: "not written"}
 	}
-	i := w.fi
-	if i >= len(ops) {
-		return &FieldError{Index: i, Name: "?", Msg: fmt.Sprintf("template %d has only %d fields", w.t.ID, len(fs))}
+	i, c := a.i&(failBit-1), wclass(a.i>>failShift)
+	switch {
+	case len(ops) != len(t.Fields):
+		return fmt.Errorf("ipfix: template %d was not built by NewTemplate or a Session", t.ID)
+	case c == wNone:
+		return fmt.Errorf("data record of template %d (at least %d octets): %w", t.ID, max(t.minLen, int(ops[0].room)-recordSlack), ErrTooLarge)
+	case i >= len(ops):
+		return &FieldError{Index: i, Name: "?", Msg: fmt.Sprintf("template %d has only %d fields", t.ID, len(ops))}
 	}
-	f, op := &fs[i], ops[i]
+	f, op := &t.Fields[i], ops[i]
 	fail := func(msg string) error { return &FieldError{Index: i, Name: f.Name(), Type: f.Type, Msg: msg} }
-	want := classTypes[w.fc]
+	want := classTypes[c]
 	if !want.has(f.Type) {
 		return fail("cannot write " + want.String())
 	}
 	s := op.shift & 63
-	switch w.fc {
+	switch c {
 	case wUint:
-		if w.fv<<s>>s != w.fv {
-			return fail(fmt.Sprintf("value %d does not fit in %d octets", w.fv, f.Length))
+		if a.v<<s>>s != a.v {
+			return fail(fmt.Sprintf("value %d does not fit in %d octets", a.v, f.Length))
 		}
 	case wInt:
-		if v := int64(w.fv); v<<s>>s != v {
+		if v := int64(a.v); v<<s>>s != v {
 			return fail(fmt.Sprintf("value %d does not fit in %d octets", v, f.Length))
 		}
 	case wAddr:
-		if w.fa.IsValid() {
-			return fail("address " + w.fa.String() + " is of the other family")
+		if e.fa.IsValid() {
+			return fail("address " + e.fa.String() + " is of the other family")
 		}
 	case wString, wOctets:
-		switch l := w.fv; {
+		switch l := a.v; {
 		case f.Length != VariableLength && l != uint64(f.Length):
 			return fail(fmt.Sprintf("value of %d octets for a field of %d", l, f.Length))
 		case l > maxMessageLen:
@@ -642,7 +693,7 @@ func (w *RecordWriter) failure() error {
 	}
 	// The value was right for its field: it is the record that outgrew
 	// the buffer, which holds more than any message.
-	return fmt.Errorf("data record of template %d (over %d octets): %w", w.t.ID, w.e.max-headerLen-setHeaderLen, ErrTooLarge)
+	return fmt.Errorf("data record of template %d (over %d octets): %w", t.ID, e.max-headerLen-setHeaderLen, ErrTooLarge)
 }
 
 // dropEmptySet removes the open set's header if the record that was to
@@ -653,3 +704,45 @@ func (e *Encoder) dropEmptySet(recStart int) {
 		e.setStart = -1
 	}
 }
+
+// Record starts a data record like Begin, for callers that pass the
+// writer around by pointer (each write then goes through memory, so Begin
+// is faster in a chain).
+func (e *Encoder) Record(domain uint32, t *Template) *RecordWriter {
+	e.w.b = e.Begin(domain, t)
+	return &e.w
+}
+
+// RecordWriter is a RecordBuilder behind a pointer: its methods update it
+// in place. It stays valid until End.
+type RecordWriter struct{ b RecordBuilder }
+
+// Uint is RecordBuilder.Uint.
+func (w *RecordWriter) Uint(v uint64) *RecordWriter { w.b = w.b.Uint(v); return w }
+
+// Int is RecordBuilder.Int.
+func (w *RecordWriter) Int(v int64) *RecordWriter { w.b = w.b.Int(v); return w }
+
+// Float is RecordBuilder.Float.
+func (w *RecordWriter) Float(v float64) *RecordWriter { w.b = w.b.Float(v); return w }
+
+// Bool is RecordBuilder.Bool.
+func (w *RecordWriter) Bool(v bool) *RecordWriter { w.b = w.b.Bool(v); return w }
+
+// Addr is RecordBuilder.Addr.
+func (w *RecordWriter) Addr(a netip.Addr) *RecordWriter { w.b = w.b.Addr(a); return w }
+
+// MAC is RecordBuilder.MAC.
+func (w *RecordWriter) MAC(m [6]byte) *RecordWriter { w.b = w.b.MAC(m); return w }
+
+// Time is RecordBuilder.Time.
+func (w *RecordWriter) Time(t time.Time) *RecordWriter { w.b = w.b.Time(t); return w }
+
+// String is RecordBuilder.String.
+func (w *RecordWriter) String(s string) *RecordWriter { w.b = w.b.String(s); return w }
+
+// Bytes is RecordBuilder.Bytes.
+func (w *RecordWriter) Bytes(b []byte) *RecordWriter { w.b = w.b.Bytes(b); return w }
+
+// End is RecordBuilder.End.
+func (w *RecordWriter) End() error { return w.b.End() }

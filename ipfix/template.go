@@ -136,10 +136,7 @@ func TemplateOf(id uint16, elems ...*InfoElement) (*Template, error) {
 // layout computes the encoder's plan, minLen and, for all-fixed templates,
 // the field spans.
 func (t *Template) layout() {
-	t.ops = make([]fieldOp, len(t.Fields))
-	for i := range t.Fields {
-		t.ops[i] = opFor(&t.Fields[i])
-	}
+	t.ops = planFields(t.Fields)
 	t.minLen, t.fixedLen = 0, 0
 	for i := range t.Fields {
 		if t.Fields[i].Variable() {

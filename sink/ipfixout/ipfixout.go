@@ -355,7 +355,7 @@ func (s *Sink) send(f *flow.Flow) {
 		s.encodeErrs.Inc() // a template that cannot be sent: its records cannot either
 		return
 	}
-	if err := s.o.Exporter.Write(s.enc.Record(s.o.ObservationDomainID, t), t, f); err != nil {
+	if err := s.o.Exporter.Write(s.enc.Begin(s.o.ObservationDomainID, t), t, f); err != nil {
 		if s.conn == nil {
 			// The connection failed while a full message went out; this
 			// record was waiting for the next message.
@@ -392,7 +392,7 @@ func (s *Sink) sendJSON(t *ipfix.Template, f *flow.Flow) {
 		s.encodeErrs.Inc()
 		return
 	}
-	if err := s.o.Exporter.Write(s.scratch.Record(0, t), t, f); err != nil {
+	if err := s.o.Exporter.Write(s.scratch.Begin(0, t), t, f); err != nil {
 		s.encodeErrs.Inc()
 		return
 	}
