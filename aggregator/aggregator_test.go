@@ -262,7 +262,7 @@ sluice: {ipfixAddress: "127.0.0.1:0", apiAddress: "127.0.0.1:0"}
 				Stats: flow.Stats{OctetTotalCount: 1000, PacketTotalCount: 10, OctetDeltaCount: 1000, PacketDeltaCount: 10},
 			}
 			half(i, &f)
-			if err := ipfixmap.WriteRecord(enc.Record(domain, tmpl), els, &f); err != nil {
+			if err := ipfixmap.WriteRecord(enc.Begin(domain, tmpl), els, &f); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -439,7 +439,7 @@ sluice: {ipfixAddress: "127.0.0.1:0", apiAddress: "127.0.0.1:0", aggregate: {exp
 			SourcePort: uint16(10000 + i), DestinationPort: 443, Protocol: 6, FlowType: flow.FlowTypeInterNode,
 			SourcePodNamespace: "web", SourcePodName: "client", SourceNodeName: "node-a",
 		}
-		if err := ipfixmap.WriteRecord(enc.Record(1, tmpl), els, &f); err != nil {
+		if err := ipfixmap.WriteRecord(enc.Begin(1, tmpl), els, &f); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -73,7 +73,7 @@ sluice: {ipfixAddress: "127.0.0.1:0", apiAddress: "127.0.0.1:0"}
 			SourcePodNamespace: "web", SourcePodName: fmt.Sprintf("client-%d", i), SourceNodeName: "node-a",
 			DestinationServicePortName: "web/api:https",
 		}
-		if err := ipfixmap.WriteRecord(enc.Record(1, tmpl), els, &f); err != nil {
+		if err := ipfixmap.WriteRecord(enc.Begin(1, tmpl), els, &f); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -40,7 +40,7 @@ func (r *Renderer) AppendFields(b []byte, f *flow.Flow) ([]byte, error) {
 	if err := r.enc.AddTemplate(0, t); err != nil {
 		return b, fmt.Errorf("flowjson: %w", err)
 	}
-	if err := r.ex.Write(r.enc.Record(0, t), t, f); err != nil {
+	if err := r.ex.Write(r.enc.Begin(0, t), t, f); err != nil {
 		r.enc.Discard()
 		return b, fmt.Errorf("flowjson: %w", err)
 	}

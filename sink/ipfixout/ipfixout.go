@@ -333,7 +333,7 @@ func (s *Sink) send(f *flow.Flow) {
 		s.encodeErrs.Inc() // a template that cannot be sent: its records cannot either
 		return
 	}
-	if err := s.o.Exporter.Write(s.enc.Record(s.o.ObservationDomainID, t), t, f); err != nil {
+	if err := s.o.Exporter.Write(s.enc.Begin(s.o.ObservationDomainID, t), t, f); err != nil {
 		if s.conn == nil {
 			// The connection failed while a full message went out; this
 			// record was waiting for the next message.
