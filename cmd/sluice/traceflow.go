@@ -8,10 +8,12 @@ import (
 	"net/netip"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
 	"sluice/traceflow/cluster"
+	"sluice/traceflow/cluster/kube"
 	"sluice/traceflow/crd"
 	"sluice/traceflow/datapath"
 	"sluice/traceflow/flowspec"
@@ -22,16 +24,20 @@ import (
 
 // traceflowFlags are the options shared by `traceflow` and its subcommands.
 type traceflowFlags struct {
-	clusterPath  string
-	trafficMode  string
-	tunnelType   string
-	serviceCIDRs []string
-	exceptCIDRs  []string
+	clusterPath    string
+	kubeconfig     string
+	requestTimeout time.Duration
+	trafficMode    string
+	tunnelType     string
+	serviceCIDRs   []string
+	exceptCIDRs    []string
 }
 
 func (f *traceflowFlags) register(cmd *cobra.Command) {
 	fl := cmd.PersistentFlags()
 	fl.StringVar(&f.clusterPath, "cluster", "", "cluster state: a YAML/JSON file, or a directory whose *.yaml, *.yml and *.json files are all read")
+	fl.StringVar(&f.kubeconfig, "kubeconfig", "", "read the cluster state, read only, from the cluster of this kubeconfig's current context (in a Pod, with neither flag, the Pod's service account is used)")
+	fl.DurationVar(&f.requestTimeout, "request-timeout", time.Minute, "with --kubeconfig: the longest the whole read of the cluster state may take (0: no bound)")
 	fl.StringVar(&f.trafficMode, "traffic-mode", "encap", "Antrea traffic mode: encap, noEncap, hybrid or networkPolicyOnly")
 	fl.StringVar(&f.tunnelType, "tunnel-type", "geneve", "tunnel type in encap and hybrid modes: geneve or vxlan")
 	fl.StringSliceVar(&f.serviceCIDRs, "service-cidr", []string{crd.ServiceCIDRDefault}, "Service CIDRs (Egress never SNATs traffic to them)")
@@ -69,12 +75,42 @@ func (f *traceflowFlags) config(tag uint8) (pipeline.Config, error) {
 	return cfg, nil
 }
 
-// objects reads the cluster state's objects.
-func (f *traceflowFlags) objects(ctx context.Context) ([]cluster.Object, error) {
-	if f.clusterPath == "" {
-		return nil, errors.New("no cluster state: give --cluster PATH")
+// objects reads the cluster state's objects: from files, or from the live
+// cluster of --kubeconfig, or, in a Pod given neither, of the Pod's service
+// account. Warnings about the live cluster go to stderr.
+func (f *traceflowFlags) objects(ctx context.Context, stderr io.Writer) ([]cluster.Object, error) {
+	switch {
+	case f.clusterPath != "" && f.kubeconfig != "":
+		return nil, errors.New("--cluster and --kubeconfig are mutually exclusive: read the state from files or from a live cluster, not both")
+	case f.clusterPath != "":
+		return cluster.ReadPath(ctx, f.clusterPath)
+	case f.kubeconfig == "" && !kube.InCluster():
+		return nil, errors.New("no cluster state: give --cluster PATH or --kubeconfig FILE")
 	}
-	return cluster.ReadPath(ctx, f.clusterPath)
+	if f.requestTimeout < 0 {
+		return nil, fmt.Errorf("--request-timeout %s: must not be negative", f.requestTimeout)
+	}
+	cfg, err := kube.RESTConfig(f.kubeconfig)
+	if err != nil {
+		return nil, err
+	}
+	client, dyn, err := kube.Clients(cfg)
+	if err != nil {
+		return nil, err
+	}
+	if f.requestTimeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, f.requestTimeout)
+		defer cancel()
+	}
+	objs, probs, err := kube.Load(ctx, client, dyn, kube.Options{})
+	if err != nil {
+		return nil, fmt.Errorf("reading the cluster state from %s: %w", cfg.Host, err)
+	}
+	for _, p := range probs {
+		fmt.Fprintln(stderr, p)
+	}
+	return objs, nil
 }
 
 // model validates objects and builds the datapath, printing warnings.
@@ -107,13 +143,19 @@ func newTraceflowCmd() *cobra.Command {
 		showFlows              bool
 	)
 	cmd := &cobra.Command{
-		Use:     "traceflow -S NS/POD -D DEST [-f FLOW] --cluster PATH",
+		Use:     "traceflow -S NS/POD -D DEST [-f FLOW] (--cluster PATH | --kubeconfig FILE)",
 		Aliases: []string{"tf", "traceflows"},
 		Short:   "Trace a packet through a model of the cluster's Antrea datapath",
 		Long: `Builds, from the cluster state, each Node's modelled OVS pipeline (the tables
 Antrea installs, as prioritised match/action flows), injects a packet at the
 source Pod's port, runs it Node by Node through the tunnel or the host
 routes, and prints what Antrea's Traceflow would report.
+
+The cluster state comes from files (--cluster) or, read only, from a live
+cluster (--kubeconfig; in a Pod, with neither flag, the Pod's service
+account): Nodes, Namespaces, Pods, Services, EndpointSlices,
+NetworkPolicies and Antrea's Egresses, NetworkPolicies and
+ClusterNetworkPolicies. A missing Antrea CRD is a warning.
 
 -S is ns/pod or pod (namespace default). -D is ns/name, name or an IP; a
 name is a Pod if one exists, otherwise a Service. -f describes the packet:
@@ -153,7 +195,7 @@ message when the input cannot be used.`,
 			} else if src == "" || dst == "" {
 				return errors.New("please provide source (-S) and destination (-D)")
 			}
-			objs, err := f.objects(ctx)
+			objs, err := f.objects(ctx, cmd.ErrOrStderr())
 			if err != nil {
 				return err
 			}
@@ -287,7 +329,7 @@ func newTraceflowPipelineCmd(f *traceflowFlags) *cobra.Command {
 	var node string
 	var tag uint8
 	cmd := &cobra.Command{
-		Use:   "pipeline --node NAME --cluster PATH",
+		Use:   "pipeline --node NAME (--cluster PATH | --kubeconfig FILE)",
 		Short: "Print a Node's modelled flows in ovs-ofctl dump-flows syntax",
 		Long: `Prints every flow of the Node's modelled bridge, table by table in pipeline
 order, then its groups, as ovs-ofctl dump-flows and dump-groups would show
@@ -302,7 +344,7 @@ dataplane tag installs.`,
 			if node == "" {
 				return errors.New("--node NAME is required")
 			}
-			objs, err := f.objects(ctx)
+			objs, err := f.objects(ctx, cmd.ErrOrStderr())
 			if err != nil {
 				return err
 			}

@@ -50,11 +50,12 @@ func TestTraceflowCommand(t *testing.T) {
 }
 
 func TestTraceflowBadInput(t *testing.T) {
+	t.Setenv("KUBERNETES_SERVICE_HOST", "") // not in a Pod: no implied in-cluster state
 	for _, c := range []struct {
 		args []string
 		want string
 	}{
-		{[]string{"traceflow", "-S", "client", "-D", "db"}, "give --cluster PATH"},
+		{[]string{"traceflow", "-S", "client", "-D", "db"}, "give --cluster PATH or --kubeconfig FILE"},
 		{[]string{"traceflow", "-S", "client", "--cluster", tfCluster}, "please provide source (-S) and destination (-D)"},
 		{[]string{"traceflow", "-S", "ghost", "-D", "db", "--cluster", tfCluster}, "requested source Pod default/ghost not found"},
 		{[]string{"traceflow", "-S", "client", "-D", "db", "--cluster", tfCluster, "-f", "tcp,bogus"}, `unknown token "bogus"`},
