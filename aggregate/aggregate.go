@@ -137,6 +137,10 @@ type Store struct {
 	n            int
 
 	c counters
+
+	// queries carries flow-record look-ups into Run's goroutine, which
+	// alone touches the flows.
+	queries chan *queryReq
 }
 
 // New returns an empty Store.
@@ -164,6 +168,7 @@ func New(o Options) *Store {
 		strs:     newStrtab(),
 		lHead:    nilIdx,
 		lTail:    nilIdx,
+		queries:  make(chan *queryReq),
 	}
 	s.idx.init()
 	// One bucket per second of the longest timeout (and a little slack);
@@ -816,9 +821,17 @@ func (s *Store) Run(ctx context.Context, in <-chan collector.Batch, out *ring.Bu
 	defer t.Stop()
 	const chunk = 256
 	pending := make([]*flow.Flow, 0, chunk)
+	// The final flush may hold far more flows than the buffer: it waits
+	// for the sinks instead of lapping them (each sink's consumer is
+	// closed when it stops, which ends the wait).
+	flushing := false
 	produce := func() {
 		if len(pending) > 0 {
-			out.Produce(pending...)
+			if flushing {
+				out.ProduceWait(ctx, pending...)
+			} else {
+				out.Produce(pending...)
+			}
 			clear(pending)
 			pending = pending[:0]
 		}
@@ -836,6 +849,7 @@ func (s *Store) Run(ctx context.Context, in <-chan collector.Batch, out *ring.Bu
 			return
 		case b, ok := <-in:
 			if !ok {
+				flushing = true
 				s.Flush(emit)
 				produce()
 				return
@@ -848,6 +862,8 @@ func (s *Store) Run(ctx context.Context, in <-chan collector.Batch, out *ring.Bu
 		case <-t.C:
 			s.Tick(s.o.Clock(), emit)
 			produce()
+		case r := <-s.queries:
+			s.answer(r)
 		}
 	}
 }

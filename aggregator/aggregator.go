@@ -7,6 +7,7 @@ package aggregator
 import (
 	"context"
 	"crypto/tls"
+	"fmt"
 	"hash/fnv"
 	"log/slog"
 	"net"
@@ -29,6 +30,8 @@ import (
 	"sluice/ipfix"
 	"sluice/proxy"
 	"sluice/ring"
+	"sluice/sink"
+	"sluice/sink/flowlog"
 	"sluice/sink/ipfixout"
 )
 
@@ -55,7 +58,10 @@ type Aggregator struct {
 	// mode turns batches from the collectors into records for the sinks
 	// until the batch channel closes: Proxy or Aggregate.
 	mode  func(in <-chan collector.Batch, out *ring.Buffer[*flow.Flow])
-	sinks []*ipfixout.Sink
+	sinks []sink.Sink
+	// store is Aggregate mode's flow store (nil in Proxy mode), for the
+	// flow-record API.
+	store *aggregate.Store
 	inv   *enrich.Inventory
 	kube  *enrich.Kube
 }
@@ -119,6 +125,7 @@ func (a *Aggregator) init() error {
 			MaxFlows: cfg.Sluice.Aggregate.MaxFlows, ExportOneSided: cfg.Sluice.Aggregate.ExportOneSided,
 			Enrich: store, PodLabels: cfg.RecordContents.PodLabels, UIDs: cfg.FlowCollector.IncludeK8sUIDs, ClusterID: cfg.ClusterID,
 		})
+		a.store = st
 		// Closing the channel makes Run export every tracked flow.
 		a.mode = func(in <-chan collector.Batch, out *ring.Buffer[*flow.Flow]) {
 			st.Run(context.Background(), in, out, aggregate.DefaultTick)
@@ -134,6 +141,7 @@ func (a *Aggregator) init() error {
 		return err
 	}
 	a.api = api.New(a.reg, log)
+	a.setupAPI(table)
 	if a.apiLn, err = net.Listen("tcp", cfg.Sluice.APIAddress); err != nil {
 		return cfg.KeyError("sluice.apiAddress", err)
 	}
@@ -220,44 +228,102 @@ func (a *Aggregator) serverCerts() (*certs.Bundle, error) {
 
 func (a *Aggregator) setupSinks(table *ipfixmap.Table) error {
 	cfg := a.cfg
-	fc := cfg.FlowCollector
-	if !fc.Enable {
-		a.log.Info("no sink is enabled: records are received and counted, then dropped")
-		return nil
+	m := sink.NewMetrics(a.reg)
+	if cfg.FlowCollector.Enable {
+		s, err := a.flowCollectorSink(table, m)
+		if err != nil {
+			return err
+		}
+		a.sinks = append(a.sinks, s)
 	}
+	if cfg.FlowLogger.Enable {
+		s, err := a.flowLoggerSink(m)
+		if err != nil {
+			return err
+		}
+		a.sinks = append(a.sinks, s)
+	}
+	if len(a.sinks) == 0 {
+		a.log.Info("no sink is enabled: records are received and counted, then dropped")
+	}
+	return nil
+}
+
+func (a *Aggregator) flowCollectorSink(table *ipfixmap.Table, m *sink.Metrics) (sink.Sink, error) {
+	cfg := a.cfg
+	fc := cfg.FlowCollector
 	hostport, proto, err := fc.Target()
 	if err != nil {
-		return cfg.KeyError("flowCollector.address", err)
+		return nil, cfg.KeyError("flowCollector.address", err)
 	}
-	ex, err := ipfixmap.NewExporter(table, ipfixmap.ExportOptions{Names: fc.IncludeK8sNames, UIDs: fc.IncludeK8sUIDs,
-		Proxy: cfg.Mode == config.ModeProxy, Aggregate: cfg.Mode == config.ModeAggregate},
-		cfg.Mode == config.ModeProxy && cfg.Sluice.Proxy.PassThroughUnknown, ipfix.MinDataSetID)
+	ex, err := a.exporter(table)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	var tlsConf *tls.Config
 	if fc.TLS.Enable {
 		ct := cfg.Sluice.CollectorTLS
 		b, err := certs.LoadClient(ct.CertFile, ct.KeyFile, ct.CAFile)
 		if err != nil {
-			return cfg.KeyError("sluice.collectorTLS", err)
+			return nil, cfg.KeyError("sluice.collectorTLS", err)
 		}
 		tlsConf = b.ClientTLS(fc.TLS.ServerName)
 		if fc.TLS.MinVersion == "VersionTLS13" {
 			tlsConf.MinVersion = tls.VersionTLS13
 		}
 	}
-	domain := observationDomain(cfg)
 	s, err := ipfixout.New(ipfixout.Options{
 		Address: hostport, Proto: proto, TLS: tlsConf, JSON: fc.RecordFormat == config.FormatJSON,
-		ObservationDomainID: domain, MaxMessageSize: fc.MaxIPFIXMsgSize, TemplateRefresh: fc.TemplateRefreshTimeout.Duration,
-		Exporter: ex, Log: a.log, Metrics: ipfixout.NewMetrics(a.reg), Name: "flowCollector",
+		ObservationDomainID: observationDomain(cfg), MaxMessageSize: fc.MaxIPFIXMsgSize, TemplateRefresh: fc.TemplateRefreshTimeout.Duration,
+		Exporter: ex, Log: a.log, Metrics: m, Name: config.SinkFlowCollector,
 	})
 	if err != nil {
-		return cfg.KeyError("flowCollector", err)
+		return nil, cfg.KeyError("flowCollector", err)
 	}
-	a.sinks = append(a.sinks, s)
-	return nil
+	return s, nil
+}
+
+// exporter maps records to the export templates of the configured mode
+// and content (names, UIDs, pass-through).
+func (a *Aggregator) exporter(table *ipfixmap.Table) (*ipfixmap.Exporter, error) {
+	cfg := a.cfg
+	fc := cfg.FlowCollector
+	return ipfixmap.NewExporter(table, ipfixmap.ExportOptions{Names: fc.IncludeK8sNames, UIDs: fc.IncludeK8sUIDs,
+		Proxy: cfg.Mode == config.ModeProxy, Aggregate: cfg.Mode == config.ModeAggregate},
+		cfg.Mode == config.ModeProxy && cfg.Sluice.Proxy.PassThroughUnknown, ipfix.MinDataSetID)
+}
+
+func (a *Aggregator) flowLoggerSink(m *sink.Metrics) (sink.Sink, error) {
+	cfg := a.cfg
+	l := cfg.FlowLogger
+	filters := make([]flowlog.Filter, 0, len(l.Filters))
+	for i, f := range l.Filters {
+		var x flowlog.Filter
+		for _, list := range []struct {
+			key   string
+			names []string
+			dst   *[]uint8
+		}{
+			{"ingressNetworkPolicyRuleActions", f.IngressNetworkPolicyRuleActions, &x.IngressActions},
+			{"egressNetworkPolicyRuleActions", f.EgressNetworkPolicyRuleActions, &x.EgressActions},
+		} {
+			for _, name := range list.names {
+				act, err := flowlog.ParseAction(name)
+				if err != nil {
+					return nil, cfg.KeyError(fmt.Sprintf("flowLogger.filters[%d].%s", i, list.key), err)
+				}
+				*list.dst = append(*list.dst, act)
+			}
+		}
+		filters = append(filters, x)
+	}
+	s, err := flowlog.New(flowlog.Options{Path: l.Path, MaxSizeMB: l.MaxSize, MaxBackups: l.MaxBackups,
+		MaxAgeDays: l.MaxAge, Compress: l.Compress, PrettyPrint: l.PrettyPrint, Filters: filters,
+		Log: a.log, Metrics: m, Name: config.SinkFlowLogger})
+	if err != nil {
+		return nil, cfg.KeyError("flowLogger.path", err)
+	}
+	return s, nil
 }
 
 // observationDomain is flowCollector.observationDomainID, or an FNV-1 hash
@@ -286,7 +352,11 @@ func (a *Aggregator) Run(ctx context.Context) error {
 	for _, s := range a.sinks {
 		c := a.buf.Consumer()
 		stages.Add(1)
-		go func() { defer stages.Done(); _ = s.Run(sinkCtx, c) }()
+		go func() {
+			defer stages.Done()
+			defer c.Close() // a stopped sink no longer holds back the final flush
+			_ = s.Run(sinkCtx, c)
+		}()
 	}
 	stages.Add(1)
 	go func() {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
+	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
@@ -233,12 +234,14 @@ sluice:
 // Pods and both nodes' counters.
 func TestAggregateCorrelatesTwoNodes(t *testing.T) {
 	coll := newCollectorStub(t)
-	a, _, _ := startAggregator(t, fmt.Sprintf(`
+	logPath := filepath.Join(t.TempDir(), "flows.log")
+	a, stop, done := startAggregator(t, fmt.Sprintf(`
 mode: Aggregate
 aggregatorTransportProtocol: tcp
 flowCollector: {enable: true, address: "%s:tcp"}
+flowLogger: {enable: true, path: %q}
 sluice: {ipfixAddress: "127.0.0.1:0", apiAddress: "127.0.0.1:0"}
-`, coll.ln.Addr()))
+`, coll.ln.Addr(), logPath))
 	tb, _ := ipfixmap.NewTable(ipfix.DefaultRegistry())
 	names, _ := ipfixmap.AgentElements("v2.7", 4)
 	els, _ := tb.Elements(names)
@@ -259,7 +262,7 @@ sluice: {ipfixAddress: "127.0.0.1:0", apiAddress: "127.0.0.1:0"}
 				Stats: flow.Stats{OctetTotalCount: 1000, PacketTotalCount: 10, OctetDeltaCount: 1000, PacketDeltaCount: 10},
 			}
 			half(i, &f)
-			if err := ipfixmap.WriteRecord(enc.Record(domain, tmpl), els, &f); err != nil {
+			if err := ipfixmap.WriteRecord(enc.Begin(domain, tmpl), els, &f); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -275,7 +278,6 @@ sluice: {ipfixAddress: "127.0.0.1:0", apiAddress: "127.0.0.1:0"}
 	waitFor(t, "20 correlated records", func() bool { return coll.count() >= 20 })
 	time.Sleep(1500 * time.Millisecond) // nothing more should come: one record per connection
 	coll.mu.Lock()
-	defer coll.mu.Unlock()
 	if len(coll.recs) != 20 {
 		t.Fatalf("%d records for 20 connections", len(coll.recs))
 	}
@@ -299,6 +301,62 @@ sluice: {ipfixAddress: "127.0.0.1:0", apiAddress: "127.0.0.1:0"}
 	}
 	if len(seen) != 20 {
 		t.Errorf("%d distinct connections", len(seen))
+	}
+	coll.mu.Unlock()
+
+	// The flow-record API shows the tracked flows, filtered.
+	var recs []map[string]any
+	getJSON(t, "http://"+a.Addrs().API+"/flowrecords", &recs)
+	if len(recs) != 20 {
+		t.Errorf("/flowrecords: %d records, want 20", len(recs))
+	}
+	getJSON(t, "http://"+a.Addrs().API+"/flowrecords?srcport=40003&proto=tcp", &recs)
+	if len(recs) != 1 || recs[0]["sourcePodName"] != "client-3" || recs[0]["destinationPodName"] != "server" ||
+		recs[0]["octetTotalCountFromDestinationNode"] != float64(990) {
+		t.Errorf("/flowrecords?srcport=40003: %v", recs)
+	}
+	var rm map[string]any
+	getJSON(t, "http://"+a.Addrs().API+"/recordmetrics", &rm)
+	if rm["numRecordsReceived"] != float64(40) || rm["numFlows"] != float64(20) || rm["numRecordsExported"] != float64(20) ||
+		rm["withLogExporter"] != true || rm["withIPFIXExporter"] != true || rm["numConnToCollector"] != float64(2) {
+		t.Errorf("/recordmetrics: %v", rm)
+	}
+
+	// At shutdown the flow log holds one line per connection.
+	stop()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	done <- nil // for the cleanup
+	b, err := os.ReadFile(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	if len(lines) != 20 {
+		t.Fatalf("flow log has %d lines, want 20:\n%s", len(lines), b)
+	}
+	for _, l := range lines {
+		f := strings.Split(l, ",")
+		if len(f) != 30 || !strings.HasPrefix(f[7], "client-") || f[10] != "server" || f[9] != "node-a" || f[12] != "node-b" || f[6] != "TCP" {
+			t.Errorf("flow log line %q", l)
+		}
+	}
+}
+
+func getJSON(t *testing.T, url string, v any) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET %s: %s: %s", url, resp.Status, b)
+	}
+	if err := json.Unmarshal(b, v); err != nil {
+		t.Fatalf("GET %s: %v: %s", url, err, b)
 	}
 }
 
@@ -345,5 +403,65 @@ func TestRunEndsWhenACollectorFails(t *testing.T) {
 		}
 	case <-time.After(15 * time.Second):
 		t.Fatal("Run did not return after its collector failed")
+	}
+}
+
+// TestShutdownFlushOutrunsTheBuffer: 3000 flows are held when the
+// aggregator stops, far more than its 16-record buffer; the final flush
+// waits for the sinks, so the flow log gets every one.
+func TestShutdownFlushOutrunsTheBuffer(t *testing.T) {
+	logPath := filepath.Join(t.TempDir(), "flows.log")
+	a, stop, done := startAggregator(t, fmt.Sprintf(`
+mode: Aggregate
+aggregatorTransportProtocol: tcp
+recordBufferSize: 16
+flowLogger: {enable: true, path: %q}
+sluice: {ipfixAddress: "127.0.0.1:0", apiAddress: "127.0.0.1:0", aggregate: {exportOneSided: true}}
+`, logPath))
+	tb, _ := ipfixmap.NewTable(ipfix.DefaultRegistry())
+	names, _ := ipfixmap.AgentElements("v2.7", 4)
+	els, _ := tb.Elements(names)
+	tmpl, _ := ipfixmap.TemplateOf(256, els)
+	conn, err := net.Dial("tcp", a.Addrs().IPFIX)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	enc, _ := ipfix.NewEncoder(ipfix.EncoderOptions{}, func(m []byte) error { _, err := conn.Write(m); return err })
+	enc.AddTemplate(1, tmpl)
+	const n = 3000
+	for i := range n {
+		// Inter-Node flows only their source Node reports: held for
+		// correlation until the flush.
+		f := flow.Flow{
+			StartTime: time.Now().Add(-10 * time.Second).Truncate(time.Second), EndTime: time.Now().Truncate(time.Second),
+			SourceIP: netip.AddrFrom4([4]byte{10, 244, 1, byte(i % 250)}), DestinationIP: netip.MustParseAddr("10.244.2.9"),
+			SourcePort: uint16(10000 + i), DestinationPort: 443, Protocol: 6, FlowType: flow.FlowTypeInterNode,
+			SourcePodNamespace: "web", SourcePodName: "client", SourceNodeName: "node-a",
+		}
+		if err := ipfixmap.WriteRecord(enc.Begin(1, tmpl), els, &f); err != nil {
+			t.Fatal(err)
+		}
+	}
+	enc.Flush()
+	waitFor(t, "all flows held", func() bool {
+		return strings.Contains(metrics(t, a.Addrs().API), "sluice_collector_records_received_total{exporter=\"127.0.0.1\",transport=\"tcp\"} 3000")
+	})
+	var rm map[string]any
+	waitFor(t, "3000 flows tracked", func() bool {
+		getJSON(t, "http://"+a.Addrs().API+"/recordmetrics", &rm)
+		return rm["numFlows"] == float64(n)
+	})
+	stop()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	done <- nil
+	b, err := os.ReadFile(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Count(string(b), "\n"); got != n {
+		t.Fatalf("flow log has %d lines after shutdown, want %d", got, n)
 	}
 }

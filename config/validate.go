@@ -25,7 +25,7 @@ const (
 func SupportedSinks() map[string]bool {
 	return map[string]bool{
 		SinkFlowCollector:     true,
-		SinkFlowLogger:        false, // to become true with the flow logger
+		SinkFlowLogger:        true,
 		SinkClickHouse:        false,
 		SinkS3Uploader:        false,
 		SinkFlowStreamService: false,

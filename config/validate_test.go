@@ -56,10 +56,11 @@ func TestValidate(t *testing.T) {
 			`cfg.yaml:2: clickHouse.enable: the ClickHouse sink is not supported yet`},
 		{"S3 unsupported", "s3Uploader:\n  enable: true\n  bucketName: flows\n", nil,
 			`cfg.yaml:2: s3Uploader.enable: the S3 uploader sink is not supported yet`},
-		{"flow logger unsupported", "flowLogger:\n  enable: true\n", nil,
+		{"flow logger unsupported", "flowLogger:\n  enable: true\n", &ValidateOptions{Supported: map[string]bool{}},
 			`cfg.yaml:2: flowLogger.enable: the flow logger sink is not supported yet`},
-		{"flow logger supported", "flowLogger:\n  enable: true\n",
-			&ValidateOptions{Supported: map[string]bool{SinkFlowLogger: true}}, ""},
+		{"flow logger supported", "flowLogger:\n  enable: true\n", nil, ""},
+		{"flow logger in Proxy mode", "mode: Proxy\nflowLogger:\n  enable: true\n", nil,
+			`cfg.yaml:3: flowLogger.enable: the flow logger sink cannot be used in Proxy mode (only flowCollector can)`},
 		{"flow stream service unsupported", "flowStreamService:\n  enable: true\n", nil,
 			`cfg.yaml:2: flowStreamService.enable: the flow stream service is not supported yet`},
 		{"flow stream service in Proxy mode", "mode: Proxy\nflowStreamService:\n  enable: true\n", ptr(allSinks()), ""},
@@ -212,7 +213,7 @@ func TestValidateWithoutFile(t *testing.T) {
 
 func TestSupportedSinks(t *testing.T) {
 	s := SupportedSinks()
-	if !s[SinkFlowCollector] || s[SinkFlowLogger] || s[SinkClickHouse] || s[SinkS3Uploader] || s[SinkFlowStreamService] {
+	if !s[SinkFlowCollector] || !s[SinkFlowLogger] || s[SinkClickHouse] || s[SinkS3Uploader] || s[SinkFlowStreamService] {
 		t.Errorf("SupportedSinks() = %v", s)
 	}
 	s[SinkClickHouse] = true

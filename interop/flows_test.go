@@ -177,7 +177,7 @@ func (f *antreaFlow) values() []any {
 
 // writeSluice writes f as one data record of t with Sluice's encoder.
 func writeSluice(e *ipfix.Encoder, domain uint32, t *ipfix.Template, f *antreaFlow) error {
-	return e.Record(domain, t).
+	return e.Begin(domain, t).
 		Time(f.FlowStart).Time(f.FlowEnd).Uint(uint64(f.FlowEndReason)).
 		Uint(uint64(f.SrcPort)).Uint(uint64(f.DstPort)).Uint(uint64(f.Proto)).
 		Uint(f.Packets).Uint(f.Octets).Uint(f.DeltaPackets).Uint(f.DeltaOctets).

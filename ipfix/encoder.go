@@ -31,9 +31,10 @@ var ErrTooLarge = errors.New("ipfix: record does not fit in a message")
 // finished message to an emit function. It keeps per-observation-domain
 // sequence numbers. It is not safe for concurrent use.
 //
-// Data records are written field by field through a RecordWriter that
-// walks the template's own field list, so the values can never be written
-// in another order than the template announces.
+// Data records are written field by field through a RecordBuilder that
+// follows the template's own field list (a plan computed once per
+// template), so the values can never be written in another order or of
+// another type than the template announces.
 type Encoder struct {
 	max    int
 	now    func() time.Time
@@ -49,8 +50,17 @@ type Encoder struct {
 	setStart int
 	setID    uint16
 	seq      map[uint32]uint32
-	scratch  []byte
 	w        RecordWriter
+
+	// The record being built (see Begin): its template and plan, the
+	// whole buffer it is written into, where it starts (-1 if none), why
+	// it could not start, and the address of a failed Addr write.
+	t     *Template
+	ops   []fieldOp
+	b     []byte
+	start int
+	werr  error
+	fa    netip.Addr
 }
 
 // NewEncoder returns an encoder that passes each finished message to emit.
@@ -67,8 +77,14 @@ func NewEncoder(opts EncoderOptions, emit func(msg []byte) error) (*Encoder, err
 		opts.Now = time.Now
 	}
 	e := &Encoder{max: opts.MaxMessageSize, now: opts.Now, emit: emit, seq: map[uint32]uint32{}, setStart: -1, oneSet: opts.OneSetPerMessage}
-	e.buf = make([]byte, 0, opts.MaxMessageSize)
-	e.w.e = e
+	// Records are written past the message's end before End decides
+	// where they go, so the buffer holds a full message, a set header and
+	// the largest record (plus the slack of the writers' 8- and 16-octet
+	// stores): it never grows, and a record that overruns it cannot fit in
+	// any message.
+	e.buf = make([]byte, 0, 2*opts.MaxMessageSize+64)
+	e.b = e.buf[:cap(e.buf)]
+	e.start = -1
 	return e, nil
 }
 
@@ -150,7 +166,9 @@ func (e *Encoder) Flush() error {
 	binary.BigEndian.PutUint32(b[4:], uint32(e.now().Unix()))
 	binary.BigEndian.PutUint32(b[8:], e.seq[e.domain])
 	binary.BigEndian.PutUint32(b[12:], e.domain)
-	if err := e.emit(b); err != nil {
+	// A full slice expression, so that an emit that appends cannot
+	// overwrite a record waiting past the message's end (see spill).
+	if err := e.emit(b[:len(b):len(b)]); err != nil {
 		return err
 	}
 	// Only records that left count towards the next sequence number.
@@ -217,227 +235,399 @@ func (e *Encoder) WithdrawTemplate(domain uint32, id uint16, options bool) error
 	return nil
 }
 
-// Record starts a data record of template t in domain and returns the
-// writer for its values, which stays valid until End.
-func (e *Encoder) Record(domain uint32, t *Template) *RecordWriter {
-	w := &e.w
-	w.t, w.i, w.err = t, 0, nil
-	if err := e.beginSet(domain, t.ID); err != nil {
-		w.err = err
-		return w
+// Begin starts a data record of template t in domain and returns a
+// builder for its values. t must come from NewTemplate, TemplateOf or a
+// Session.
+//
+// A RecordBuilder is a value: each method returns the builder to use next,
+// so use one chain, enc.Begin(d, t).Uint(1).String("a").End(), or
+// reassign (b = b.Uint(1)). Keeping the state in the caller's registers
+// rather than in memory is what makes a write a few instructions. A
+// builder is valid until its End or the encoder's next Begin or Record.
+func (e *Encoder) Begin(domain uint32, t *Template) RecordBuilder {
+	// The common case, another record of the set being built, needs none
+	// of beginSet's checks.
+	if !e.open || e.domain != domain || e.setStart < 0 || e.setID != t.ID {
+		if err := e.beginSet(domain, t.ID); err != nil {
+			e.t, e.ops, e.werr, e.start = t, t.ops, err, -1
+			return RecordBuilder{e: e, i: failBit | int(wNone)<<failShift}
+		}
+		e.openSet(t.ID)
 	}
-	e.openSet(t.ID)
-	w.start = len(e.buf)
-	return w
-}
-
-// RecordWriter appends the values of one data record, in template order.
-// Each method checks the next field's type; the first error sticks and is
-// returned by End, which then discards the record.
-type RecordWriter struct {
-	e     *Encoder
-	t     *Template
-	i     int
-	start int
-	err   error
-}
-
-// next returns the next field if its type is in want, else records an
-// error. The fast path is small enough to inline into every writer method.
-func (w *RecordWriter) next(want typeSet) *Field {
-	i, fs := w.i, w.t.Fields
-	if w.err == nil && uint(i) < uint(len(fs)) && want&(1<<fs[i].Type) != 0 {
-		w.i = i + 1
-		return &fs[i]
+	if e.t != t {
+		e.t, e.ops = t, t.ops
 	}
-	return w.mismatch(want)
+	if e.werr != nil {
+		e.werr = nil
+	}
+	n := len(e.buf)
+	e.start = n
+	room := recordSlack
+	if len(t.ops) > 0 {
+		room = int(t.ops[0].room)
+	}
+	// One check per record makes every fixed-length write safe: room is
+	// the space the template's fixed-length fields need (see fieldOp).
+	if n+room > len(e.b) || t.minLen > e.max-headerLen-setHeaderLen || len(t.ops) != len(t.Fields) {
+		return RecordBuilder{e: e, i: failBit | int(wNone)<<failShift}
+	}
+	return RecordBuilder{e: e, n: n}
 }
 
-// mismatch records why next refused.
-func (w *RecordWriter) mismatch(want typeSet) *Field {
-	switch {
-	case w.err != nil:
-	case w.i >= len(w.t.Fields):
-		w.err = &FieldError{Index: w.i, Name: "?", Msg: fmt.Sprintf("template %d has only %d fields", w.t.ID, len(w.t.Fields))}
+// RecordBuilder writes the values of one data record, in template order;
+// see Encoder.Begin. Each method checks the next field's type against the
+// template's plan (one compare) and stores the value past the end of the
+// message being built; End commits the record. The first error sticks and
+// is returned by End, which then discards the record.
+type RecordBuilder struct {
+	e *Encoder
+	// i is the next field. The first failed write sets it to
+	// field | failBit | method<<failShift: every later write then fails
+	// at its first compare, and End knows which write failed.
+	i int
+	n int    // where the next value goes in e.b
+	v uint64 // the value (or octet count) of the failed write, for End's error
+}
+
+const (
+	// failBit marks a failed record in RecordBuilder.i; a template that can
+	// be encoded has fewer fields than that (each takes at least an octet).
+	failBit   = 1 << 16
+	failShift = 20
+	// recordSlack is the room past the last field that lets writers store
+	// 8 or 16 octets whatever the field's length.
+	recordSlack = 16
+)
+
+// fail records a failed write of method c, unless an earlier one failed.
+func (a RecordBuilder) fail(c wclass, v uint64) RecordBuilder {
+	if a.i < failBit {
+		a.i, a.v = a.i|failBit|int(c)<<failShift, v
+	}
+	return a
+}
+
+// wclass is the RecordBuilder method that writes a field: every data type
+// is written by exactly one. Variable- and fixed-length octets differ so
+// that the common variable-length case is one compare.
+type wclass uint8
+
+const (
+	wNone wclass = iota // no write: the record could not start
+	wUint
+	wInt
+	wFloat
+	wBool
+	wAddr
+	wMAC
+	wTime
+	wString // variable length
+	wStringFixed
+	wOctets // variable length
+	wOctetsFixed
+)
+
+// classTypes is the set of data types each method writes, for errors.
+var classTypes = [...]typeSet{
+	wUint: unsignedTypes, wInt: signedTypes, wFloat: floatTypes, wBool: boolTypes, wAddr: addrTypes,
+	wMAC: macTypes, wTime: timeTypes, wString: stringTypes, wStringFixed: stringTypes,
+	wOctets: octetTypes, wOctetsFixed: octetTypes,
+}
+
+// fieldOp is how a RecordBuilder writes one template field.
+type fieldOp struct {
+	cls wclass
+	typ DataType
+	// shift is 64 - 8*length for integers: a value shifted left by it
+	// and back is unchanged exactly when it fits in the field, and
+	// shifted left it is the field's octets at the top of a big-endian
+	// uint64.
+	shift  uint8
+	_      uint8
+	length uint16
+	_      uint16
+	// room is recordSlack plus the length of this and every later
+	// fixed-length field, capped. Begin checks that the buffer has room
+	// for the first field; a fixed-length write keeps that true for the
+	// next, and a variable-length one checks its own length plus room.
+	room uint32
+}
+
+// planFields computes the plan of t's fields.
+func planFields(fs []Field) []fieldOp {
+	ops := make([]fieldOp, len(fs))
+	room := recordSlack
+	for i := len(fs) - 1; i >= 0; i-- {
+		ops[i] = opFor(&fs[i])
+		if !fs[i].Variable() {
+			room = min(room+int(fs[i].Length), 4*maxMessageLen)
+		}
+		ops[i].room = uint32(room)
+	}
+	return ops
+}
+
+// opFor returns the plan of field f. Templates guarantee that integer
+// fields are 1 to 8 octets and other fixed types have their own size.
+func opFor(f *Field) fieldOp {
+	op := fieldOp{typ: f.Type, length: f.Length}
+	variable := f.Variable()
+	switch t := f.Type; {
+	case unsignedTypes.has(t):
+		op.cls = wUint
+	case signedTypes.has(t):
+		op.cls = wInt
+	case floatTypes.has(t):
+		op.cls = wFloat
+	case boolTypes.has(t):
+		op.cls = wBool
+	case addrTypes.has(t):
+		op.cls = wAddr
+	case macTypes.has(t):
+		op.cls = wMAC
+	case timeTypes.has(t):
+		op.cls = wTime
+	case stringTypes.has(t) && variable:
+		op.cls = wString
+	case stringTypes.has(t):
+		op.cls = wStringFixed
+	case variable:
+		op.cls = wOctets
 	default:
-		f := &w.t.Fields[w.i]
-		w.err = &FieldError{Index: w.i, Name: f.Name(), Type: f.Type, Msg: "cannot write " + want.String()}
+		op.cls = wOctetsFixed
 	}
-	return nil
-}
-
-// overflow records a value too large for its field.
-func (w *RecordWriter) overflow(f *Field, v any) {
-	w.fail(f, fmt.Sprintf("value %v does not fit in %d octets", v, f.Length))
-}
-
-func (w *RecordWriter) fail(f *Field, msg string) {
-	w.err = &FieldError{Index: w.i - 1, Name: f.Name(), Type: f.Type, Msg: msg}
+	if (op.cls == wUint || op.cls == wInt) && f.Length >= 1 && f.Length <= 8 {
+		op.shift = uint8(64 - 8*f.Length)
+	}
+	return op
 }
 
 // Uint writes an unsigned integer at the field's (possibly reduced) size.
-func (w *RecordWriter) Uint(v uint64) *RecordWriter {
-	if f := w.next(unsignedTypes); f != nil {
-		if f.Length < 8 && v>>(8*f.Length) != 0 {
-			w.overflow(f, v)
-			return w
+func (a RecordBuilder) Uint(v uint64) RecordBuilder {
+	e := a.e
+	if a.i < len(e.ops) {
+		op := &e.ops[a.i]
+		if op.cls == wUint && v<<op.shift>>op.shift == v {
+			// All 8 octets are stored (room allows it); those past the
+			// field are overwritten by the next value or cut off by End.
+			binary.BigEndian.PutUint64(e.b[a.n:], v<<op.shift)
+			a.i++
+			a.n += int(op.length)
+			return a
 		}
-		w.e.buf = appendBE(w.e.buf, v, int(f.Length))
 	}
-	return w
+	// a.fail, spelled out to stay within the inlining budget.
+	if a.i < failBit {
+		a.i, a.v = a.i|failBit|int(wUint)<<failShift, v
+	}
+	return a
 }
 
 // Int writes a signed integer at the field's (possibly reduced) size.
-func (w *RecordWriter) Int(v int64) *RecordWriter {
-	if f := w.next(signedTypes); f != nil {
-		bits := 8 * uint(f.Length)
-		if bits < 64 && (v < -(1<<(bits-1)) || v >= 1<<(bits-1)) {
-			w.overflow(f, v)
-			return w
+func (a RecordBuilder) Int(v int64) RecordBuilder {
+	e := a.e
+	if a.i < len(e.ops) {
+		op := &e.ops[a.i]
+		if op.cls == wInt && v<<op.shift>>op.shift == v {
+			binary.BigEndian.PutUint64(e.b[a.n:], uint64(v)<<op.shift)
+			a.i++
+			a.n += int(op.length)
+			return a
 		}
-		w.e.buf = appendBE(w.e.buf, uint64(v), int(f.Length))
 	}
-	return w
+	// a.fail, spelled out to stay within the inlining budget.
+	if a.i < failBit {
+		a.i, a.v = a.i|failBit|int(wInt)<<failShift, uint64(v)
+	}
+	return a
 }
 
 // Float writes a float32 or float64 field.
-func (w *RecordWriter) Float(v float64) *RecordWriter {
-	if f := w.next(floatTypes); f != nil {
-		if f.Length == 4 {
-			w.e.buf = binary.BigEndian.AppendUint32(w.e.buf, math.Float32bits(float32(v)))
+func (a RecordBuilder) Float(v float64) RecordBuilder {
+	e := a.e
+	if a.i < len(e.ops) && e.ops[a.i].cls == wFloat {
+		if e.ops[a.i].length == 4 {
+			binary.BigEndian.PutUint32(e.b[a.n:], math.Float32bits(float32(v)))
+			a.n += 4
 		} else {
-			w.e.buf = binary.BigEndian.AppendUint64(w.e.buf, math.Float64bits(v))
+			binary.BigEndian.PutUint64(e.b[a.n:], math.Float64bits(v))
+			a.n += 8
 		}
+		a.i++
+		return a
 	}
-	return w
+	return a.fail(wFloat, 0)
 }
 
 // Bool writes a boolean field.
-func (w *RecordWriter) Bool(v bool) *RecordWriter {
-	if f := w.next(boolTypes); f != nil {
+func (a RecordBuilder) Bool(v bool) RecordBuilder {
+	e := a.e
+	if a.i < len(e.ops) && e.ops[a.i].cls == wBool {
 		c := byte(2)
 		if v {
 			c = 1
 		}
-		w.e.buf = append(w.e.buf, c)
+		e.b[a.n] = c
+		a.i++
+		a.n++
+		return a
 	}
-	return w
+	return a.fail(wBool, 0)
 }
 
 // Addr writes an address field. The zero Addr writes an all-zero address
 // of the field's family (how unset addresses travel in fixed-size fields).
-func (w *RecordWriter) Addr(a netip.Addr) *RecordWriter {
-	if f := w.next(addrTypes); f != nil {
+func (a RecordBuilder) Addr(addr netip.Addr) RecordBuilder {
+	e := a.e
+	if a.i < len(e.ops) && e.ops[a.i].cls == wAddr {
+		op := &e.ops[a.i]
 		switch {
-		case !a.IsValid():
-			w.e.buf = append(w.e.buf, make([]byte, f.Length)...)
-		case f.Type == IPv4Address && a.Is4():
-			b := a.As4()
-			w.e.buf = append(w.e.buf, b[:]...)
-		case f.Type == IPv6Address && a.Is6():
-			b := a.As16()
-			w.e.buf = append(w.e.buf, b[:]...)
+		case op.typ == IPv4Address && addr.Is4():
+			b := addr.As4()
+			copy(e.b[a.n:], b[:])
+		case op.typ == IPv6Address && addr.Is6():
+			b := addr.As16()
+			copy(e.b[a.n:], b[:])
+		case !addr.IsValid():
+			clear(e.b[a.n : a.n+int(op.length)])
 		default:
-			w.fail(f, "address "+a.String()+" is of the other family")
+			e.fa = addr
+			return a.fail(wAddr, 0)
 		}
+		a.i++
+		a.n += int(op.length)
+		return a
 	}
-	return w
+	return a.fail(wAddr, 0)
 }
 
 // MAC writes a macAddress field.
-func (w *RecordWriter) MAC(m [6]byte) *RecordWriter {
-	if f := w.next(macTypes); f != nil {
-		w.e.buf = append(w.e.buf, m[:]...)
+func (a RecordBuilder) MAC(m [6]byte) RecordBuilder {
+	e := a.e
+	if a.i < len(e.ops) && e.ops[a.i].cls == wMAC {
+		copy(e.b[a.n:], m[:])
+		a.i++
+		a.n += 6
+		return a
 	}
-	return w
+	return a.fail(wMAC, 0)
 }
 
 // Time writes any dateTime field.
-func (w *RecordWriter) Time(t time.Time) *RecordWriter {
-	if f := w.next(timeTypes); f != nil {
-		switch f.Type {
+func (a RecordBuilder) Time(t time.Time) RecordBuilder {
+	e := a.e
+	if a.i < len(e.ops) && e.ops[a.i].cls == wTime {
+		b := e.b[a.n:]
+		switch typ := e.ops[a.i].typ; typ {
 		case DateTimeSeconds:
-			w.e.buf = binary.BigEndian.AppendUint32(w.e.buf, uint32(t.Unix()))
+			binary.BigEndian.PutUint32(b, uint32(t.Unix()))
+			a.n += 4
 		case DateTimeMilliseconds:
-			w.e.buf = binary.BigEndian.AppendUint64(w.e.buf, uint64(t.UnixMilli()))
+			binary.BigEndian.PutUint64(b, uint64(t.UnixMilli()))
+			a.n += 8
 		default:
-			sec := uint32(t.Unix() + ntpEpochOffset)
 			frac := (uint64(t.Nanosecond()) << 32) / 1e9
-			if f.Type == DateTimeMicroseconds {
+			if typ == DateTimeMicroseconds {
 				frac &^= 0x7ff
 			}
-			w.e.buf = binary.BigEndian.AppendUint32(w.e.buf, sec)
-			w.e.buf = binary.BigEndian.AppendUint32(w.e.buf, uint32(frac))
+			binary.BigEndian.PutUint64(b, uint64(uint32(t.Unix()+ntpEpochOffset))<<32|frac)
+			a.n += 8
 		}
+		a.i++
+		return a
 	}
-	return w
+	return a.fail(wTime, 0)
 }
 
 // String writes a string field; see Bytes for the length rules.
-func (w *RecordWriter) String(s string) *RecordWriter {
-	if f := w.next(stringTypes); f != nil {
-		appendOctets(w, f, s)
+func (a RecordBuilder) String(s string) RecordBuilder {
+	e := a.e
+	// The common case: a short value in a variable-length field.
+	if a.i < len(e.ops) && len(s) < 255 {
+		op := &e.ops[a.i]
+		if op.cls == wString && a.n+1+len(s)+int(op.room) <= len(e.b) {
+			e.b[a.n] = byte(len(s))
+			copy(e.b[a.n+1:], s)
+			a.i++
+			a.n += 1 + len(s)
+			return a
+		}
 	}
-	return w
+	return writeOctets(a, s, wString)
 }
 
 // Bytes writes an octetArray field (or any field whose type the encoder
 // treats as raw octets). A fixed-length field must get exactly its length;
 // a variable-length one takes a length prefix (RFC 7011 §7).
-func (w *RecordWriter) Bytes(b []byte) *RecordWriter {
-	if f := w.next(octetTypes); f != nil {
-		appendOctets(w, f, b)
-	}
-	return w
+func (a RecordBuilder) Bytes(b []byte) RecordBuilder {
+	return writeOctets(a, b, wOctets)
 }
 
-func appendOctets[T ~string | ~[]byte](w *RecordWriter, f *Field, v T) {
-	n := len(v)
-	switch {
-	case f.Length != VariableLength:
-		if n != int(f.Length) {
-			w.fail(f, fmt.Sprintf("value of %d octets for a field of %d", n, f.Length))
-			return
-		}
-	case n < 255:
-		w.e.buf = append(w.e.buf, byte(n))
-	case n <= maxMessageLen:
-		w.e.buf = append(w.e.buf, 255, byte(n>>8), byte(n))
-	default:
-		w.fail(f, fmt.Sprintf("value of %d octets is longer than any message", n))
-		return
+// writeOctets writes v with method c (wString or wOctets) in all cases.
+func writeOctets[T ~string | ~[]byte](a RecordBuilder, v T, c wclass) RecordBuilder {
+	e, n, l := a.e, a.n, len(v)
+	if a.i >= len(e.ops) {
+		return a.fail(c, uint64(l))
 	}
-	w.e.buf = append(w.e.buf, v...)
+	op := &e.ops[a.i]
+	switch {
+	case op.cls == c+1 && l == int(op.length): // wStringFixed, wOctetsFixed: room covers it
+	case op.cls != c || l > maxMessageLen:
+		return a.fail(c, uint64(l))
+	case l < 255 && n+1+l+int(op.room) <= len(e.b):
+		e.b[n] = byte(l)
+		n++
+	case n+3+l+int(op.room) <= len(e.b):
+		e.b[n], e.b[n+1], e.b[n+2] = 255, byte(l>>8), byte(l)
+		n += 3
+	default:
+		return a.fail(c, uint64(l))
+	}
+	copy(e.b[n:], v)
+	a.i++
+	a.n = n + l
+	return a
 }
 
 // End finishes the record. If it made the message larger than the maximum
 // size, the message is sent without it and the record starts the next one.
 // On error nothing of the record is kept.
-func (w *RecordWriter) End() error {
-	e := w.e
-	if w.err == nil && w.i != len(w.t.Fields) {
-		w.err = &FieldError{Index: w.i, Name: w.t.Fields[w.i].Name(), Type: w.t.Fields[w.i].Type, Msg: "not written"}
+func (a RecordBuilder) End() error {
+	e := a.e
+	if a.i != len(e.ops) || e.start < 0 {
+		return e.abort(a)
 	}
-	if w.err != nil {
-		if e.open && w.start > 0 && len(e.buf) >= w.start {
-			e.buf = e.buf[:w.start]
-			e.dropEmptySet(w.start)
-		}
-		return w.err
-	}
-	if len(e.buf) <= e.max {
+	start := e.start
+	e.start = -1
+	if a.n <= e.max {
+		e.buf = e.buf[:a.n]
 		e.records++
 		return nil
 	}
-	rec := len(e.buf) - w.start
-	if headerLen+setHeaderLen+rec > e.max {
-		e.buf = e.buf[:w.start]
-		e.dropEmptySet(w.start)
-		return fmt.Errorf("data record of template %d (%d octets): %w", w.t.ID, rec, ErrTooLarge)
+	return e.spill(start, a.n)
+}
+
+// abort discards a record that cannot be ended and says why.
+func (e *Encoder) abort(a RecordBuilder) error {
+	if e.werr != nil {
+		return e.werr
 	}
-	e.scratch = append(e.scratch[:0], e.buf[w.start:]...)
-	e.buf = e.buf[:w.start]
-	e.dropEmptySet(w.start)
+	if e.start < 0 {
+		return errors.New("ipfix: record ended twice")
+	}
+	err := e.failure(a)
+	e.dropEmptySet(e.start)
+	e.start = -1
+	return err
+}
+
+// spill moves a record that made the message too large into the next one.
+func (e *Encoder) spill(start, end int) error {
+	t, rec := e.t, end-start
+	e.dropEmptySet(start)
+	if headerLen+setHeaderLen+rec > e.max {
+		return fmt.Errorf("data record of template %d (%d octets): %w", t.ID, rec, ErrTooLarge)
+	}
 	domain := e.domain
 	if err := e.Flush(); err != nil {
 		return err
@@ -445,10 +635,65 @@ func (w *RecordWriter) End() error {
 	if err := e.begin(domain); err != nil {
 		return err
 	}
-	e.openSet(w.t.ID)
-	e.buf = append(e.buf, e.scratch...)
+	e.openSet(t.ID)
+	// The record still lies past the (new) message's end; the header and
+	// set header just written end before it starts, and copy handles any
+	// overlap.
+	k := len(e.buf)
+	e.buf = e.buf[:k+rec]
+	copy(e.buf[k:], e.b[start:end])
 	e.records++
 	return nil
+}
+
+// failure builds the error of a record that End refuses, from the first
+// failed write.
+func (e *Encoder) failure(a RecordBuilder) error {
+	t, ops := e.t, e.ops
+	if a.i < failBit { // ended early
+		f := &t.Fields[a.i]
+		return &FieldError{Index: a.i, Name: f.Name(), Type: f.Type, Msg: "not written"}
+	}
+	i, c := a.i&(failBit-1), wclass(a.i>>failShift)
+	switch {
+	case len(ops) != len(t.Fields):
+		return fmt.Errorf("ipfix: template %d was not built by NewTemplate or a Session", t.ID)
+	case c == wNone:
+		return fmt.Errorf("data record of template %d (at least %d octets): %w", t.ID, max(t.minLen, int(ops[0].room)-recordSlack), ErrTooLarge)
+	case i >= len(ops):
+		return &FieldError{Index: i, Name: "?", Msg: fmt.Sprintf("template %d has only %d fields", t.ID, len(ops))}
+	}
+	f, op := &t.Fields[i], ops[i]
+	fail := func(msg string) error { return &FieldError{Index: i, Name: f.Name(), Type: f.Type, Msg: msg} }
+	want := classTypes[c]
+	if !want.has(f.Type) {
+		return fail("cannot write " + want.String())
+	}
+	s := op.shift & 63
+	switch c {
+	case wUint:
+		if a.v<<s>>s != a.v {
+			return fail(fmt.Sprintf("value %d does not fit in %d octets", a.v, f.Length))
+		}
+	case wInt:
+		if v := int64(a.v); v<<s>>s != v {
+			return fail(fmt.Sprintf("value %d does not fit in %d octets", v, f.Length))
+		}
+	case wAddr:
+		if e.fa.IsValid() {
+			return fail("address " + e.fa.String() + " is of the other family")
+		}
+	case wString, wOctets:
+		switch l := a.v; {
+		case f.Length != VariableLength && l != uint64(f.Length):
+			return fail(fmt.Sprintf("value of %d octets for a field of %d", l, f.Length))
+		case l > maxMessageLen:
+			return fail(fmt.Sprintf("value of %d octets is longer than any message", l))
+		}
+	}
+	// The value was right for its field: it is the record that outgrew
+	// the buffer, which holds more than any message.
+	return fmt.Errorf("data record of template %d (over %d octets): %w", t.ID, e.max-headerLen-setHeaderLen, ErrTooLarge)
 }
 
 // dropEmptySet removes the open set's header if the record that was to
@@ -460,19 +705,44 @@ func (e *Encoder) dropEmptySet(recStart int) {
 	}
 }
 
-func appendBE(b []byte, v uint64, n int) []byte {
-	switch n {
-	case 1:
-		return append(b, byte(v))
-	case 2:
-		return binary.BigEndian.AppendUint16(b, uint16(v))
-	case 4:
-		return binary.BigEndian.AppendUint32(b, uint32(v))
-	case 8:
-		return binary.BigEndian.AppendUint64(b, v)
-	}
-	for i := n - 1; i >= 0; i-- {
-		b = append(b, byte(v>>(8*uint(i))))
-	}
-	return b
+// Record starts a data record like Begin, for callers that pass the
+// writer around by pointer (each write then goes through memory, so Begin
+// is faster in a chain).
+func (e *Encoder) Record(domain uint32, t *Template) *RecordWriter {
+	e.w.b = e.Begin(domain, t)
+	return &e.w
 }
+
+// RecordWriter is a RecordBuilder behind a pointer: its methods update it
+// in place. It stays valid until End.
+type RecordWriter struct{ b RecordBuilder }
+
+// Uint is RecordBuilder.Uint.
+func (w *RecordWriter) Uint(v uint64) *RecordWriter { w.b = w.b.Uint(v); return w }
+
+// Int is RecordBuilder.Int.
+func (w *RecordWriter) Int(v int64) *RecordWriter { w.b = w.b.Int(v); return w }
+
+// Float is RecordBuilder.Float.
+func (w *RecordWriter) Float(v float64) *RecordWriter { w.b = w.b.Float(v); return w }
+
+// Bool is RecordBuilder.Bool.
+func (w *RecordWriter) Bool(v bool) *RecordWriter { w.b = w.b.Bool(v); return w }
+
+// Addr is RecordBuilder.Addr.
+func (w *RecordWriter) Addr(a netip.Addr) *RecordWriter { w.b = w.b.Addr(a); return w }
+
+// MAC is RecordBuilder.MAC.
+func (w *RecordWriter) MAC(m [6]byte) *RecordWriter { w.b = w.b.MAC(m); return w }
+
+// Time is RecordBuilder.Time.
+func (w *RecordWriter) Time(t time.Time) *RecordWriter { w.b = w.b.Time(t); return w }
+
+// String is RecordBuilder.String.
+func (w *RecordWriter) String(s string) *RecordWriter { w.b = w.b.String(s); return w }
+
+// Bytes is RecordBuilder.Bytes.
+func (w *RecordWriter) Bytes(b []byte) *RecordWriter { w.b = w.b.Bytes(b); return w }
+
+// End is RecordBuilder.End.
+func (w *RecordWriter) End() error { return w.b.End() }

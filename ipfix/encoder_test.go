@@ -314,3 +314,29 @@ func TestOneSetPerMessage(t *testing.T) {
 		}
 	}
 }
+
+// TestRecordBuilderEndTwice: a builder is a value, so a copy can be ended
+// again; that must not commit or count the record twice.
+func TestRecordBuilderEndTwice(t *testing.T) {
+	reg := ipfix.DefaultRegistry()
+	tmpl, _ := ipfix.TemplateOf(256, reg.MustByName("protocolIdentifier"))
+	msgs, emit := collector()
+	enc, _ := ipfix.NewEncoder(ipfix.EncoderOptions{Now: fixedClock}, emit)
+	b := enc.Begin(1, tmpl).Uint(6)
+	if err := b.End(); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.End(); err == nil {
+		t.Error("a second End succeeded")
+	}
+	// Writes not chained into the builder that is ended are missing.
+	b = enc.Begin(1, tmpl)
+	b.Uint(17)
+	if err := b.End(); !errors.Is(err, ipfix.ErrType) || !strings.Contains(err.Error(), "not written") {
+		t.Errorf("End of a builder whose write was dropped: %v", err)
+	}
+	enc.Flush()
+	if len(*msgs) != 1 || enc.SequenceNumber(1) != 1 || len((*msgs)[0]) != ipfix.HeaderLen+4+1 {
+		t.Fatalf("%d messages, %d records", len(*msgs), enc.SequenceNumber(1))
+	}
+}

@@ -57,6 +57,9 @@ type Template struct {
 	// fixed spans of each field when no field is variable (fixedLen >= 0).
 	fixed    []span
 	fixedLen int
+	// ops is how an Encoder writes each field, so that a value costs one
+	// compare against the template instead of a walk of Fields.
+	ops []fieldOp
 	// minLen is the smallest possible record: variable fields count one
 	// octet (their length prefix). Always >= 1 for a valid template.
 	minLen int
@@ -130,8 +133,10 @@ func TemplateOf(id uint16, elems ...*InfoElement) (*Template, error) {
 	return NewTemplate(id, fs)
 }
 
-// layout computes minLen and, for all-fixed templates, the field spans.
+// layout computes the encoder's plan, minLen and, for all-fixed templates,
+// the field spans.
 func (t *Template) layout() {
+	t.ops = planFields(t.Fields)
 	t.minLen, t.fixedLen = 0, 0
 	for i := range t.Fields {
 		if t.Fields[i].Variable() {

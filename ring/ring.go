@@ -18,6 +18,11 @@ type Buffer[T any] struct {
 	mask   uint64
 	head   uint64 // sequence number of the next item to produce
 	closed bool
+	// consumers are the open consumers; room wakes a ProduceWait when
+	// one of them reads or closes.
+	consumers map[*Consumer[T]]struct{}
+	room      *sync.Cond
+	waiting   int
 }
 
 // New returns a buffer of at least capacity items (rounded up to a power
@@ -27,8 +32,9 @@ func New[T any](capacity int) *Buffer[T] {
 	for n < capacity {
 		n <<= 1
 	}
-	b := &Buffer[T]{items: make([]T, n), mask: uint64(n - 1)}
+	b := &Buffer[T]{items: make([]T, n), mask: uint64(n - 1), consumers: map[*Consumer[T]]struct{}{}}
 	b.wake = sync.NewCond(&b.mu)
+	b.room = sync.NewCond(&b.mu)
 	return b
 }
 
@@ -44,6 +50,52 @@ func (b *Buffer[T]) Produce(items ...T) {
 	}
 	b.mu.Unlock()
 	b.wake.Broadcast()
+}
+
+// ProduceWait is Produce, except that before each item it waits until
+// every open consumer has read far enough for the item to overwrite
+// nothing unread, or until ctx ends (then it overwrites, as Produce).
+// It is for the end of a run, when a flush of many records must reach
+// the sinks rather than lap them; a consumer that stops reading must be
+// closed for it to go on.
+func (b *Buffer[T]) ProduceWait(ctx context.Context, items ...T) {
+	stop := context.AfterFunc(ctx, func() {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		b.room.Broadcast()
+	})
+	defer stop()
+	b.mu.Lock()
+	for _, it := range items {
+		for ctx.Err() == nil && b.full() {
+			b.waiting++
+			b.wake.Broadcast() // let consumers see what is there before sleeping
+			b.room.Wait()
+			b.waiting--
+		}
+		b.items[b.head&b.mask] = it
+		b.head++
+	}
+	b.mu.Unlock()
+	b.wake.Broadcast()
+}
+
+// full reports whether producing one more item would overwrite an item
+// some open consumer has not read. Called with mu held.
+func (b *Buffer[T]) full() bool {
+	for c := range b.consumers {
+		if b.head-c.next >= uint64(len(b.items)) {
+			return true
+		}
+	}
+	return false
+}
+
+// Produced is the number of items produced so far.
+func (b *Buffer[T]) Produced() uint64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.head
 }
 
 // Close wakes every consumer; they drain what is left and then see the end.
@@ -67,7 +119,19 @@ type Consumer[T any] struct {
 func (b *Buffer[T]) Consumer() *Consumer[T] {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return &Consumer[T]{b: b, next: b.head}
+	c := &Consumer[T]{b: b, next: b.head}
+	b.consumers[c] = struct{}{}
+	return c
+}
+
+// Close says the consumer will read no more, so that ProduceWait stops
+// waiting for it.
+func (c *Consumer[T]) Close() {
+	b := c.b
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	delete(b.consumers, c)
+	b.room.Broadcast()
 }
 
 // Next appends up to max available items to dst, blocking until at least
@@ -96,6 +160,9 @@ func (c *Consumer[T]) Next(ctx context.Context, dst []T, max int) (out []T, ok b
 	for n := 0; c.next < b.head && n < max; n++ {
 		dst = append(dst, b.items[c.next&b.mask])
 		c.next++
+	}
+	if b.waiting > 0 {
+		b.room.Broadcast()
 	}
 	return dst, true
 }

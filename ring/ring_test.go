@@ -79,3 +79,60 @@ func TestConcurrent(t *testing.T) {
 	b.Close()
 	wg.Wait()
 }
+
+func TestProduceWaitLosesNothing(t *testing.T) {
+	b := New[int](8)
+	c := b.Consumer()
+	const n = 1000
+	items := make([]int, n)
+	for i := range items {
+		items[i] = i
+	}
+	done := make(chan struct{})
+	go func() { b.ProduceWait(context.Background(), items...); b.Close(); close(done) }()
+	var got []int
+	for {
+		time.Sleep(time.Microsecond) // a slow reader
+		out, ok := c.Next(context.Background(), nil, 3)
+		if !ok {
+			break
+		}
+		got = append(got, out...)
+	}
+	<-done
+	if c.Lost != 0 || len(got) != n {
+		t.Fatalf("read %d, lost %d", len(got), c.Lost)
+	}
+	for i, v := range got {
+		if v != i {
+			t.Fatalf("item %d is %d", i, v)
+		}
+	}
+}
+
+func TestProduceWaitStopsForClosedConsumersAndContext(t *testing.T) {
+	b := New[int](4)
+	stuck := b.Consumer()
+	done := make(chan struct{})
+	go func() { b.ProduceWait(context.Background(), 1, 2, 3, 4, 5, 6); close(done) }()
+	select {
+	case <-done:
+		t.Fatal("ProduceWait lapped a consumer that had not read")
+	case <-time.After(50 * time.Millisecond):
+	}
+	stuck.Close()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("ProduceWait still waits for a closed consumer")
+	}
+
+	b2 := New[int](4)
+	_ = b2.Consumer()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Millisecond)
+	defer cancel()
+	b2.ProduceWait(ctx, 1, 2, 3, 4, 5, 6) // returns once ctx ends
+	if b2.Produced() != 6 {
+		t.Fatalf("produced %d", b2.Produced())
+	}
+}

@@ -23,7 +23,7 @@ func newRootCmd() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newVersionCmd(), newIPFIXCmd(), newAggregatorCmd())
+	root.AddCommand(newVersionCmd(), newIPFIXCmd(), newAggregatorCmd(), newGetCmd(), newTraceflowCmd())
 	root.AddCommand(newExporterCmd())
 	return root
 }

@@ -240,7 +240,7 @@ func (s *Sender) write(f *flow.Flow) error {
 	if f.IsIPv6() {
 		i = 1
 	}
-	return ipfixmap.WriteRecord(s.enc.Record(s.o.ObservationDomainID, s.tmpl[i]), s.els[i], f)
+	return ipfixmap.WriteRecord(s.enc.Begin(s.o.ObservationDomainID, s.tmpl[i]), s.els[i], f)
 }
 
 var errPeerClosed = errors.New("ipfixsend: the aggregator closed the connection")

@@ -19,7 +19,7 @@ type Element struct {
 	// Family is 4 or 6 for address elements of one IP family, else 0.
 	Family int
 	get    func(r *ipfix.Record, i int, f *flow.Flow, in *Interner) bool
-	put    func(w *ipfix.RecordWriter, f *flow.Flow)
+	put    func(b ipfix.RecordBuilder, f *flow.Flow) ipfix.RecordBuilder
 }
 
 // Name is the element's name.
@@ -75,7 +75,7 @@ type descriptor struct {
 	field  flow.Field
 	family int
 	get    func(r *ipfix.Record, i int, f *flow.Flow, in *Interner) bool
-	put    func(w *ipfix.RecordWriter, f *flow.Flow)
+	put    func(b ipfix.RecordBuilder, f *flow.Flow) ipfix.RecordBuilder
 }
 
 // Descriptor builders, one per value kind. Each get stores the value and
@@ -89,7 +89,7 @@ func u8d(name string, field flow.Field, p func(*flow.Flow) *uint8) descriptor {
 			*p(f) = uint8(v)
 			return err == nil
 		},
-		put: func(w *ipfix.RecordWriter, f *flow.Flow) { w.Uint(uint64(*p(f))) },
+		put: func(b ipfix.RecordBuilder, f *flow.Flow) ipfix.RecordBuilder { return b.Uint(uint64(*p(f))) },
 	}
 }
 
@@ -100,7 +100,7 @@ func u16d(name string, field flow.Field, p func(*flow.Flow) *uint16) descriptor 
 			*p(f) = uint16(v)
 			return err == nil
 		},
-		put: func(w *ipfix.RecordWriter, f *flow.Flow) { w.Uint(uint64(*p(f))) },
+		put: func(b ipfix.RecordBuilder, f *flow.Flow) ipfix.RecordBuilder { return b.Uint(uint64(*p(f))) },
 	}
 }
 
@@ -111,7 +111,7 @@ func u64d(name string, field flow.Field, p func(*flow.Flow) *uint64) descriptor 
 			*p(f) = v
 			return err == nil
 		},
-		put: func(w *ipfix.RecordWriter, f *flow.Flow) { w.Uint(*p(f)) },
+		put: func(b ipfix.RecordBuilder, f *flow.Flow) ipfix.RecordBuilder { return b.Uint(*p(f)) },
 	}
 }
 
@@ -122,7 +122,7 @@ func strd(name string, field flow.Field, p func(*flow.Flow) *string) descriptor 
 			*p(f) = in.Bytes(b)
 			return err == nil
 		},
-		put: func(w *ipfix.RecordWriter, f *flow.Flow) { w.String(*p(f)) },
+		put: func(b ipfix.RecordBuilder, f *flow.Flow) ipfix.RecordBuilder { return b.String(*p(f)) },
 	}
 }
 
@@ -133,12 +133,12 @@ func timed(name string, field flow.Field, p func(*flow.Flow) *time.Time) descrip
 			*p(f) = v
 			return err == nil
 		},
-		put: func(w *ipfix.RecordWriter, f *flow.Flow) {
+		put: func(b ipfix.RecordBuilder, f *flow.Flow) ipfix.RecordBuilder {
 			t := *p(f)
 			if t.IsZero() {
 				t = time.Unix(0, 0)
 			}
-			w.Time(t)
+			return b.Time(t)
 		},
 	}
 }
@@ -156,9 +156,9 @@ func addrd(name string, field flow.Field, family int, zeroUnset bool, p func(*fl
 			*p(f) = v
 			return true
 		},
-		put: func(w *ipfix.RecordWriter, f *flow.Flow) {
+		put: func(b ipfix.RecordBuilder, f *flow.Flow) ipfix.RecordBuilder {
 			// The other family's address, or none, goes out as zeros.
-			w.Addr(familyOr(*p(f), family))
+			return b.Addr(familyOr(*p(f), family))
 		},
 	}
 }
@@ -173,9 +173,9 @@ func uidd(name string, field flow.Field, p func(*flow.Flow) *flow.UID) descripto
 			*p(f) = flow.UID(b)
 			return *p(f) != flow.UID{}
 		},
-		put: func(w *ipfix.RecordWriter, f *flow.Flow) {
+		put: func(b ipfix.RecordBuilder, f *flow.Flow) ipfix.RecordBuilder {
 			u := *p(f)
-			w.Bytes(u[:])
+			return b.Bytes(u[:])
 		},
 	}
 }
@@ -279,30 +279,31 @@ func descriptors() []descriptor {
 
 		// Export only: what a proxy says about where a record came from.
 		// Received, they are known but not mapped.
-		{name: "originalObservationDomainId", put: func(w *ipfix.RecordWriter, f *F) { w.Uint(uint64(f.Origin.ObservationDomainID)) }},
-		{name: "originalExporterIPv4Address", put: func(w *ipfix.RecordWriter, f *F) { w.Addr(familyOr(f.Origin.Exporter, 4)) }},
-		{name: "originalExporterIPv6Address", put: func(w *ipfix.RecordWriter, f *F) { w.Addr(familyOr(f.Origin.Exporter, 6)) }},
+		{name: "originalObservationDomainId", put: func(b ipfix.RecordBuilder, f *F) ipfix.RecordBuilder {
+			return b.Uint(uint64(f.Origin.ObservationDomainID))
+		}},
+		{name: "originalExporterIPv4Address", put: func(b ipfix.RecordBuilder, f *F) ipfix.RecordBuilder { return b.Addr(familyOr(f.Origin.Exporter, 4)) }},
+		{name: "originalExporterIPv6Address", put: func(b ipfix.RecordBuilder, f *F) ipfix.RecordBuilder { return b.Addr(familyOr(f.Origin.Exporter, 6)) }},
 	}
 }
 
 // aggU64 and aggTime export a field of the Aggregation, zero without one.
 func aggU64(name string, v func(*flow.Aggregation) uint64) descriptor {
-	return descriptor{name: name, put: func(w *ipfix.RecordWriter, f *flow.Flow) {
+	return descriptor{name: name, put: func(b ipfix.RecordBuilder, f *flow.Flow) ipfix.RecordBuilder {
 		if f.Aggregation == nil {
-			w.Uint(0)
-			return
+			return b.Uint(0)
 		}
-		w.Uint(v(f.Aggregation))
+		return b.Uint(v(f.Aggregation))
 	}}
 }
 
 func aggTime(name string, v func(*flow.Aggregation) time.Time) descriptor {
-	return descriptor{name: name, put: func(w *ipfix.RecordWriter, f *flow.Flow) {
+	return descriptor{name: name, put: func(b ipfix.RecordBuilder, f *flow.Flow) ipfix.RecordBuilder {
 		t := time.Unix(0, 0)
 		if f.Aggregation != nil && !v(f.Aggregation).IsZero() {
 			t = v(f.Aggregation)
 		}
-		w.Time(t)
+		return b.Time(t)
 	}}
 }
 
@@ -330,10 +331,9 @@ func getEgressIP(r *ipfix.Record, i int, f *flow.Flow, in *Interner) bool {
 	return true
 }
 
-func putEgressIP(w *ipfix.RecordWriter, f *flow.Flow) {
+func putEgressIP(b ipfix.RecordBuilder, f *flow.Flow) ipfix.RecordBuilder {
 	if f.EgressIP.IsValid() {
-		w.String(f.EgressIP.String())
-	} else {
-		w.String("")
+		return b.String(f.EgressIP.String())
 	}
+	return b.String("")
 }

@@ -156,22 +156,22 @@ func (e *Exporter) template(fi int, legacy []*Element, extra []flow.Element) (*i
 }
 
 // Write writes f's values as a record of t, which must come from
-// Template(f).
-func (e *Exporter) Write(w *ipfix.RecordWriter, t *ipfix.Template, f *flow.Flow) error {
+// Template(f), and ends it.
+func (e *Exporter) Write(b ipfix.RecordBuilder, t *ipfix.Template, f *flow.Flow) error {
 	fi := 0
 	if f.IsIPv6() {
 		fi = 1
 	}
-	PutValues(w, e.base[fi], f)
+	b = PutValues(b, e.base[fi], f)
 	if len(t.Fields) > len(e.base[fi]) {
-		PutValues(w, e.carried(f), f)
+		b = PutValues(b, e.carried(f), f)
 		for _, x := range f.Unknown {
 			if !e.baseKeys[ipfix.ElementKey{EnterpriseID: x.EnterpriseID, ID: x.ID}] {
-				w.Bytes(x.Value)
+				b = b.Bytes(x.Value)
 			}
 		}
 	}
-	return w.End()
+	return b.End()
 }
 
 // Elements resolves element names to mapped elements, in order.
@@ -198,15 +198,16 @@ func TemplateOf(id uint16, els []*Element) (*ipfix.Template, error) {
 
 // WriteRecord writes f's values for els, in order, as one record of a
 // template built from the same list by TemplateOf.
-func WriteRecord(w *ipfix.RecordWriter, els []*Element, f *flow.Flow) error {
-	PutValues(w, els, f)
-	return w.End()
+func WriteRecord(b ipfix.RecordBuilder, els []*Element, f *flow.Flow) error {
+	return PutValues(b, els, f).End()
 }
 
 // PutValues writes f's values for els without ending the record, for a
-// template that continues with other fields.
-func PutValues(w *ipfix.RecordWriter, els []*Element, f *flow.Flow) {
+// template that continues with other fields, and returns the builder to
+// continue with.
+func PutValues(b ipfix.RecordBuilder, els []*Element, f *flow.Flow) ipfix.RecordBuilder {
 	for _, el := range els {
-		el.put(w, f)
+		b = el.put(b, f)
 	}
+	return b
 }

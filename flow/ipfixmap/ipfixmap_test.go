@@ -68,7 +68,7 @@ func agentMessages(t *testing.T, tb *ipfixmap.Table, version string, family int,
 	var msgs [][]byte
 	enc, _ := ipfix.NewEncoder(ipfix.EncoderOptions{}, func(m []byte) error { msgs = append(msgs, bytes.Clone(m)); return nil })
 	enc.AddTemplate(1, tmpl)
-	if err := ipfixmap.WriteRecord(enc.Record(1, tmpl), els, f); err != nil {
+	if err := ipfixmap.WriteRecord(enc.Begin(1, tmpl), els, f); err != nil {
 		t.Fatal(err)
 	}
 	enc.Flush()
@@ -216,10 +216,8 @@ func TestFutureExporterAndPassThrough(t *testing.T) {
 	var msgs [][]byte
 	enc, _ := ipfix.NewEncoder(ipfix.EncoderOptions{}, func(m []byte) error { msgs = append(msgs, bytes.Clone(m)); return nil })
 	enc.AddTemplate(1, tmpl)
-	w := enc.Record(1, tmpl)
-	ipfixmap.PutValues(w, els, &want) // the known part, then the extras
-	w.String("new-in-v2.8").Uint(77).Bytes([]byte{1, 2, 3})
-	if err := w.End(); err != nil {
+	b := ipfixmap.PutValues(enc.Begin(1, tmpl), els, &want) // the known part, then the extras
+	if err := b.String("new-in-v2.8").Uint(77).Bytes([]byte{1, 2, 3}).End(); err != nil {
 		t.Fatal(err)
 	}
 	enc.Flush()
@@ -252,7 +250,7 @@ func TestFutureExporterAndPassThrough(t *testing.T) {
 	for _, tt := range ex.Templates() {
 		oenc.AddTemplate(7, tt)
 	}
-	if err := ex.Write(oenc.Record(7, out), out, &f); err != nil {
+	if err := ex.Write(oenc.Begin(7, out), out, &f); err != nil {
 		t.Fatal(err)
 	}
 	oenc.Flush()
@@ -305,7 +303,7 @@ func TestRoundTripAllExportFields(t *testing.T) {
 		var msgs [][]byte
 		enc, _ := ipfix.NewEncoder(ipfix.EncoderOptions{}, func(m []byte) error { msgs = append(msgs, bytes.Clone(m)); return nil })
 		enc.AddTemplate(1, tmpl)
-		if err := ex.Write(enc.Record(1, tmpl), tmpl, &want); err != nil {
+		if err := ex.Write(enc.Begin(1, tmpl), tmpl, &want); err != nil {
 			t.Fatal(err)
 		}
 		enc.Flush()
@@ -352,11 +350,11 @@ func TestAggregateExportCarriesPerNodeView(t *testing.T) {
 	var msgs [][]byte
 	enc, _ := ipfix.NewEncoder(ipfix.EncoderOptions{}, func(m []byte) error { msgs = append(msgs, bytes.Clone(m)); return nil })
 	enc.AddTemplate(1, tmpl)
-	if err := ex.Write(enc.Record(1, tmpl), tmpl, &f); err != nil {
+	if err := ex.Write(enc.Begin(1, tmpl), tmpl, &f); err != nil {
 		t.Fatal(err)
 	}
 	f.Aggregation = nil // a record that was not aggregated writes zeros
-	if err := ex.Write(enc.Record(1, tmpl), tmpl, &f); err != nil {
+	if err := ex.Write(enc.Begin(1, tmpl), tmpl, &f); err != nil {
 		t.Fatal(err)
 	}
 	enc.Flush()
@@ -402,7 +400,7 @@ func TestLegacyL7PassThrough(t *testing.T) {
 		var msgs [][]byte
 		enc, _ := ipfix.NewEncoder(ipfix.EncoderOptions{}, func(m []byte) error { msgs = append(msgs, bytes.Clone(m)); return nil })
 		enc.AddTemplate(1, tmpl)
-		if err := ex.Write(enc.Record(1, tmpl), tmpl, &f); err != nil {
+		if err := ex.Write(enc.Begin(1, tmpl), tmpl, &f); err != nil {
 			t.Fatal(err)
 		}
 		enc.Flush()

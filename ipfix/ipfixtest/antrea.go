@@ -74,7 +74,7 @@ func SampleFlow(i int) Flow {
 // WriteAntreaV27 writes f as a record of a template built from
 // AntreaV27IPv4, with the values an agent would send.
 func WriteAntreaV27(e *ipfix.Encoder, domain uint32, t *ipfix.Template, f Flow) error {
-	return e.Record(domain, t).
+	return e.Begin(domain, t).
 		Time(f.Start).Time(f.End).Uint(2).
 		Uint(uint64(f.SrcPort)).Uint(uint64(f.DstPort)).Uint(uint64(f.Proto)).
 		Uint(f.Packets).Uint(f.Octets).Uint(f.Packets / 10).Uint(f.Octets / 10).

@@ -18,10 +18,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"sluice/flow"
+	"sluice/flow/flowjson"
 	"sluice/flow/ipfixmap"
 	"sluice/ipfix"
-	"sluice/ipfix/ipfixjson"
 	"sluice/ring"
+	"sluice/sink"
 )
 
 // Options configures a Sink.
@@ -52,31 +53,11 @@ type Options struct {
 	Name string
 }
 
-// Metrics are a sink's Prometheus series, labelled by sink name.
-type Metrics struct {
-	Exported   *prometheus.CounterVec // sink
-	Dropped    *prometheus.CounterVec // sink, reason
-	Connected  *prometheus.GaugeVec   // sink
-	Reconnects *prometheus.CounterVec // sink
-}
+// Metrics are the sinks' shared series (see package sink).
+type Metrics = sink.Metrics
 
-// NewMetrics creates the series and registers them with reg if not nil.
-func NewMetrics(reg prometheus.Registerer) *Metrics {
-	m := &Metrics{
-		Exported: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_sink_records_exported_total",
-			Help: "Records a sink sent on."}, []string{"sink"}),
-		Dropped: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_sink_records_dropped_total",
-			Help: "Records a sink lost: buffer-full (it fell a whole buffer behind), send-error, encode-error."}, []string{"sink", "reason"}),
-		Connected: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "sluice_sink_connected",
-			Help: "1 while the sink is connected to its destination."}, []string{"sink"}),
-		Reconnects: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_sink_connection_attempts_total",
-			Help: "Connection attempts to the destination, successful or not."}, []string{"sink"}),
-	}
-	if reg != nil {
-		reg.MustRegister(m.Exported, m.Dropped, m.Connected, m.Reconnects)
-	}
-	return m
-}
+// NewMetrics creates the sinks' series; see sink.NewMetrics.
+func NewMetrics(reg prometheus.Registerer) *Metrics { return sink.NewMetrics(reg) }
 
 // Sink is one external collector.
 type Sink struct {
@@ -94,9 +75,7 @@ type Sink struct {
 	jsonBuf   []byte
 	// for JSON: records are rendered from their IPFIX form, so the two
 	// formats always carry the same elements and values.
-	scratch    *ipfix.Encoder
-	scratchMsg []byte
-	dec        *ipfix.Decoder
+	json       *flowjson.Renderer
 	exported   prometheus.Counter
 	sendErrs   prometheus.Counter
 	encodeErrs prometheus.Counter
@@ -154,14 +133,13 @@ func New(o Options) (*Sink, error) {
 		return nil, err
 	}
 	if o.JSON {
-		s.scratch, _ = ipfix.NewEncoder(ipfix.EncoderOptions{}, func(m []byte) error { s.scratchMsg = m; return nil })
-		s.dec = ipfix.NewDecoder(ipfix.NewSession(ipfix.SessionOptions{}))
+		s.json = flowjson.New(o.Exporter)
 	}
 	m := o.Metrics
 	s.exported = m.Exported.WithLabelValues(o.Name)
-	s.sendErrs = m.Dropped.WithLabelValues(o.Name, "send-error")
-	s.encodeErrs = m.Dropped.WithLabelValues(o.Name, "encode-error")
-	s.lost = m.Dropped.WithLabelValues(o.Name, "buffer-full")
+	s.sendErrs = m.Dropped.WithLabelValues(o.Name, sink.ReasonSendError)
+	s.encodeErrs = m.Dropped.WithLabelValues(o.Name, sink.ReasonEncodeError)
+	s.lost = m.Dropped.WithLabelValues(o.Name, sink.ReasonBufferFull)
 	s.connected = m.Connected.WithLabelValues(o.Name)
 	s.attempts = m.Reconnects.WithLabelValues(o.Name)
 	return s, nil
@@ -348,14 +326,14 @@ func (s *Sink) send(f *flow.Flow) {
 		return
 	}
 	if s.o.JSON {
-		s.sendJSON(t, f)
+		s.sendJSON(f)
 		return
 	}
 	if !s.announced[t] && !s.announceOne(t) {
 		s.encodeErrs.Inc() // a template that cannot be sent: its records cannot either
 		return
 	}
-	if err := s.o.Exporter.Write(s.enc.Record(s.o.ObservationDomainID, t), t, f); err != nil {
+	if err := s.o.Exporter.Write(s.enc.Begin(s.o.ObservationDomainID, t), t, f); err != nil {
 		if s.conn == nil {
 			// The connection failed while a full message went out; this
 			// record was waiting for the next message.
@@ -387,23 +365,13 @@ func (s *Sink) announceOne(t *ipfix.Template) bool {
 }
 
 // sendJSON writes one {"ipfix":{...},"@timestamp":...} line.
-func (s *Sink) sendJSON(t *ipfix.Template, f *flow.Flow) {
-	if err := s.scratch.AddTemplate(0, t); err != nil {
-		s.encodeErrs.Inc()
-		return
-	}
-	if err := s.o.Exporter.Write(s.scratch.Record(0, t), t, f); err != nil {
-		s.encodeErrs.Inc()
-		return
-	}
-	_ = s.scratch.Flush()
-	if err := s.dec.Reset(s.scratchMsg, time.Now()); err != nil || !s.dec.Next() {
-		s.encodeErrs.Inc()
-		return
-	}
-	r := s.dec.Record()
+func (s *Sink) sendJSON(f *flow.Flow) {
 	b := append(s.jsonBuf[:0], `{"ipfix":{`...)
-	b = ipfixjson.AppendFields(b, r)
+	b, err := s.json.AppendFields(b, f)
+	if err != nil {
+		s.encodeErrs.Inc()
+		return
+	}
 	b = append(b, `},"@timestamp":"`...)
 	b = time.Now().UTC().AppendFormat(b, time.RFC3339)
 	b = append(b, "\"}\n"...)

@@ -150,13 +150,12 @@ func proxyFutureValues(port uint16) (s string, u uint32, b []byte) {
 
 // write writes f as a record of the exporter's template.
 func (x *proxyExporterTemplate) write(enc *ipfix.Encoder, domain uint32, f *flow.Flow) error {
-	w := enc.Record(domain, x.tmpl)
-	ipfixmap.PutValues(w, x.els, f)
+	b := ipfixmap.PutValues(enc.Begin(domain, x.tmpl), x.els, f)
 	if x.version == proxyFutureVersion {
-		s, u, b := proxyFutureValues(f.SourcePort)
-		w.String(s).Uint(uint64(u)).Bytes(b)
+		s, u, o := proxyFutureValues(f.SourcePort)
+		b = b.String(s).Uint(uint64(u)).Bytes(o)
 	}
-	return w.End()
+	return b.End()
 }
 
 // rawValues encodes f alone as the exporter would and decodes it again:

@@ -143,11 +143,13 @@ func (f *pdmlField) walk(fn func(*pdmlField)) {
 	}
 }
 
-// pdmlFlow is what tshark dissected of one flow record: its source address
-// and its Antrea enterprise elements by element ID.
+// pdmlFlow is what tshark dissected of one flow record: its source
+// address, its Antrea enterprise elements by element ID, and every named
+// field below it (each occurrence's shown value, in order).
 type pdmlFlow struct {
 	src    string
 	antrea map[int]string
+	fields map[string][]string
 }
 
 var antreaEntry = regexp.MustCompile(`^Enterprise Private entry: \(Project Antrea\) Type (\d+):`)
@@ -200,7 +202,14 @@ func parsePDML(out string) ([][]pdmlFlow, error) {
 						problems = append(problems, fmt.Errorf("frame %d: expert info (severity %#x): %s", frame, sev, msg))
 					}
 				case f.Name == "" && strings.HasPrefix(f.Show, "Flow "):
-					fl := pdmlFlow{antrea: map[int]string{}}
+					fl := pdmlFlow{antrea: map[int]string{}, fields: map[string][]string{}}
+					for i := range f.Fields {
+						f.Fields[i].walk(func(x *pdmlField) {
+							if x.Name != "" {
+								fl.fields[x.Name] = append(fl.fields[x.Name], x.Show)
+							}
+						})
+					}
 					for _, c := range f.Fields {
 						if c.Name == "cflow.srcaddr" {
 							fl.src = c.Show

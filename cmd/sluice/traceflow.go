@@ -1,0 +1,383 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/netip"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"sluice/traceflow/cluster"
+	"sluice/traceflow/cluster/kube"
+	"sluice/traceflow/crd"
+	"sluice/traceflow/datapath"
+	"sluice/traceflow/flowspec"
+	"sluice/traceflow/pipeline"
+	"sluice/traceflow/render"
+	"sluice/traceflow/tracer"
+)
+
+// traceflowFlags are the options shared by `traceflow` and its subcommands.
+type traceflowFlags struct {
+	clusterPath    string
+	kubeconfig     string
+	requestTimeout time.Duration
+	trafficMode    string
+	tunnelType     string
+	serviceCIDRs   []string
+	exceptCIDRs    []string
+}
+
+func (f *traceflowFlags) register(cmd *cobra.Command) {
+	fl := cmd.PersistentFlags()
+	fl.StringVar(&f.clusterPath, "cluster", "", "cluster state: a YAML/JSON file, or a directory whose *.yaml, *.yml and *.json files are all read")
+	fl.StringVar(&f.kubeconfig, "kubeconfig", "", "read the cluster state, read only, from the cluster of this kubeconfig's current context (in a Pod, with neither flag, the Pod's service account is used)")
+	fl.DurationVar(&f.requestTimeout, "request-timeout", time.Minute, "with --kubeconfig: the longest the whole read of the cluster state may take (0: no bound)")
+	fl.StringVar(&f.trafficMode, "traffic-mode", "encap", "Antrea traffic mode: encap, noEncap, hybrid or networkPolicyOnly")
+	fl.StringVar(&f.tunnelType, "tunnel-type", "geneve", "tunnel type in encap and hybrid modes: geneve or vxlan")
+	fl.StringSliceVar(&f.serviceCIDRs, "service-cidr", []string{crd.ServiceCIDRDefault}, "Service CIDRs (Egress never SNATs traffic to them)")
+	fl.StringSliceVar(&f.exceptCIDRs, "egress-except-cidr", nil, "the agents' egress.exceptCIDRs")
+}
+
+// config turns the flags into a pipeline configuration.
+func (f *traceflowFlags) config(tag uint8) (pipeline.Config, error) {
+	cfg := pipeline.DefaultConfig()
+	var err error
+	if cfg.TrafficMode, err = pipeline.ParseTrafficMode(f.trafficMode); err != nil {
+		return cfg, fmt.Errorf("--traffic-mode: %w", err)
+	}
+	if cfg.TunnelType, err = pipeline.ParseTunnelType(f.tunnelType); err != nil {
+		return cfg, fmt.Errorf("--tunnel-type: %w", err)
+	}
+	parse := func(flag string, in []string) ([]netip.Prefix, error) {
+		var out []netip.Prefix
+		for _, s := range in {
+			p, err := netip.ParsePrefix(s)
+			if err != nil {
+				return nil, fmt.Errorf("%s: %q is not a CIDR", flag, s)
+			}
+			out = append(out, p.Masked())
+		}
+		return out, nil
+	}
+	if cfg.ServiceCIDRs, err = parse("--service-cidr", f.serviceCIDRs); err != nil {
+		return cfg, err
+	}
+	if cfg.EgressExceptCIDRs, err = parse("--egress-except-cidr", f.exceptCIDRs); err != nil {
+		return cfg, err
+	}
+	cfg.Tag = tag
+	return cfg, nil
+}
+
+// objects reads the cluster state's objects: from files, or from the live
+// cluster of --kubeconfig, or, in a Pod given neither, of the Pod's service
+// account. Warnings about the live cluster go to stderr.
+func (f *traceflowFlags) objects(ctx context.Context, stderr io.Writer) ([]cluster.Object, error) {
+	switch {
+	case f.clusterPath != "" && f.kubeconfig != "":
+		return nil, errors.New("--cluster and --kubeconfig are mutually exclusive: read the state from files or from a live cluster, not both")
+	case f.clusterPath != "":
+		return cluster.ReadPath(ctx, f.clusterPath)
+	case f.kubeconfig == "" && !kube.InCluster():
+		return nil, errors.New("no cluster state: give --cluster PATH or --kubeconfig FILE")
+	}
+	if f.requestTimeout < 0 {
+		return nil, fmt.Errorf("--request-timeout %s: must not be negative", f.requestTimeout)
+	}
+	cfg, err := kube.RESTConfig(f.kubeconfig)
+	if err != nil {
+		return nil, err
+	}
+	client, dyn, err := kube.Clients(cfg)
+	if err != nil {
+		return nil, err
+	}
+	if f.requestTimeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, f.requestTimeout)
+		defer cancel()
+	}
+	objs, probs, err := kube.Load(ctx, client, dyn, kube.Options{})
+	if err != nil {
+		return nil, fmt.Errorf("reading the cluster state from %s: %w", cfg.Host, err)
+	}
+	for _, p := range probs {
+		fmt.Fprintln(stderr, p)
+	}
+	return objs, nil
+}
+
+// model validates objects and builds the datapath, printing warnings.
+func (f *traceflowFlags) model(ctx context.Context, stderr io.Writer, objs []cluster.Object, tag uint8, label string) (*pipeline.Model, error) {
+	cfg, err := f.config(tag)
+	if err != nil {
+		return nil, err
+	}
+	st, probs := cluster.Build(objs)
+	if err := probs.Err(); err != nil {
+		return nil, err
+	}
+	m, more, err := pipeline.Build(ctx, st, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("building the datapath model: %w", err)
+	}
+	for _, p := range append(probs, more...) {
+		fmt.Fprintf(stderr, "%s%s\n", label, p)
+	}
+	return m, nil
+}
+
+func newTraceflowCmd() *cobra.Command {
+	var (
+		f                      traceflowFlags
+		src, dst, flow, output string
+		withFiles              []string
+		diff                   bool
+		objectFile             string
+		showFlows              bool
+	)
+	cmd := &cobra.Command{
+		Use:     "traceflow -S NS/POD -D DEST [-f FLOW] (--cluster PATH | --kubeconfig FILE)",
+		Aliases: []string{"tf", "traceflows"},
+		Short:   "Trace a packet through a model of the cluster's Antrea datapath",
+		Long: `Builds, from the cluster state, each Node's modelled OVS pipeline (the tables
+Antrea installs, as prioritised match/action flows), injects a packet at the
+source Pod's port, runs it Node by Node through the tunnel or the host
+routes, and prints what Antrea's Traceflow would report.
+
+The cluster state comes from files (--cluster) or, read only, from a live
+cluster (--kubeconfig; in a Pod, with neither flag, the Pod's service
+account): Nodes, Namespaces, Pods, Services, EndpointSlices,
+NetworkPolicies and Antrea's Egresses, NetworkPolicies and
+ClusterNetworkPolicies. A missing Antrea CRD is a warning.
+
+-S is ns/pod or pod (namespace default). -D is ns/name, name or an IP; a
+name is a Pod if one exists, otherwise a Service. -f describes the packet:
+icmp|tcp|udp, ipv6, tcp_src=, tcp_dst=, tcp_flags=, udp_src=, udp_dst=,
+icmp_id=, icmp_seq=.
+
+--with FILE overlays proposed objects (a new Egress, a changed policy) on
+the state before tracing; --diff traces both and prints what changed.
+--traceflow FILE reads a Traceflow object instead of -S/-D/-f and prints it
+back with its status.
+
+The exit status is 0 when the trace ran, whatever its phase, and 2 with a
+message when the input cannot be used.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx := cmd.Context()
+			if ctx == nil {
+				ctx = context.Background()
+			}
+			switch output {
+			case "yaml", "json", "dot":
+			default:
+				return fmt.Errorf("-o %q: want yaml, json or dot", output)
+			}
+			if diff && len(withFiles) == 0 {
+				return errors.New("--diff needs --with FILE (the proposed change)")
+			}
+			var tf *crd.Traceflow
+			if objectFile != "" {
+				if src != "" || dst != "" || flow != "" {
+					return errors.New("--traceflow replaces -S, -D and -f; give one or the other")
+				}
+				var err error
+				if tf, err = readTraceflow(objectFile); err != nil {
+					return err
+				}
+			} else if src == "" || dst == "" {
+				return errors.New("please provide source (-S) and destination (-D)")
+			}
+			objs, err := f.objects(ctx, cmd.ErrOrStderr())
+			if err != nil {
+				return err
+			}
+			var proposed []cluster.Object
+			for _, w := range withFiles {
+				top, err := cluster.ReadPath(ctx, w)
+				if err != nil {
+					return fmt.Errorf("--with: %w", err)
+				}
+				proposed = cluster.Overlay(proposed, top)
+			}
+			after := cluster.Overlay(objs, proposed)
+			run := func(objs []cluster.Object, label string, tf *crd.Traceflow) (*tracer.Trace, error) {
+				m, err := f.model(ctx, cmd.ErrOrStderr(), objs, crd.FirstTraceflowTag, label)
+				if err != nil {
+					return nil, err
+				}
+				if tf == nil {
+					if tf, err = newTraceflow(m.State, src, dst, flow); err != nil {
+						return nil, err
+					}
+				}
+				return tracer.Run(ctx, m, tf, tracer.Options{})
+			}
+			out := cmd.OutOrStdout()
+			if diff {
+				before, err := run(objs, "before: ", tf)
+				if err != nil {
+					return err
+				}
+				// The same name and packet on both sides, so only the
+				// state differs.
+				next, err := run(after, "after: ", before.Traceflow.Clone())
+				if err != nil {
+					return err
+				}
+				return render.Diff(out, before.Traceflow, next.Traceflow)
+			}
+			tr, err := run(after, "", tf)
+			if err != nil {
+				return err
+			}
+			if showFlows {
+				printHops(cmd.ErrOrStderr(), tr.Hops)
+			}
+			return printTrace(out, tr.Traceflow, output, objectFile != "")
+		},
+	}
+	f.register(cmd)
+	fl := cmd.Flags()
+	fl.StringVarP(&src, "source", "S", "", "source Pod: ns/pod or pod")
+	fl.StringVarP(&dst, "destination", "D", "", "destination: ns/pod, ns/service, pod, service or an IP")
+	fl.StringVarP(&flow, "flow", "f", "", `packet, e.g. "tcp,tcp_dst=80" (default ICMP echo request)`)
+	fl.StringVarP(&output, "output", "o", "yaml", "output format: yaml, json or dot")
+	fl.StringArrayVar(&withFiles, "with", nil, "overlay proposed objects from FILE (or directory) on the cluster state; repeatable")
+	fl.BoolVar(&diff, "diff", false, "with --with: trace before and after the change and print both and what changed")
+	fl.StringVar(&objectFile, "traceflow", "", "read a Traceflow object (YAML or JSON; - for stdin) and print it back with its status")
+	fl.BoolVar(&showFlows, "show-flows", false, "print, on stderr, every flow the packet hit on each Node")
+	cmd.AddCommand(newTraceflowPipelineCmd(&f))
+	return cmd
+}
+
+// newTraceflow builds the Traceflow that antctl would create.
+func newTraceflow(st *cluster.State, src, dst, flow string) (*crd.Traceflow, error) {
+	s, d, err := tracer.Endpoints(st, src, dst)
+	if err != nil {
+		return nil, err
+	}
+	pkt, err := flowspec.Parse(flow)
+	if err != nil {
+		return nil, fmt.Errorf("-f: %w", err)
+	}
+	tf := &crd.Traceflow{Spec: crd.TraceflowSpec{Source: s, Destination: d, Packet: pkt, Timeout: crd.DefaultTraceflowTimeout}}
+	tf.APIVersion, tf.Kind, tf.Name = crd.GroupVersion, crd.KindTraceflow, tracer.Name(s, d)
+	return tf, nil
+}
+
+func readTraceflow(path string) (*crd.Traceflow, error) {
+	var data []byte
+	var err error
+	if path == "-" {
+		data, err = io.ReadAll(io.LimitReader(os.Stdin, 1<<20))
+	} else {
+		data, err = os.ReadFile(path)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("--traceflow: %w", err)
+	}
+	objs, err := cluster.ParseObjects(data, path)
+	if err != nil {
+		return nil, fmt.Errorf("--traceflow: %w", err)
+	}
+	if len(objs) != 1 || objs[0].Kind != crd.KindTraceflow {
+		return nil, fmt.Errorf("--traceflow: %s must hold exactly one Traceflow object", path)
+	}
+	return crd.DecodeTraceflow(objs[0].Raw)
+}
+
+func printTrace(w io.Writer, tf *crd.Traceflow, format string, object bool) error {
+	switch {
+	case format == "dot":
+		return render.DOT(w, tf)
+	case object && format == "json":
+		return render.JSON(w, tf)
+	case object:
+		return render.ObjectYAML(w, tf)
+	case format == "json":
+		return render.JSON(w, render.Summarize(tf))
+	default:
+		return render.YAML(w, render.Summarize(tf))
+	}
+}
+
+func printHops(w io.Writer, hops []tracer.Hop) {
+	for _, h := range hops {
+		fmt.Fprintf(w, "# node %s\n", h.Node)
+		for _, s := range h.Trail {
+			if s.Flow == "" {
+				fmt.Fprintf(w, "table=%s: no flow matched (drop)\n", s.Table)
+				continue
+			}
+			fmt.Fprintln(w, s.Flow)
+		}
+		if h.Note != "" {
+			fmt.Fprintf(w, "# %s\n", h.Note)
+		}
+	}
+}
+
+func newTraceflowPipelineCmd(f *traceflowFlags) *cobra.Command {
+	var node string
+	var tag uint8
+	cmd := &cobra.Command{
+		Use:   "pipeline --node NAME (--cluster PATH | --kubeconfig FILE)",
+		Short: "Print a Node's modelled flows in ovs-ofctl dump-flows syntax",
+		Long: `Prints every flow of the Node's modelled bridge, table by table in pipeline
+order, then its groups, as ovs-ofctl dump-flows and dump-groups would show
+them (without counters). --tag adds the flows a running Traceflow with that
+dataplane tag installs.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx := cmd.Context()
+			if ctx == nil {
+				ctx = context.Background()
+			}
+			if node == "" {
+				return errors.New("--node NAME is required")
+			}
+			objs, err := f.objects(ctx, cmd.ErrOrStderr())
+			if err != nil {
+				return err
+			}
+			m, err := f.model(ctx, cmd.ErrOrStderr(), objs, tag, "")
+			if err != nil {
+				return err
+			}
+			nm := m.Nodes[node]
+			if nm == nil {
+				var names []string
+				for _, n := range m.State.Nodes {
+					names = append(names, n.Name)
+				}
+				return fmt.Errorf("node %q is not in the cluster state (Nodes: %s)", node, strings.Join(names, ", "))
+			}
+			return printPipeline(cmd.OutOrStdout(), nm.Bridge)
+		},
+	}
+	cmd.Flags().StringVar(&node, "node", "", "the Node whose bridge to print")
+	cmd.Flags().Uint8Var(&tag, "tag", 0, "also print the flows of a Traceflow with this dataplane tag (1-63)")
+	return cmd
+}
+
+func printPipeline(w io.Writer, br *datapath.Bridge) error {
+	for _, fl := range br.Flows() {
+		if _, err := fmt.Fprintln(w, fl.String()); err != nil {
+			return err
+		}
+	}
+	for _, g := range br.Groups() {
+		if _, err := fmt.Fprintln(w, g.String()); err != nil {
+			return err
+		}
+	}
+	return nil
+}

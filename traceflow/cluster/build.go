@@ -1,0 +1,516 @@
+package cluster
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/netip"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"sluice/traceflow/crd"
+)
+
+// Build converts objects into a State and validates it. The State is nil
+// only when the problems include an error.
+func Build(objs []Object) (*State, Problems) {
+	b := builder{st: &State{Namespaces: map[string]map[string]string{}}}
+	var slices []*discoveryv1.EndpointSlice
+	for _, o := range objs {
+		group := ""
+		if i := strings.IndexByte(o.APIVersion, '/'); i >= 0 {
+			group = o.APIVersion[:i]
+		}
+		switch {
+		case group == "" && o.Kind == "Node":
+			var n corev1.Node
+			if b.decode(o, &n) {
+				b.node(o, &n)
+			}
+		case group == "" && o.Kind == "Namespace":
+			var n corev1.Namespace
+			if b.decode(o, &n) {
+				b.st.Namespaces[n.Name] = withNameLabel(n.Name, n.Labels)
+			}
+		case group == "" && o.Kind == "Pod":
+			var p corev1.Pod
+			if b.decode(o, &p) {
+				b.pod(o, &p)
+			}
+		case group == "" && o.Kind == "Service":
+			var s corev1.Service
+			if b.decode(o, &s) {
+				b.service(o, &s)
+			}
+		case group == "discovery.k8s.io" && o.Kind == "EndpointSlice":
+			var s discoveryv1.EndpointSlice
+			if b.decode(o, &s) {
+				slices = append(slices, &s)
+			}
+		case group == "networking.k8s.io" && o.Kind == "NetworkPolicy":
+			var np networkingv1.NetworkPolicy
+			if b.decode(o, &np) {
+				b.k8sPolicy(o, &np)
+			}
+		case group == "crd.antrea.io" && (o.Kind == crd.KindAntreaNetworkPolicy || o.Kind == crd.KindAntreaClusterPolicy):
+			var ap crd.AntreaPolicy
+			if b.decode(o, &ap) {
+				b.antreaPolicy(o, &ap)
+			}
+		case group == "crd.antrea.io" && o.Kind == crd.KindEgress:
+			var e crd.Egress
+			if b.decode(o, &e) {
+				b.egress(o, &e)
+			}
+		default:
+			b.warn(o.Describe(), "kind %s (%s) is not part of the model; ignored", o.Kind, o.APIVersion)
+		}
+	}
+	b.st.index()
+	for _, s := range slices {
+		b.endpointSlice(s)
+	}
+	b.crossChecks()
+	if b.probs.Err() != nil {
+		return nil, b.probs
+	}
+	return b.st, b.probs
+}
+
+type builder struct {
+	st    *State
+	probs Problems
+}
+
+func (b *builder) warn(obj, format string, args ...any) {
+	b.probs = append(b.probs, Problem{Warning, obj, fmt.Sprintf(format, args...)})
+}
+
+func (b *builder) fail(obj, format string, args ...any) {
+	b.probs = append(b.probs, Problem{Error, obj, fmt.Sprintf(format, args...)})
+}
+
+func (b *builder) decode(o Object, into any) bool {
+	if err := json.Unmarshal(o.Raw, into); err != nil {
+		b.fail(o.Describe(), "cannot decode (%s): %v", o.Source, err)
+		return false
+	}
+	return true
+}
+
+func withNameLabel(name string, l map[string]string) map[string]string {
+	out := map[string]string{"kubernetes.io/metadata.name": name}
+	for k, v := range l {
+		out[k] = v
+	}
+	return out
+}
+
+func (b *builder) node(o Object, n *corev1.Node) {
+	node := &Node{Name: n.Name, Labels: n.Labels}
+	for _, a := range n.Status.Addresses {
+		if a.Type != corev1.NodeInternalIP {
+			continue
+		}
+		ip, err := netip.ParseAddr(a.Address)
+		if err != nil {
+			b.fail(o.Describe(), "InternalIP %q is not an IP address", a.Address)
+			return
+		}
+		if ip.Is4() && !node.TransportIP.IsValid() {
+			node.TransportIP = ip
+		}
+		if ip.Is6() && !node.TransportV6.IsValid() {
+			node.TransportV6 = ip
+		}
+	}
+	if !node.TransportIP.IsValid() {
+		node.TransportIP = node.TransportV6 // an IPv6-only Node
+	}
+	if !node.TransportIP.IsValid() {
+		b.fail(o.Describe(), "has no InternalIP address (needed as the tunnel endpoint)")
+		return
+	}
+	cidrs := n.Spec.PodCIDRs
+	if len(cidrs) == 0 && n.Spec.PodCIDR != "" {
+		cidrs = []string{n.Spec.PodCIDR}
+	}
+	for _, c := range cidrs {
+		p, err := netip.ParsePrefix(c)
+		if err != nil {
+			b.fail(o.Describe(), "podCIDR %q is not a CIDR", c)
+			return
+		}
+		node.PodCIDRs = append(node.PodCIDRs, p.Masked())
+	}
+	if len(node.PodCIDRs) == 0 {
+		b.warn(o.Describe(), "has no spec.podCIDR; no Pod can be reached on it")
+	}
+	b.st.Nodes = append(b.st.Nodes, node)
+}
+
+func (b *builder) pod(o Object, p *corev1.Pod) {
+	if p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+		return // finished Pods hold no interface
+	}
+	pod := &Pod{
+		Namespace: p.Namespace, Name: p.Name, Node: p.Spec.NodeName, Labels: p.Labels,
+		HostNetwork: p.Spec.HostNetwork, Created: p.CreationTimestamp,
+	}
+	if pod.Namespace == "" {
+		pod.Namespace = "default"
+	}
+	ips := []string{}
+	for _, ip := range p.Status.PodIPs {
+		ips = append(ips, ip.IP)
+	}
+	if len(ips) == 0 && p.Status.PodIP != "" {
+		ips = append(ips, p.Status.PodIP)
+	}
+	for _, s := range ips {
+		ip, err := netip.ParseAddr(s)
+		if err != nil {
+			b.fail(o.Describe(), "Pod IP %q is not an IP address", s)
+			return
+		}
+		pod.IPs = append(pod.IPs, ip)
+	}
+	if pod.Node == "" {
+		b.warn(o.Describe(), "is not scheduled (no spec.nodeName); ignored")
+		return
+	}
+	if len(pod.IPs) == 0 && !pod.HostNetwork {
+		b.warn(o.Describe(), "has no IP address yet; ignored")
+		return
+	}
+	b.st.Pods = append(b.st.Pods, pod)
+}
+
+func (b *builder) service(o Object, s *corev1.Service) {
+	svc := &Service{Namespace: s.Namespace, Name: s.Name, Selector: s.Spec.Selector}
+	if svc.Namespace == "" {
+		svc.Namespace = "default"
+	}
+	ips := s.Spec.ClusterIPs
+	if len(ips) == 0 && s.Spec.ClusterIP != "" {
+		ips = []string{s.Spec.ClusterIP}
+	}
+	for _, c := range ips {
+		if c == corev1.ClusterIPNone {
+			svc.Headless = true
+			continue
+		}
+		ip, err := netip.ParseAddr(c)
+		if err != nil {
+			b.fail(o.Describe(), "clusterIP %q is not an IP address", c)
+			return
+		}
+		svc.ClusterIPs = append(svc.ClusterIPs, ip)
+	}
+	for _, p := range s.Spec.Ports {
+		proto := p.Protocol
+		if proto == "" {
+			proto = corev1.ProtocolTCP
+		}
+		if p.Port < 1 || p.Port > 65535 {
+			b.fail(o.Describe(), "port %d is out of range", p.Port)
+			return
+		}
+		svc.Ports = append(svc.Ports, ServicePort{Name: p.Name, Protocol: proto, Port: uint16(p.Port)})
+	}
+	b.st.Services = append(b.st.Services, svc)
+}
+
+func (b *builder) endpointSlice(s *discoveryv1.EndpointSlice) {
+	obj := "EndpointSlice " + s.Namespace + "/" + s.Name
+	svcName := s.Labels[discoveryv1.LabelServiceName]
+	if svcName == "" {
+		b.warn(obj, "has no %s label; ignored", discoveryv1.LabelServiceName)
+		return
+	}
+	ns := s.Namespace
+	if ns == "" {
+		ns = "default"
+	}
+	svc := b.st.Service(ns, svcName)
+	if svc == nil {
+		b.warn(obj, "belongs to Service %s/%s, which is not in the cluster state; ignored", ns, svcName)
+		return
+	}
+	svc.HasSlices = true
+	ports := map[string]uint16{}
+	protos := map[string]corev1.Protocol{}
+	for _, p := range s.Ports {
+		name := ""
+		if p.Name != nil {
+			name = *p.Name
+		}
+		if p.Port == nil || *p.Port < 1 || *p.Port > 65535 {
+			b.warn(obj, "port %q has no valid number; ignored", name)
+			continue
+		}
+		ports[name] = uint16(*p.Port)
+		protos[name] = corev1.ProtocolTCP
+		if p.Protocol != nil {
+			protos[name] = *p.Protocol
+		}
+	}
+	for _, ep := range s.Endpoints {
+		if ep.Conditions.Ready != nil && !*ep.Conditions.Ready {
+			continue
+		}
+		for _, a := range ep.Addresses {
+			ip, err := netip.ParseAddr(a)
+			if err != nil {
+				b.fail(obj, "endpoint address %q is not an IP address", a)
+				continue
+			}
+			svc.Endpoints = append(svc.Endpoints, Endpoint{IP: ip, Ports: ports, Proto: protos})
+		}
+	}
+}
+
+func (b *builder) k8sPolicy(o Object, np *networkingv1.NetworkPolicy) {
+	if np.Namespace == "" {
+		np.Namespace = "default"
+	}
+	if _, err := metav1.LabelSelectorAsSelector(&np.Spec.PodSelector); err != nil {
+		b.fail(o.Describe(), "podSelector: %v", err)
+		return
+	}
+	check := func(peers []networkingv1.NetworkPolicyPeer) bool {
+		for _, p := range peers {
+			if p.IPBlock != nil {
+				if _, err := netip.ParsePrefix(p.IPBlock.CIDR); err != nil {
+					b.fail(o.Describe(), "ipBlock cidr %q is not a CIDR", p.IPBlock.CIDR)
+					return false
+				}
+				for _, e := range p.IPBlock.Except {
+					if _, err := netip.ParsePrefix(e); err != nil {
+						b.fail(o.Describe(), "ipBlock except %q is not a CIDR", e)
+						return false
+					}
+				}
+			}
+			for _, sel := range []*metav1.LabelSelector{p.PodSelector, p.NamespaceSelector} {
+				if sel == nil {
+					continue
+				}
+				if _, err := metav1.LabelSelectorAsSelector(sel); err != nil {
+					b.fail(o.Describe(), "peer selector: %v", err)
+					return false
+				}
+			}
+		}
+		return true
+	}
+	for _, r := range np.Spec.Ingress {
+		if !check(r.From) || !b.checkPorts(o, r.Ports) {
+			return
+		}
+	}
+	for _, r := range np.Spec.Egress {
+		if !check(r.To) || !b.checkPorts(o, r.Ports) {
+			return
+		}
+	}
+	b.st.NetworkPolicies = append(b.st.NetworkPolicies, np)
+}
+
+func (b *builder) checkPorts(o Object, ports []networkingv1.NetworkPolicyPort) bool {
+	for _, p := range ports {
+		if p.Port != nil && p.Port.Type != 0 {
+			b.warn(o.Describe(), "named port %q is not modelled; that port matches nothing", p.Port.StrVal)
+		}
+	}
+	return true
+}
+
+func (b *builder) antreaPolicy(o Object, ap *crd.AntreaPolicy) {
+	if ap.Kind == crd.KindAntreaNetworkPolicy && ap.Namespace == "" {
+		ap.Namespace = "default"
+	}
+	if ap.Kind == crd.KindAntreaClusterPolicy {
+		ap.Namespace = ""
+	}
+	if _, ok := TierPriority(ap.Spec.Tier); !ok {
+		b.fail(o.Describe(), "tier %q is not one of the static tiers (emergency, securityops, networkops, platform, application, baseline)", ap.Spec.Tier)
+		return
+	}
+	checkPeers := func(where string, peers []crd.PolicyPeer) bool {
+		for _, p := range peers {
+			if p.IPBlock != nil {
+				if _, err := netip.ParsePrefix(p.IPBlock.CIDR); err != nil {
+					b.fail(o.Describe(), "%s: ipBlock cidr %q is not a CIDR", where, p.IPBlock.CIDR)
+					return false
+				}
+			}
+			if p.Group != "" {
+				b.warn(o.Describe(), "%s: ClusterGroup %q is not modelled; that peer matches nothing", where, p.Group)
+			}
+			for _, sel := range []*metav1.LabelSelector{p.PodSelector, p.NamespaceSelector} {
+				if sel == nil {
+					continue
+				}
+				if _, err := metav1.LabelSelectorAsSelector(sel); err != nil {
+					b.fail(o.Describe(), "%s: selector: %v", where, err)
+					return false
+				}
+			}
+		}
+		return true
+	}
+	if !checkPeers("appliedTo", ap.Spec.AppliedTo) {
+		return
+	}
+	for dir, rules := range map[string][]crd.AntreaPolicyRule{"ingress": ap.Spec.Ingress, "egress": ap.Spec.Egress} {
+		for i, r := range rules {
+			where := fmt.Sprintf("%s rule %d", dir, i)
+			switch r.Action {
+			case crd.RuleActionAllow, crd.RuleActionDrop, crd.RuleActionReject, crd.RuleActionPass:
+			default:
+				b.fail(o.Describe(), "%s: action %q is not Allow, Drop, Reject or Pass", where, r.Action)
+				return
+			}
+			if !checkPeers(where, r.From) || !checkPeers(where, r.To) || !checkPeers(where, r.AppliedTo) {
+				return
+			}
+			if len(ap.Spec.AppliedTo) == 0 && len(r.AppliedTo) == 0 {
+				b.fail(o.Describe(), "%s: no appliedTo in the spec or the rule", where)
+				return
+			}
+		}
+	}
+	b.st.AntreaPolicies = append(b.st.AntreaPolicies, ap)
+}
+
+// TierPriority maps Antrea's static tiers to their priority (lower wins).
+func TierPriority(tier string) (int, bool) {
+	switch strings.ToLower(tier) {
+	case "emergency":
+		return 50, true
+	case "securityops":
+		return 100, true
+	case "networkops":
+		return 150, true
+	case "platform":
+		return 200, true
+	case "", "application":
+		return 250, true
+	case "baseline":
+		return 253, true
+	}
+	return 0, false
+}
+
+func (b *builder) egress(o Object, e *crd.Egress) {
+	for _, s := range append([]string{e.Spec.EgressIP, e.Status.EgressIP}, e.Spec.EgressIPs...) {
+		if s == "" {
+			continue
+		}
+		if _, err := netip.ParseAddr(s); err != nil {
+			b.fail(o.Describe(), "egress IP %q is not an IP address", s)
+			return
+		}
+	}
+	for _, sel := range []*metav1.LabelSelector{e.Spec.AppliedTo.PodSelector, e.Spec.AppliedTo.NamespaceSelector} {
+		if sel == nil {
+			continue
+		}
+		if _, err := metav1.LabelSelectorAsSelector(sel); err != nil {
+			b.fail(o.Describe(), "appliedTo: %v", err)
+			return
+		}
+	}
+	b.st.Egresses = append(b.st.Egresses, e)
+}
+
+// crossChecks finds inconsistencies between objects.
+func (b *builder) crossChecks() {
+	st := b.st
+	for i, n := range st.Nodes {
+		for _, m := range st.Nodes[i+1:] {
+			if n.Name == m.Name {
+				b.fail("Node "+n.Name, "defined twice")
+			}
+			for _, c := range n.PodCIDRs {
+				for _, d := range m.PodCIDRs {
+					if c.Overlaps(d) {
+						b.fail("Node "+m.Name, "podCIDR %s overlaps podCIDR %s of Node %s", d, c, n.Name)
+					}
+				}
+			}
+			if n.TransportIP == m.TransportIP {
+				b.fail("Node "+m.Name, "InternalIP %s is also the InternalIP of Node %s", m.TransportIP, n.Name)
+			}
+		}
+	}
+	seenIP := map[netip.Addr]*Pod{}
+	for _, p := range st.Pods {
+		obj := "Pod " + p.Key()
+		if _, ok := st.Namespaces[p.Namespace]; !ok {
+			st.Namespaces[p.Namespace] = withNameLabel(p.Namespace, nil) // implied by the Pod
+		}
+		n := st.Node(p.Node)
+		if n == nil {
+			b.fail(obj, "is on Node %q, which is not in the cluster state", p.Node)
+			continue
+		}
+		if p.HostNetwork {
+			continue
+		}
+		for _, ip := range p.IPs {
+			if q := seenIP[ip]; q != nil {
+				b.fail(obj, "IP %s is also the IP of Pod %s", ip, q.Key())
+			}
+			seenIP[ip] = p
+			in := false
+			for _, c := range n.PodCIDRs {
+				in = in || c.Contains(ip)
+			}
+			if !in {
+				b.warn(obj, "IP %s is outside the podCIDRs of its Node %s; traffic to it is routed as if external", ip, n.Name)
+			}
+		}
+	}
+	for _, s := range st.Services {
+		obj := "Service " + s.Key()
+		if !s.Headless && len(s.ClusterIPs) == 0 {
+			b.warn(obj, "has no clusterIP")
+		}
+		if len(s.Selector) > 0 && !s.HasSlices {
+			b.warn(obj, "has a selector but no EndpointSlice in the cluster state; it has no endpoints")
+		}
+	}
+	for _, e := range st.Egresses {
+		obj := "Egress " + e.Name
+		ip, node, ok := EgressAssignment(e)
+		switch {
+		case ok && st.Node(node) == nil:
+			b.fail(obj, "status.egressNode %q is not a Node in the cluster state", node)
+		case ok:
+			_ = ip
+		case e.Status.EgressIP != "" && e.Status.EgressNode == "":
+			b.warn(obj, "egress IP %s is held by no Node (status.egressNode is empty); traced as an Egress without IP", e.Status.EgressIP)
+		case e.Spec.EgressIP != "":
+			b.warn(obj, "egress IP %s is held by no Node (no status.egressIP/egressNode); traced as an Egress without IP", e.Spec.EgressIP)
+		case e.Spec.ExternalIPPool != "":
+			b.warn(obj, "no IP allocated from ExternalIPPool %s (no status.egressIP/egressNode); traced as an Egress without IP", e.Spec.ExternalIPPool)
+		}
+	}
+	// Two Egresses may share an IP, but then they must agree on its Node.
+	holder := map[netip.Addr]string{}
+	for _, e := range st.Egresses {
+		ip, node, ok := EgressAssignment(e)
+		if !ok {
+			continue
+		}
+		if h, dup := holder[ip]; dup && h != node {
+			b.fail("Egress "+e.Name, "egress IP %s is on Node %s but another Egress puts it on Node %s", ip, node, h)
+		}
+		holder[ip] = node
+	}
+}

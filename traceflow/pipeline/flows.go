@@ -1,0 +1,390 @@
+package pipeline
+
+import (
+	"net/netip"
+
+	"sluice/traceflow/cluster"
+	"sluice/traceflow/datapath"
+)
+
+// gen builds one Node's flows.
+type gen struct {
+	m   *Model
+	nm  *NodeModel
+	pol *compiledPolicies
+	err error
+}
+
+type (
+	M = datapath.Match
+	A = datapath.Action
+)
+
+func (g *gen) add(table string, prio int, m M, acts ...A) {
+	if g.err != nil {
+		return
+	}
+	g.err = g.nm.Bridge.Add(&datapath.Flow{Table: table, Priority: prio, Match: m, Actions: acts})
+}
+
+func reg0(lo, hi uint, v uint32) datapath.LoadReg {
+	return datapath.LoadReg{Reg: 0, Lo: lo, Hi: hi, Value: v}
+}
+
+func reg0Match(lo, hi uint, v uint32) datapath.RegMatch {
+	mask := uint32((uint64(1)<<(hi-lo+1) - 1) << lo)
+	return datapath.RegMatch{Reg: 0, Masked: datapath.Masked{Value: v << lo, Mask: mask}}
+}
+
+func goTo(t string) A { return datapath.GotoTable{Table: t} }
+
+var families = []uint16{datapath.EthIPv4, datapath.EthIPv6}
+
+func host(ip netip.Addr) netip.Prefix { return netip.PrefixFrom(ip, ip.BitLen()) }
+
+func ethOf(ip netip.Addr) uint16 {
+	if ip.Is6() {
+		return datapath.EthIPv6
+	}
+	return datapath.EthIPv4
+}
+
+func ctZone(eth uint16) uint16 {
+	if eth == datapath.EthIPv6 {
+		return CtZoneV6
+	}
+	return CtZone
+}
+
+func snatZone(eth uint16) uint16 {
+	if eth == datapath.EthIPv6 {
+		return SNATCtZone6
+	}
+	return SNATCtZone
+}
+
+// tagged adds a flow matching the Traceflow tag in both IP families.
+func (g *gen) tagged(table string, prio int, m M, acts ...A) {
+	if g.m.Config.Tag == 0 {
+		return
+	}
+	for _, eth := range families {
+		mm := m
+		mm.EthType, mm.HasDSCP, mm.DSCP = eth, true, g.m.Config.Tag
+		if mm.NwDst.IsValid() && ethOf(mm.NwDst.Addr()) != eth {
+			continue
+		}
+		g.add(table, prio, mm, acts...)
+	}
+}
+
+func (g *gen) build() error {
+	g.classify()
+	g.conntrack()
+	g.serviceLB()
+	g.policies()
+	g.l3Forwarding()
+	g.egressMark()
+	g.postRouting()
+	g.l2AndIngress()
+	g.output()
+	return g.err
+}
+
+func (g *gen) localPods() []*cluster.Pod { return g.m.State.PodsOnNode(g.nm.Node.Name) }
+
+func (g *gen) port(p *cluster.Pod) uint32 { return g.nm.PodPort[p.Key()] }
+
+func (g *gen) classify() {
+	for _, eth := range families {
+		g.add(TPipelineRootClassifier, 200, M{EthType: eth}, goTo(TClassifier))
+	}
+	g.add(TPipelineRootClassifier, 0, M{}, datapath.Drop{})
+
+	if g.m.Config.TrafficMode.Encapsulates() {
+		g.add(TClassifier, 200, M{InPort: TunnelPort},
+			reg0(0, 3, SourceTunnel), reg0(RewriteMACBit, RewriteMACBit, 1), goTo(TUnSNAT))
+	}
+	g.add(TClassifier, 200, M{InPort: GatewayPort}, reg0(0, 3, SourceGateway), goTo(TSpoofGuard))
+	for _, p := range g.localPods() {
+		g.add(TClassifier, 190, M{InPort: g.port(p)}, reg0(0, 3, SourcePod), goTo(TSpoofGuard))
+	}
+	g.add(TClassifier, 0, M{}, datapath.Drop{})
+
+	g.add(TSpoofGuard, 200, M{InPort: GatewayPort}, goTo(TUnSNAT))
+	for _, p := range g.localPods() {
+		for _, ip := range p.IPs {
+			g.add(TSpoofGuard, 200, M{EthType: ethOf(ip), InPort: g.port(p), EthSrc: PodMAC(p), NwSrc: host(ip)}, goTo(TUnSNAT))
+		}
+	}
+	g.add(TSpoofGuard, 0, M{}, datapath.Drop{})
+}
+
+func (g *gen) conntrack() {
+	hairpin := []netip.Addr{netip.MustParseAddr("169.254.0.253"), netip.MustParseAddr("fc01::aabb:ccdd:eeff")}
+	for _, ip := range append(hairpin, g.nm.GatewayIPs...) {
+		g.add(TUnSNAT, 200, M{EthType: ethOf(ip), NwDst: host(ip)},
+			datapath.Ct{Zone: snatZone(ethOf(ip)), Table: TConntrackZone, NAT: true})
+	}
+	g.add(TUnSNAT, 0, M{}, goTo(TConntrackZone))
+
+	for _, eth := range families {
+		g.add(TConntrackZone, 200, M{EthType: eth}, datapath.Ct{Zone: ctZone(eth), Table: TConntrackState, NAT: true})
+	}
+	// A traced packet must run the whole pipeline, Service LB included,
+	// and is never a reply.
+	g.tagged(TConntrackState, 192, M{CtState: datapath.CtStateMatch{Set: datapath.CtRpl | datapath.CtTrk}}, datapath.Drop{})
+	g.tagged(TConntrackState, 191, M{}, goTo(TPreRoutingClassifier))
+	g.add(TConntrackState, 190, M{CtState: datapath.CtStateMatch{Set: datapath.CtInv | datapath.CtTrk}}, datapath.Drop{})
+	g.add(TConntrackState, 190, M{CtState: datapath.CtStateMatch{Set: datapath.CtTrk, Clear: datapath.CtNew}}, goTo(TEgressMetric))
+	g.add(TConntrackState, 0, M{}, goTo(TPreRoutingClassifier))
+	g.add(TPreRoutingClassifier, 0, M{}, goTo(TServiceLB))
+}
+
+func protoOf(s string) uint8 {
+	n, _ := protoNumber(s)
+	return n
+}
+
+func (g *gen) serviceLB() {
+	groupID := uint32(1)
+	dnat := map[string]bool{}
+	for _, svc := range g.m.State.Services {
+		for _, cip := range svc.ClusterIPs {
+			for _, sp := range svc.Ports {
+				proto := protoOf(string(sp.Protocol))
+				if proto == 0 {
+					continue
+				}
+				m := M{EthType: ethOf(cip), IPProto: proto, NwDst: host(cip), TpDst: datapath.Masked{Value: uint32(sp.Port), Mask: 0xffff}}
+				var buckets [][]A
+				for _, ep := range svc.Endpoints {
+					if ep.IP.Is6() != cip.Is6() {
+						continue
+					}
+					tport, ok := ep.Ports[sp.Name]
+					if !ok {
+						continue
+					}
+					buckets = append(buckets, []A{datapath.SetEndpoint{IP: ep.IP, Port: tport}, datapath.Resubmit{Table: TEndpointDNAT}})
+					key := ep.IP.String() + "|" + string(rune(proto)) + "|" + string(rune(tport))
+					if !dnat[key] {
+						dnat[key] = true
+						em := M{EthType: ethOf(ep.IP), IPProto: proto}
+						datapath.EndpointMatch(&em, ep.IP, tport)
+						g.add(TEndpointDNAT, 200, em, datapath.Ct{Commit: true, Zone: ctZone(ethOf(ep.IP)), Table: TAntreaPolicyEgressRule,
+							Xlate: &datapath.NAT{IP: ep.IP, Port: tport}, Mark: datapath.Masked{Value: ServiceCTMark, Mask: ServiceCTMark}})
+					}
+				}
+				if len(buckets) == 0 {
+					// No endpoint: the agent answers with a reject, which is
+					// not a Traceflow packet-in.
+					g.add(TServiceLB, 200, m, datapath.LoadReg{Reg: 4, Lo: SvcNoEndpointBit, Hi: SvcNoEndpointBit, Value: 1}, goTo(TEndpointDNAT))
+					continue
+				}
+				if g.err == nil {
+					g.err = g.nm.Bridge.AddGroup(&datapath.Group{ID: groupID, Buckets: buckets})
+				}
+				g.add(TServiceLB, 200, m, datapath.GroupAction{ID: groupID})
+				groupID++
+			}
+		}
+	}
+	g.add(TServiceLB, 0, M{}, goTo(TEndpointDNAT))
+	g.add(TEndpointDNAT, 190, M{Regs: []datapath.RegMatch{{Reg: 4, Masked: datapath.Masked{Value: 1 << SvcNoEndpointBit, Mask: 1 << SvcNoEndpointBit}}}},
+		datapath.Controller{Category: CategorySvcReject})
+	g.add(TEndpointDNAT, 0, M{}, goTo(TAntreaPolicyEgressRule))
+}
+
+func (g *gen) l3Forwarding() {
+	gw := g.nm.GatewayMAC
+	for _, ip := range g.nm.GatewayIPs {
+		g.add(TL3Forwarding, 210, M{EthType: ethOf(ip), NwDst: host(ip)},
+			datapath.SetEthDst{MAC: gw}, reg0(4, 7, DestGateway), goTo(TL3DecTTL))
+	}
+	for _, p := range g.localPods() {
+		for _, ip := range p.IPs {
+			g.add(TL3Forwarding, 200, M{EthType: ethOf(ip), NwDst: host(ip)},
+				datapath.SetEthSrc{MAC: gw}, datapath.SetEthDst{MAC: PodMAC(p)}, goTo(TL3DecTTL))
+		}
+	}
+	mode := g.m.Config.TrafficMode
+	for _, peer := range g.m.State.Nodes {
+		if peer.Name == g.nm.Node.Name {
+			continue
+		}
+		for _, cidr := range peer.PodCIDRs {
+			m := M{EthType: ethOf(cidr.Addr()), NwDst: cidr}
+			tunnel := mode == Encap || (mode == Hybrid && !sameSubnet(g.nm.Node.TransportIP, peer.TransportIP))
+			if tunnel {
+				dst := peer.TransportIP
+				if cidr.Addr().Is6() && peer.TransportV6.IsValid() {
+					dst = peer.TransportV6
+				}
+				g.add(TL3Forwarding, 200, m, datapath.SetEthSrc{MAC: gw}, datapath.SetEthDst{MAC: GlobalVirtualMAC},
+					datapath.SetTunDst{IP: dst}, reg0(4, 7, DestTunnel), goTo(TL3DecTTL))
+			} else {
+				// Direct routing: the host routes it to the peer.
+				g.add(TL3Forwarding, 200, m, datapath.SetEthDst{MAC: gw}, reg0(4, 7, DestGateway), goTo(TL3DecTTL))
+			}
+		}
+	}
+	if mode.Encapsulates() {
+		for _, eth := range families {
+			g.add(TL3Forwarding, 190, M{CtState: datapath.CtStateMatch{Set: datapath.CtTrk, Clear: datapath.CtRpl}, EthType: eth,
+				Regs: []datapath.RegMatch{reg0Match(0, 3, SourcePod)}}, goTo(TEgressMark))
+			g.add(TL3Forwarding, 190, M{CtState: datapath.CtStateMatch{Set: datapath.CtTrk, Clear: datapath.CtRpl}, EthType: eth,
+				Regs: []datapath.RegMatch{reg0Match(0, 3, SourceTunnel)}}, datapath.SetEthDst{MAC: gw}, goTo(TEgressMark))
+		}
+	}
+	g.add(TL3Forwarding, 0, M{}, datapath.SetEthDst{MAC: gw}, reg0(4, 7, DestGateway), goTo(TL3DecTTL))
+}
+
+// sameSubnet approximates "on the same Node subnet" for hybrid mode: Node
+// objects carry no prefix length, so a /24 (IPv4) or /64 (IPv6) is assumed.
+func sameSubnet(a, b netip.Addr) bool {
+	bits := 24
+	if a.Is6() {
+		bits = 64
+	}
+	pa, err1 := a.Prefix(bits)
+	pb, err2 := b.Prefix(bits)
+	return err1 == nil && err2 == nil && pa == pb
+}
+
+func (g *gen) egressMark() {
+	gw := g.nm.GatewayMAC
+	toGW := []A{datapath.SetEthDst{MAC: gw}, reg0(4, 7, DestGateway), goTo(TL2ForwardingCalc)}
+	if g.m.Config.TrafficMode.Encapsulates() {
+		var skip []netip.Prefix
+		for _, n := range g.m.State.Nodes {
+			for _, ip := range []netip.Addr{n.TransportIP, n.TransportV6} {
+				if ip.IsValid() {
+					skip = append(skip, host(ip))
+				}
+			}
+		}
+		skip = append(skip, g.m.Config.ServiceCIDRs...)
+		skip = append(skip, g.m.Config.EgressExceptCIDRs...)
+		for _, p := range skip {
+			g.add(TEgressMark, 210, M{EthType: ethOf(p.Addr()), NwDst: p}, toGW...)
+		}
+		for _, p := range g.localPods() {
+			e := g.m.State.EffectiveEgress(p)
+			if e == nil {
+				continue
+			}
+			eip, node, ok := cluster.EgressAssignment(e)
+			if !ok {
+				continue // no effective IP: the packet takes the miss path
+			}
+			if _, ok := p.IP(eip.Is6()); !ok {
+				continue
+			}
+			eth := ethOf(eip)
+			if node == g.nm.Node.Name {
+				mark := g.nm.MarkOf(eip)
+				g.add(TEgressMark, 200, M{CtState: datapath.CtStateMatch{Set: datapath.CtTrk}, EthType: eth, InPort: g.port(p)},
+					datapath.SetPktMark{Masked: datapath.Masked{Value: mark, Mask: 0xff}}, datapath.SetEthDst{MAC: gw},
+					reg0(4, 7, DestGateway), goTo(TL2ForwardingCalc))
+				continue
+			}
+			g.add(TEgressMark, 200, M{EthType: eth, InPort: g.port(p)},
+				datapath.SetEthSrc{MAC: gw}, datapath.SetEthDst{MAC: GlobalVirtualMAC}, datapath.SetTunDst{IP: eip},
+				reg0(4, 7, DestTunnel), reg0(RemoteSNATBit, RemoteSNATBit, 1), goTo(TL2ForwardingCalc))
+		}
+		for mark := uint32(1); mark <= uint32(len(g.nm.MarkIP)); mark++ {
+			eip := g.nm.MarkIP[mark]
+			g.add(TEgressMark, 200, M{CtState: datapath.CtStateMatch{Set: datapath.CtTrk}, EthType: ethOf(eip), TunDst: eip},
+				datapath.SetPktMark{Masked: datapath.Masked{Value: mark, Mask: 0xff}}, datapath.SetEthDst{MAC: gw},
+				reg0(4, 7, DestGateway), goTo(TL2ForwardingCalc))
+		}
+		for _, eth := range families {
+			// New tunnel traffic that no Egress IP here accounts for.
+			g.add(TEgressMark, 190, M{CtState: datapath.CtStateMatch{Set: datapath.CtNew | datapath.CtTrk}, EthType: eth,
+				Regs: []datapath.RegMatch{reg0Match(0, 3, SourceTunnel)}}, datapath.Drop{})
+		}
+	}
+	g.add(TEgressMark, 0, M{}, toGW...)
+}
+
+func (g *gen) postRouting() {
+	for _, eth := range families {
+		g.add(TL3DecTTL, 210, M{EthType: eth, Regs: []datapath.RegMatch{reg0Match(0, 3, SourceGateway)}}, goTo(TSNATMark))
+		g.add(TL3DecTTL, 200, M{EthType: eth}, datapath.DecTTL{}, goTo(TSNATMark))
+	}
+	g.add(TL3DecTTL, 0, M{}, goTo(TSNATMark))
+	// Hairpin: a Pod reaching itself through a Service.
+	for _, p := range g.localPods() {
+		for _, ip := range p.IPs {
+			g.add(TSNATMark, 200, M{CtState: datapath.CtStateMatch{Set: datapath.CtNew | datapath.CtTrk},
+				CtMark: datapath.Masked{Value: ServiceCTMark, Mask: ServiceCTMark}, EthType: ethOf(ip), NwSrc: host(ip), NwDst: host(ip)},
+				datapath.Ct{Commit: true, Zone: ctZone(ethOf(ip)), Table: TSNAT,
+					Mark: datapath.Masked{Value: ConnSNATCTMark | HairpinCTMark, Mask: ConnSNATCTMark | HairpinCTMark}})
+		}
+	}
+	g.add(TSNATMark, 0, M{}, goTo(TSNAT))
+	for _, v := range []string{"169.254.0.253", "fc01::aabb:ccdd:eeff"} {
+		ip := netip.MustParseAddr(v)
+		g.add(TSNAT, 200, M{CtState: datapath.CtStateMatch{Set: datapath.CtNew | datapath.CtTrk},
+			CtMark: datapath.Masked{Value: HairpinCTMark, Mask: HairpinCTMark}, EthType: ethOf(ip)},
+			datapath.Ct{Commit: true, Zone: snatZone(ethOf(ip)), Table: TL2ForwardingCalc, Xlate: &datapath.NAT{Src: true, IP: ip},
+				Mark: datapath.Masked{Value: HairpinCTMark, Mask: HairpinCTMark}})
+	}
+	g.add(TSNAT, 0, M{}, goTo(TL2ForwardingCalc))
+}
+
+func (g *gen) l2AndIngress() {
+	out := func(port uint32) []A {
+		return []A{datapath.LoadReg{Reg: 1, Lo: 0, Hi: 31, Value: port}, reg0(21, 22, OutputToPortMode), goTo(TIngressSecurityClassifier)}
+	}
+	for _, p := range g.localPods() {
+		g.add(TL2ForwardingCalc, 200, M{EthDst: PodMAC(p)}, out(g.port(p))...)
+	}
+	g.add(TL2ForwardingCalc, 200, M{EthDst: g.nm.GatewayMAC}, out(GatewayPort)...)
+	if g.m.Config.TrafficMode.Encapsulates() {
+		g.add(TL2ForwardingCalc, 200, M{EthDst: GlobalVirtualMAC}, out(TunnelPort)...)
+	}
+	g.add(TL2ForwardingCalc, 0, M{}, goTo(TIngressSecurityClassifier))
+
+	// Traffic leaving the Node (gateway, tunnel) skips ingress policy.
+	g.add(TIngressSecurityClassifier, 210, M{CtMark: datapath.Masked{Value: HairpinCTMark, Mask: HairpinCTMark}}, goTo(TConntrackCommit))
+	g.add(TIngressSecurityClassifier, 200, M{Regs: []datapath.RegMatch{reg0Match(4, 7, DestGateway)}}, goTo(TIngressMetric))
+	g.add(TIngressSecurityClassifier, 200, M{Regs: []datapath.RegMatch{reg0Match(4, 7, DestTunnel)}}, goTo(TIngressMetric))
+	g.add(TIngressSecurityClassifier, 0, M{}, goTo(TAntreaPolicyIngressRule))
+
+	for _, eth := range families {
+		g.add(TConntrackCommit, 200, M{CtState: datapath.CtStateMatch{Set: datapath.CtNew | datapath.CtTrk},
+			CtMark: datapath.Masked{Value: 0, Mask: ServiceCTMark}, EthType: eth},
+			datapath.Ct{Commit: true, Zone: ctZone(eth), Table: TOutput})
+	}
+	g.add(TConntrackCommit, 0, M{}, goTo(TOutput))
+}
+
+func (g *gen) output() {
+	tf := datapath.Controller{Category: CategoryTraceflow}
+	toPort := reg0Match(21, 22, OutputToPortMode)
+	reg1 := func(p uint32) datapath.RegMatch { return datapath.RegMatch{Reg: 1, Masked: datapath.Exact(p)} }
+	hairpin := datapath.Masked{Value: HairpinCTMark, Mask: HairpinCTMark}
+	mode := g.m.Config.TrafficMode
+
+	g.tagged(TOutput, 212, M{CtMark: hairpin}, tf)
+	g.add(TOutput, 210, M{CtMark: hairpin}, datapath.OutputInPort{})
+	if mode.Encapsulates() {
+		// The tunnel copy goes out too, tag kept, so the next Node traces it.
+		g.tagged(TOutput, 203, M{Regs: []datapath.RegMatch{toPort, reg1(TunnelPort)}}, datapath.OutputReg{Reg: 1}, tf)
+	}
+	for _, ip := range g.nm.GatewayIPs {
+		g.tagged(TOutput, 203, M{Regs: []datapath.RegMatch{toPort, reg1(GatewayPort)}, NwDst: host(ip)}, tf)
+	}
+	if mode == Encap {
+		g.tagged(TOutput, 202, M{Regs: []datapath.RegMatch{toPort, reg1(GatewayPort)}}, tf)
+	} else {
+		// Direct routing: the host carries the packet on to the peer Node.
+		g.tagged(TOutput, 202, M{Regs: []datapath.RegMatch{toPort, reg1(GatewayPort)}}, datapath.OutputReg{Reg: 1}, tf)
+	}
+	// Below the gateway flow so the more specific one always wins.
+	g.tagged(TOutput, 201, M{Regs: []datapath.RegMatch{toPort}}, tf)
+	g.add(TOutput, 200, M{Regs: []datapath.RegMatch{toPort}}, datapath.OutputReg{Reg: 1})
+	g.add(TOutput, 0, M{}, datapath.Drop{})
+}

@@ -1,0 +1,315 @@
+// Package pipeline generates, from a cluster.State, one modelled Antrea
+// OVS bridge per Node: the ordered tables of the reference pipeline with
+// their registers, marks, conntrack zones, Service load balancing,
+// NetworkPolicy conjunctions, Egress flows and tunnels, plus the flows a
+// Traceflow adds for its dataplane tag.
+package pipeline
+
+import (
+	"context"
+	"crypto/sha256"
+	"fmt"
+	"net/netip"
+	"sort"
+
+	"sluice/traceflow/cluster"
+	"sluice/traceflow/crd"
+	"sluice/traceflow/datapath"
+)
+
+// TrafficMode is how Pod traffic crosses Nodes.
+type TrafficMode string
+
+// Traffic modes.
+const (
+	Encap             TrafficMode = "encap"
+	NoEncap           TrafficMode = "noEncap"
+	Hybrid            TrafficMode = "hybrid"
+	NetworkPolicyOnly TrafficMode = "networkPolicyOnly"
+)
+
+// ParseTrafficMode accepts the four mode names (case as documented).
+func ParseTrafficMode(s string) (TrafficMode, error) {
+	switch m := TrafficMode(s); m {
+	case Encap, NoEncap, Hybrid, NetworkPolicyOnly:
+		return m, nil
+	}
+	return "", fmt.Errorf("traffic mode %q is not one of encap, noEncap, hybrid, networkPolicyOnly", s)
+}
+
+// ParseTunnelType accepts geneve or vxlan.
+func ParseTunnelType(s string) (datapath.TunnelType, error) {
+	switch t := datapath.TunnelType(s); t {
+	case datapath.Geneve, datapath.VXLAN:
+		return t, nil
+	}
+	return "", fmt.Errorf("tunnel type %q is not one of geneve, vxlan", s)
+}
+
+// Encapsulates reports whether the mode uses the tunnel for some traffic.
+func (m TrafficMode) Encapsulates() bool { return m == Encap || m == Hybrid }
+
+// Config is the cluster-wide agent configuration the model depends on.
+type Config struct {
+	TrafficMode       TrafficMode
+	TunnelType        datapath.TunnelType
+	ServiceCIDRs      []netip.Prefix
+	EgressExceptCIDRs []netip.Prefix
+	// Tag is the Traceflow dataplane tag (DSCP) whose flows are added; 0
+	// adds none, giving the pipeline as it is without a running trace.
+	Tag uint8
+}
+
+// DefaultConfig is encap over Geneve with kubeadm's Service CIDR.
+func DefaultConfig() Config {
+	return Config{TrafficMode: Encap, TunnelType: datapath.Geneve,
+		ServiceCIDRs: []netip.Prefix{netip.MustParsePrefix(crd.ServiceCIDRDefault)}}
+}
+
+// Fixed OpenFlow ports, as Antrea numbers them.
+const (
+	TunnelPort  uint32 = 1
+	GatewayPort uint32 = 2
+	firstPod    uint32 = 3
+)
+
+// Packet-in categories in the controller action's userdata.
+const (
+	CategoryTraceflow uint8 = 1
+	CategoryReject    uint8 = 2
+	CategorySvcReject uint8 = 3
+)
+
+// Register fields (reg0) and marks.
+const (
+	SourceTunnel  = 1
+	SourceGateway = 2
+	SourcePod     = 3
+	DestTunnel    = 1
+	DestGateway   = 2
+
+	RewriteMACBit    = 9
+	APDenyBit        = 10
+	RemoteSNATBit    = 19
+	OutputToPortMode = 1 // reg0[21..22]
+
+	ServiceCTMark  = 0x10
+	ConnSNATCTMark = 0x20
+	HairpinCTMark  = 0x40
+
+	CtZone      = 65520
+	CtZoneV6    = 65510
+	SNATCtZone  = 65521
+	SNATCtZone6 = 65511
+
+	SvcNoEndpointBit = 19 // reg4
+)
+
+// Names of the modelled tables, in pipeline order.
+const (
+	TPipelineRootClassifier    = "PipelineRootClassifier"
+	TClassifier                = "Classifier"
+	TSpoofGuard                = "SpoofGuard"
+	TUnSNAT                    = "UnSNAT"
+	TConntrackZone             = "ConntrackZone"
+	TConntrackState            = "ConntrackState"
+	TPreRoutingClassifier      = "PreRoutingClassifier"
+	TServiceLB                 = "ServiceLB"
+	TEndpointDNAT              = "EndpointDNAT"
+	TAntreaPolicyEgressRule    = "AntreaPolicyEgressRule"
+	TEgressRule                = "EgressRule"
+	TEgressDefaultRule         = "EgressDefaultRule"
+	TEgressMetric              = "EgressMetric"
+	TL3Forwarding              = "L3Forwarding"
+	TEgressMark                = "EgressMark"
+	TL3DecTTL                  = "L3DecTTL"
+	TSNATMark                  = "SNATMark"
+	TSNAT                      = "SNAT"
+	TL2ForwardingCalc          = "L2ForwardingCalc"
+	TIngressSecurityClassifier = "IngressSecurityClassifier"
+	TAntreaPolicyIngressRule   = "AntreaPolicyIngressRule"
+	TIngressRule               = "IngressRule"
+	TIngressDefaultRule        = "IngressDefaultRule"
+	TIngressMetric             = "IngressMetric"
+	TConntrackCommit           = "ConntrackCommit"
+	TOutput                    = "Output"
+)
+
+// Tables is the pipeline order.
+var tableOrder = []string{
+	TPipelineRootClassifier, TClassifier, TSpoofGuard, TUnSNAT, TConntrackZone, TConntrackState,
+	TPreRoutingClassifier, TServiceLB, TEndpointDNAT, TAntreaPolicyEgressRule, TEgressRule,
+	TEgressDefaultRule, TEgressMetric, TL3Forwarding, TEgressMark, TL3DecTTL, TSNATMark, TSNAT,
+	TL2ForwardingCalc, TIngressSecurityClassifier, TAntreaPolicyIngressRule, TIngressRule,
+	TIngressDefaultRule, TIngressMetric, TConntrackCommit, TOutput,
+}
+
+// RuleRef names the policy rule behind a conjunction ID.
+type RuleRef struct {
+	PolicyType string // K8sNetworkPolicy, AntreaNetworkPolicy, AntreaClusterNetworkPolicy
+	Namespace  string
+	Name       string
+	Rule       string
+	Action     string // Allow, Drop, Reject, Pass
+}
+
+// PolicyString is the observation's networkPolicy value: "<Type>:<name>"
+// for cluster-scoped types, "<Type>:<ns>/<name>" otherwise.
+func (r RuleRef) PolicyString() string {
+	if r.PolicyType == crd.AntreaClusterPolicyType || r.PolicyType == "K8sClusterNetworkPolicy" {
+		return r.PolicyType + ":" + r.Name
+	}
+	return r.PolicyType + ":" + r.Namespace + "/" + r.Name
+}
+
+// NodeModel is one Node's bridge and the agent-side facts the Traceflow
+// agent reads when it interprets a packet-in.
+type NodeModel struct {
+	Node       *cluster.Node
+	Bridge     *datapath.Bridge
+	GatewayIPs []netip.Addr
+	GatewayMAC datapath.MAC
+	PodPort    map[string]uint32 // "ns/name" -> ofport
+	PortPod    map[uint32]*cluster.Pod
+	// MarkIP maps an Egress SNAT mark to its local Egress IP: the agent's
+	// own table, used to name the IP of tunnelled Egress traffic.
+	MarkIP map[uint32]netip.Addr
+}
+
+// GatewayIP returns the gateway address of one family.
+func (n *NodeModel) GatewayIP(v6 bool) (netip.Addr, bool) {
+	for _, ip := range n.GatewayIPs {
+		if ip.Is6() == v6 {
+			return ip, true
+		}
+	}
+	return netip.Addr{}, false
+}
+
+// Model is the whole modelled datapath.
+type Model struct {
+	Config Config
+	State  *cluster.State
+	Nodes  map[string]*NodeModel
+	Rules  map[uint32]RuleRef
+}
+
+// PodMAC is the deterministic MAC of a Pod interface.
+func PodMAC(p *cluster.Pod) datapath.MAC {
+	if ip, ok := p.IP(false); ok {
+		b := ip.As4()
+		return datapath.MAC{0x0a, 0x58, b[0], b[1], b[2], b[3]}
+	}
+	h := sha256.Sum256([]byte(p.Key()))
+	return datapath.MAC{0x0a, 0x58, h[0], h[1], h[2], h[3]}
+}
+
+func gatewayMAC(node string) datapath.MAC {
+	h := sha256.Sum256([]byte(node))
+	return datapath.MAC{0x0e, h[0], h[1], h[2], h[3], h[4]}
+}
+
+// GlobalVirtualMAC is the destination MAC of tunnelled packets.
+var GlobalVirtualMAC = datapath.MAC{0xaa, 0xbb, 0xcc, 0xdd, 0xee, 0xff}
+
+// Build generates every Node's bridge. Problems are warnings about state
+// the mode cannot model (Egress in a direct-routing mode, say).
+func Build(ctx context.Context, st *cluster.State, cfg Config) (*Model, cluster.Problems, error) {
+	if cfg.TrafficMode == "" {
+		cfg.TrafficMode = Encap
+	}
+	if cfg.TunnelType == "" {
+		cfg.TunnelType = datapath.Geneve
+	}
+	m := &Model{Config: cfg, State: st, Nodes: map[string]*NodeModel{}, Rules: map[uint32]RuleRef{}}
+	var probs cluster.Problems
+	if !cfg.TrafficMode.Encapsulates() {
+		for _, e := range st.Egresses {
+			probs = append(probs, cluster.Problem{Severity: cluster.Warning, Object: "Egress " + e.Name,
+				Message: fmt.Sprintf("Egress works only in encap or hybrid mode; ignored in %s mode", cfg.TrafficMode)})
+		}
+	}
+	for _, n := range st.Nodes {
+		nm := &NodeModel{Node: n, Bridge: datapath.NewBridge(n.Name, tableOrder), GatewayMAC: gatewayMAC(n.Name),
+			PodPort: map[string]uint32{}, PortPod: map[uint32]*cluster.Pod{}, MarkIP: map[uint32]netip.Addr{}}
+		for _, c := range n.PodCIDRs {
+			nm.GatewayIPs = append(nm.GatewayIPs, c.Addr().Next())
+		}
+		port := firstPod
+		for _, p := range st.PodsOnNode(n.Name) {
+			nm.PodPort[p.Key()], nm.PortPod[port] = port, p
+			port++
+		}
+		m.Nodes[n.Name] = nm
+	}
+	// Marks: one per local Egress IP, in address order.
+	for _, nm := range m.Nodes {
+		var ips []netip.Addr
+		seen := map[netip.Addr]bool{}
+		for _, e := range st.Egresses {
+			if ip, node, ok := cluster.EgressAssignment(e); ok && node == nm.Node.Name && !seen[ip] {
+				seen[ip] = true
+				ips = append(ips, ip)
+			}
+		}
+		sort.Slice(ips, func(i, j int) bool { return ips[i].Less(ips[j]) })
+		for i, ip := range ips {
+			if i == 255 {
+				probs = append(probs, cluster.Problem{Severity: cluster.Warning, Object: "Node " + nm.Node.Name,
+					Message: "more than 255 Egress IPs; the rest get no mark"})
+				break
+			}
+			nm.MarkIP[uint32(i+1)] = ip
+		}
+	}
+	pol, err := compilePolicies(st, m.Rules)
+	if err != nil {
+		return nil, probs, err
+	}
+	for _, name := range sortedNodeNames(m) {
+		if err := ctx.Err(); err != nil {
+			return nil, probs, err
+		}
+		g := &gen{m: m, nm: m.Nodes[name], pol: pol}
+		if err := g.build(); err != nil {
+			return nil, probs, fmt.Errorf("node %s: %w", name, err)
+		}
+	}
+	return m, probs, nil
+}
+
+func sortedNodeNames(m *Model) []string {
+	names := make([]string, 0, len(m.Nodes))
+	for n := range m.Nodes {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// MarkOf returns the mark of a local Egress IP on a Node (0 if none).
+func (n *NodeModel) MarkOf(ip netip.Addr) uint32 {
+	for mark, e := range n.MarkIP {
+		if e == ip {
+			return mark
+		}
+	}
+	return 0
+}
+
+// OwnerOfTunnelIP returns the Node a tunnel to ip reaches: the Node
+// holding it as an Egress IP, else the Node with that transport address.
+func (m *Model) OwnerOfTunnelIP(ip netip.Addr) *NodeModel {
+	for _, nm := range m.Nodes {
+		if nm.MarkOf(ip) != 0 {
+			return nm
+		}
+	}
+	if n := m.State.NodeByTransportIP(ip); n != nil {
+		return m.Nodes[n.Name]
+	}
+	return nil
+}
+
+// InAnyPodCIDR reports whether ip is inside some Node's PodCIDR.
+func (m *Model) InAnyPodCIDR(ip netip.Addr) bool { return m.State.NodeForPodIP(ip) != nil }

@@ -1,0 +1,60 @@
+package pipeline
+
+import (
+	"context"
+	"net/netip"
+	"reflect"
+	"strings"
+	"testing"
+
+	"sluice/traceflow/cluster"
+)
+
+func TestSubtract(t *testing.T) {
+	got := subtract(netip.MustParsePrefix("10.0.0.0/24"), []netip.Prefix{netip.MustParsePrefix("10.0.0.128/26")})
+	want := []netip.Prefix{netip.MustParsePrefix("10.0.0.0/25"), netip.MustParsePrefix("10.0.0.192/26")}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("got %v want %v", got, want)
+	}
+	if got := subtract(netip.MustParsePrefix("10.0.0.0/24"), []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}); len(got) != 0 {
+		t.Errorf("covered prefix left %v", got)
+	}
+}
+
+// TestBuildIsDeterministic builds the fixture twice per mode: the flows
+// must print identically, since users diff them.
+func TestBuildIsDeterministic(t *testing.T) {
+	ctx := context.Background()
+	objs, err := cluster.ReadPath(ctx, "../testdata/cluster")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dump := func(mode TrafficMode) string {
+		st, probs := cluster.Build(objs)
+		if probs.Err() != nil {
+			t.Fatal(probs.Err())
+		}
+		cfg := DefaultConfig()
+		cfg.TrafficMode, cfg.Tag = mode, 7
+		m, _, err := Build(ctx, st, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var b strings.Builder
+		for _, n := range sortedNodeNames(m) {
+			for _, f := range m.Nodes[n].Bridge.Flows() {
+				b.WriteString(f.String() + "\n")
+			}
+		}
+		return b.String()
+	}
+	for _, mode := range []TrafficMode{Encap, NoEncap, Hybrid, NetworkPolicyOnly} {
+		a, b := dump(mode), dump(mode)
+		if a != b {
+			t.Errorf("%s: two builds differ", mode)
+		}
+		if !mode.Encapsulates() && strings.Contains(a, "tun_dst") {
+			t.Errorf("%s: tunnel flows in a mode without Egress or encap", mode)
+		}
+	}
+}

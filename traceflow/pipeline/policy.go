@@ -1,0 +1,379 @@
+package pipeline
+
+import (
+	"fmt"
+	"net/netip"
+	"sort"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"sluice/traceflow/cluster"
+	"sluice/traceflow/crd"
+	"sluice/traceflow/datapath"
+)
+
+// portMatch is one protocol/port of a rule; a zero port mask is any port.
+type portMatch struct {
+	proto uint8
+	port  datapath.Masked
+}
+
+// compiledRule is one policy rule resolved against the cluster: which
+// Pods it applies to, which addresses it matches, and where its flows go.
+type compiledRule struct {
+	id        uint32
+	ingress   bool
+	table     string
+	priority  int
+	action    string
+	appliedTo []*cluster.Pod
+	anyPeer   bool
+	peers     []netip.Prefix
+	anyPort   bool
+	ports     []portMatch
+}
+
+type compiledPolicies struct {
+	rules           []*compiledRule
+	isolatedIngress map[*cluster.Pod]bool
+	isolatedEgress  map[*cluster.Pod]bool
+}
+
+// compilePolicies resolves every policy rule and numbers it with a
+// conjunction ID recorded in refs.
+func compilePolicies(st *cluster.State, refs map[uint32]RuleRef) (*compiledPolicies, error) {
+	c := &compiledPolicies{isolatedIngress: map[*cluster.Pod]bool{}, isolatedEgress: map[*cluster.Pod]bool{}}
+	next := uint32(1)
+	newID := func(r RuleRef) uint32 {
+		id := next
+		next++
+		refs[id] = r
+		return id
+	}
+	// Antrea-native rules first, ordered by tier, policy priority and rule
+	// position: that order is their precedence.
+	type apRule struct {
+		pol   *crd.AntreaPolicy
+		rule  crd.AntreaPolicyRule
+		index int
+		in    bool
+		tier  int
+	}
+	var ap []apRule
+	for _, p := range st.AntreaPolicies {
+		tier, _ := cluster.TierPriority(p.Spec.Tier)
+		for i, r := range p.Spec.Ingress {
+			ap = append(ap, apRule{p, r, i, true, tier})
+		}
+		for i, r := range p.Spec.Egress {
+			ap = append(ap, apRule{p, r, i, false, tier})
+		}
+	}
+	sort.SliceStable(ap, func(i, j int) bool {
+		a, b := ap[i], ap[j]
+		if a.tier != b.tier {
+			return a.tier < b.tier
+		}
+		if a.pol.Spec.Priority != b.pol.Spec.Priority {
+			return a.pol.Spec.Priority < b.pol.Spec.Priority
+		}
+		return a.index < b.index
+	})
+	for pos, r := range ap {
+		typ := crd.AntreaNetworkPolicyType
+		if r.pol.Kind == crd.KindAntreaClusterPolicy {
+			typ = crd.AntreaClusterPolicyType
+		}
+		dir := "egress"
+		if r.in {
+			dir = "ingress"
+		}
+		name := r.rule.Name
+		if name == "" {
+			// Upstream generates a name for unnamed rules; ours is readable.
+			name = fmt.Sprintf("%s-%s-%d", dir, strings.ToLower(r.rule.Action), r.index)
+		}
+		cr := &compiledRule{ingress: r.in, action: r.rule.Action}
+		cr.id = newID(RuleRef{PolicyType: typ, Namespace: r.pol.Namespace, Name: r.pol.Name, Rule: name, Action: r.rule.Action})
+		switch {
+		case r.tier == 253 && r.in: // baseline: after K8s policy, in the DefaultRule tables
+			cr.table, cr.priority = TIngressDefaultRule, 150-pos%100
+		case r.tier == 253:
+			cr.table, cr.priority = TEgressDefaultRule, 150-pos%100
+		case r.in:
+			cr.table, cr.priority = TAntreaPolicyIngressRule, 60000-pos
+		default:
+			cr.table, cr.priority = TAntreaPolicyEgressRule, 60000-pos
+		}
+		applied := r.rule.AppliedTo
+		if len(applied) == 0 {
+			applied = r.pol.Spec.AppliedTo
+		}
+		ns := r.pol.Namespace
+		var err error
+		if cr.appliedTo, err = antreaPods(st, applied, ns); err != nil {
+			return nil, fmt.Errorf("%s %s: appliedTo: %w", typ, r.pol.Name, err)
+		}
+		peers := r.rule.To
+		if r.in {
+			peers = r.rule.From
+		}
+		if cr.anyPeer, cr.peers, err = antreaPeers(st, peers, ns); err != nil {
+			return nil, fmt.Errorf("%s %s: %w", typ, r.pol.Name, err)
+		}
+		cr.anyPort, cr.ports = antreaPorts(r.rule.Ports)
+		c.rules = append(c.rules, cr)
+	}
+	for _, np := range st.NetworkPolicies {
+		applied, err := st.SelectPods(&np.Spec.PodSelector, nil, np.Namespace)
+		if err != nil {
+			return nil, fmt.Errorf("NetworkPolicy %s/%s: %w", np.Namespace, np.Name, err)
+		}
+		in, eg := policyTypes(np)
+		ref := RuleRef{PolicyType: crd.K8sNetworkPolicyType, Namespace: np.Namespace, Name: np.Name, Action: crd.RuleActionAllow}
+		if in {
+			for _, p := range applied {
+				c.isolatedIngress[p] = true
+			}
+			for _, r := range np.Spec.Ingress {
+				cr := &compiledRule{id: newID(ref), ingress: true, table: TIngressRule, priority: 200, action: crd.RuleActionAllow, appliedTo: applied}
+				if cr.anyPeer, cr.peers, err = k8sPeers(st, r.From, np.Namespace); err != nil {
+					return nil, fmt.Errorf("NetworkPolicy %s/%s: %w", np.Namespace, np.Name, err)
+				}
+				cr.anyPort, cr.ports = k8sPorts(r.Ports)
+				c.rules = append(c.rules, cr)
+			}
+		}
+		if eg {
+			for _, p := range applied {
+				c.isolatedEgress[p] = true
+			}
+			for _, r := range np.Spec.Egress {
+				cr := &compiledRule{id: newID(ref), table: TEgressRule, priority: 200, action: crd.RuleActionAllow, appliedTo: applied}
+				if cr.anyPeer, cr.peers, err = k8sPeers(st, r.To, np.Namespace); err != nil {
+					return nil, fmt.Errorf("NetworkPolicy %s/%s: %w", np.Namespace, np.Name, err)
+				}
+				cr.anyPort, cr.ports = k8sPorts(r.Ports)
+				c.rules = append(c.rules, cr)
+			}
+		}
+	}
+	return c, nil
+}
+
+func policyTypes(np *networkingv1.NetworkPolicy) (ingress, egress bool) {
+	if len(np.Spec.PolicyTypes) == 0 {
+		return true, len(np.Spec.Egress) > 0
+	}
+	for _, t := range np.Spec.PolicyTypes {
+		switch t {
+		case networkingv1.PolicyTypeIngress:
+			ingress = true
+		case networkingv1.PolicyTypeEgress:
+			egress = true
+		}
+	}
+	return ingress, egress
+}
+
+func podPrefixes(pods []*cluster.Pod) []netip.Prefix {
+	var out []netip.Prefix
+	for _, p := range pods {
+		for _, ip := range p.IPs {
+			out = append(out, netip.PrefixFrom(ip, ip.BitLen()))
+		}
+	}
+	return out
+}
+
+func k8sPeers(st *cluster.State, peers []networkingv1.NetworkPolicyPeer, ns string) (bool, []netip.Prefix, error) {
+	if len(peers) == 0 {
+		return true, nil, nil
+	}
+	var out []netip.Prefix
+	for _, p := range peers {
+		if p.IPBlock != nil {
+			cidr, err := netip.ParsePrefix(p.IPBlock.CIDR)
+			if err != nil {
+				return false, nil, fmt.Errorf("ipBlock %q: %w", p.IPBlock.CIDR, err)
+			}
+			var except []netip.Prefix
+			for _, e := range p.IPBlock.Except {
+				ep, err := netip.ParsePrefix(e)
+				if err != nil {
+					return false, nil, fmt.Errorf("ipBlock except %q: %w", e, err)
+				}
+				except = append(except, ep.Masked())
+			}
+			out = append(out, subtract(cidr.Masked(), except)...)
+			continue
+		}
+		if p.PodSelector == nil && p.NamespaceSelector == nil {
+			continue
+		}
+		sel := p.PodSelector
+		if sel == nil {
+			sel = &metav1.LabelSelector{}
+		}
+		pods, err := st.SelectPods(sel, p.NamespaceSelector, ns)
+		if err != nil {
+			return false, nil, err
+		}
+		out = append(out, podPrefixes(pods)...)
+	}
+	return false, out, nil
+}
+
+func antreaPods(st *cluster.State, peers []crd.PolicyPeer, ns string) ([]*cluster.Pod, error) {
+	var out []*cluster.Pod
+	seen := map[*cluster.Pod]bool{}
+	for _, p := range peers {
+		if p.PodSelector == nil && p.NamespaceSelector == nil {
+			continue
+		}
+		pods, err := st.SelectPods(p.PodSelector, p.NamespaceSelector, ns)
+		if err != nil {
+			return nil, err
+		}
+		for _, q := range pods {
+			if !seen[q] {
+				seen[q] = true
+				out = append(out, q)
+			}
+		}
+	}
+	return out, nil
+}
+
+func antreaPeers(st *cluster.State, peers []crd.PolicyPeer, ns string) (bool, []netip.Prefix, error) {
+	if len(peers) == 0 {
+		return true, nil, nil
+	}
+	var out []netip.Prefix
+	for _, p := range peers {
+		if p.IPBlock != nil {
+			cidr, err := netip.ParsePrefix(p.IPBlock.CIDR)
+			if err != nil {
+				return false, nil, fmt.Errorf("ipBlock %q: %w", p.IPBlock.CIDR, err)
+			}
+			out = append(out, cidr.Masked())
+		}
+	}
+	pods, err := antreaPods(st, peers, ns)
+	if err != nil {
+		return false, nil, err
+	}
+	return false, append(out, podPrefixes(pods)...), nil
+}
+
+func protoNumber(p string) (uint8, bool) {
+	switch corev1.Protocol(strings.ToUpper(p)) {
+	case "", corev1.ProtocolTCP:
+		return datapath.ProtoTCP, true
+	case corev1.ProtocolUDP:
+		return datapath.ProtoUDP, true
+	}
+	return 0, false // SCTP and others are not modelled: they match nothing
+}
+
+func rangeMatches(proto uint8, lo, hi int32) []portMatch {
+	if lo < 1 || lo > 65535 {
+		return nil
+	}
+	if hi < lo {
+		hi = lo
+	}
+	if hi > 65535 {
+		hi = 65535
+	}
+	var out []portMatch
+	for _, m := range datapath.PortRange(uint16(lo), uint16(hi)) {
+		out = append(out, portMatch{proto, m})
+	}
+	return out
+}
+
+func k8sPorts(ports []networkingv1.NetworkPolicyPort) (bool, []portMatch) {
+	if len(ports) == 0 {
+		return true, nil
+	}
+	var out []portMatch
+	for _, p := range ports {
+		proto := ""
+		if p.Protocol != nil {
+			proto = string(*p.Protocol)
+		}
+		n, ok := protoNumber(proto)
+		if !ok {
+			continue
+		}
+		switch {
+		case p.Port == nil:
+			out = append(out, portMatch{proto: n})
+		case p.Port.Type == 0:
+			hi := p.Port.IntVal
+			if p.EndPort != nil {
+				hi = *p.EndPort
+			}
+			out = append(out, rangeMatches(n, p.Port.IntVal, hi)...)
+		}
+	}
+	return false, out
+}
+
+func antreaPorts(ports []crd.PolicyPort) (bool, []portMatch) {
+	if len(ports) == 0 {
+		return true, nil
+	}
+	var out []portMatch
+	for _, p := range ports {
+		proto := ""
+		if p.Protocol != nil {
+			proto = *p.Protocol
+		}
+		n, ok := protoNumber(proto)
+		if !ok {
+			continue
+		}
+		switch {
+		case p.Port == nil:
+			out = append(out, portMatch{proto: n})
+		case p.Port.Type == 0:
+			hi := p.Port.IntVal
+			if p.EndPort != nil {
+				hi = *p.EndPort
+			}
+			out = append(out, rangeMatches(n, p.Port.IntVal, hi)...)
+		}
+	}
+	return false, out
+}
+
+// subtract returns the prefixes covering p minus every prefix in except.
+func subtract(p netip.Prefix, except []netip.Prefix) []netip.Prefix {
+	for _, e := range except {
+		if !p.Overlaps(e) {
+			continue
+		}
+		if e.Bits() <= p.Bits() {
+			return nil // the exception covers all of p
+		}
+		// Split p in halves and subtract from each.
+		lo, hi := halves(p)
+		return append(subtract(lo, except), subtract(hi, except)...)
+	}
+	return []netip.Prefix{p}
+}
+
+func halves(p netip.Prefix) (netip.Prefix, netip.Prefix) {
+	bits := p.Bits() + 1
+	lo := netip.PrefixFrom(p.Addr(), bits).Masked()
+	b := lo.Addr().AsSlice()
+	idx := (bits - 1) / 8
+	b[idx] |= 0x80 >> ((bits - 1) % 8)
+	a, _ := netip.AddrFromSlice(b)
+	return lo, netip.PrefixFrom(a, bits)
+}
