@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what the tests need on a fresh Debian machine: the third-party
-# IPFIX peers the interop tests run for real, and the Go modules.
+# IPFIX peers the interop tests run for real, the tools of the end-to-end
+# tests, and the Go modules.
 set -euo pipefail
 
 need=()
@@ -9,6 +10,11 @@ command -v nfcapd >/dev/null || need+=(nfdump)
 command -v tshark >/dev/null || need+=(tshark)
 command -v tcpdump >/dev/null || need+=(tcpdump)
 command -v nfacctd >/dev/null || need+=(pmacct)
+# The exporter's end-to-end test: network namespaces, a conntrack rule,
+# and the conntrack tool as an independent witness of the kernel counters.
+command -v ip >/dev/null || need+=(iproute2)
+command -v nft >/dev/null || need+=(nftables)
+command -v conntrack >/dev/null || need+=(conntrack)
 if ((${#need[@]})); then
   if [[ $(id -u) -ne 0 ]]; then
     echo "install-deps: need root to apt-get install ${need[*]}" >&2

@@ -24,6 +24,7 @@ func newRootCmd() *cobra.Command {
 		SilenceErrors: true,
 	}
 	root.AddCommand(newVersionCmd(), newIPFIXCmd(), newAggregatorCmd(), newGetCmd(), newTraceflowCmd())
+	root.AddCommand(newExporterCmd())
 	return root
 }
 

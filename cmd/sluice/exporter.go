@@ -1,0 +1,236 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"os"
+	"os/signal"
+	"slices"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+	"k8s.io/client-go/kubernetes"
+
+	"sluice/certs"
+	"sluice/enrich"
+	"sluice/exporter"
+	"sluice/exporter/collectoraddr"
+	"sluice/exporter/connstore"
+	"sluice/exporter/source"
+	"sluice/exporter/source/ctnetlink"
+	"sluice/exporter/source/synthetic"
+	"sluice/flow/ipfixmap"
+)
+
+// exporterFlags are the flags of `sluice exporter`; defaults are the
+// reference agent's.
+type exporterFlags struct {
+	collector      string
+	node           string
+	podCIDRs       []string
+	clusterCIDRs   []string
+	source         string
+	netns          string
+	inventory      string
+	kubeconfig     string
+	profile        string
+	rate           float64
+	poll           time.Duration
+	active         time.Duration
+	idle           time.Duration
+	tlsCert        string
+	tlsKey         string
+	tlsCA          string
+	tlsServerName  string
+	metricsAddress string
+	maxConns       int
+	bufferSize     int
+	log            logOptions
+}
+
+func newExporterCmd() *cobra.Command {
+	var f exporterFlags
+	cmd := &cobra.Command{
+		Use:   "exporter --collector HOST:PORT[:PROTO] --pod-cidr CIDR",
+		Short: "Export this Node's Pod connections to the aggregator",
+		Long: `Runs the per-Node flow exporter. It polls the connection table (Linux conntrack
+through netlink, optionally inside a named network namespace, or a synthetic
+source for load tests), keeps the connections of this Node's Pods, and sends
+flow records to the aggregator over IPFIX (tls, tcp or udp) with the element
+set of the chosen Antrea agent version. See docs/exporter.md.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			log, err := f.log.logger(cmd.ErrOrStderr())
+			if err != nil {
+				return err
+			}
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			return runExporter(ctx, &f, log)
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&f.collector, "collector", "flow-aggregator/flow-aggregator:4739:tls",
+		"aggregator address <host>:[<port>][:<proto>]; host may be namespace/service; port defaults to 4739, proto (tls, tcp, udp) to tls")
+	fl.StringVar(&f.node, "node", os.Getenv("NODE_NAME"), "this Node's name (default $NODE_NAME, else the host name)")
+	fl.StringArrayVar(&f.podCIDRs, "pod-cidr", nil, "this Node's Pod CIDR (repeatable); default the Node's podCIDRs from the metadata source")
+	fl.StringArrayVar(&f.clusterCIDRs, "cluster-cidr", nil, "every Node's Pod CIDRs (repeatable, optional): addresses in them count as Pods for the flow type")
+	fl.StringVar(&f.source, "source", "conntrack", "connection source: conntrack or synthetic")
+	fl.StringVar(&f.netns, "netns", "", "read conntrack in this named network namespace (a name from ip netns list, or a path such as /proc/PID/ns/net) instead of the current one")
+	fl.StringVar(&f.inventory, "inventory", "", "Pod metadata from this file (kubectl get pods,nodes,services -A -o yaml), re-read when it changes")
+	fl.StringVar(&f.kubeconfig, "kubeconfig", "", "Pod metadata from the cluster this kubeconfig names")
+	fl.StringVar(&f.profile, "ie-profile", ipfixmap.NewestAgent, "Antrea agent version whose elements are sent: "+fmt.Sprint(ipfixmap.AgentVersions()))
+	fl.Float64Var(&f.rate, "rate", 100, "synthetic source: new connections per second")
+	fl.DurationVar(&f.poll, "poll-interval", exporter.DefaultPollInterval, "how often the connection table is read (at least 1s)")
+	fl.DurationVar(&f.active, "active-timeout", connstore.DefaultActiveTimeout, "a changing connection is exported this often")
+	fl.DurationVar(&f.idle, "idle-timeout", connstore.DefaultIdleTimeout, "a connection without new packets for this long is exported once as idle")
+	fl.StringVar(&f.tlsCert, "tls-cert-file", "", "client certificate (PEM) for the tls protocol")
+	fl.StringVar(&f.tlsKey, "tls-key-file", "", "client certificate's key (PEM)")
+	fl.StringVar(&f.tlsCA, "tls-ca-file", "", "CA (PEM) the aggregator's certificate is checked against; default the system roots")
+	fl.StringVar(&f.tlsServerName, "tls-server-name", "", "name expected in the aggregator's certificate; default the collector host")
+	fl.StringVar(&f.metricsAddress, "metrics-address", ":10350", "address of /metrics, /healthz and /readyz; empty for none")
+	fl.IntVar(&f.maxConns, "max-connections", connstore.DefaultMaxConnections, "connections tracked at most; more are counted and skipped")
+	fl.IntVar(&f.bufferSize, "buffer-size", exporter.DefaultBufferSize, "flow records held while the aggregator is slow or unreachable; the oldest are dropped beyond it")
+	f.log.register(cmd)
+	cmd.SetContext(context.Background())
+	return cmd
+}
+
+func parsePrefixes(flag string, vals []string) ([]netip.Prefix, error) {
+	var out []netip.Prefix
+	for _, v := range vals {
+		p, err := netip.ParsePrefix(v)
+		if err != nil {
+			return nil, fmt.Errorf("--%s %q: %w", flag, v, err)
+		}
+		out = append(out, p.Masked())
+	}
+	return out, nil
+}
+
+func runExporter(ctx context.Context, f *exporterFlags, log *slog.Logger) error {
+	coll, err := collectoraddr.Parse(f.collector)
+	if err != nil {
+		return fmt.Errorf("--collector: %w", err)
+	}
+	if !slices.Contains(ipfixmap.AgentVersions(), f.profile) {
+		return fmt.Errorf("--ie-profile %q: not one of %v", f.profile, ipfixmap.AgentVersions())
+	}
+	if f.node == "" {
+		if f.node, err = os.Hostname(); err != nil || f.node == "" {
+			return errors.New("--node: no Node name given, and the host name is unknown")
+		}
+	}
+	if f.inventory != "" && f.kubeconfig != "" {
+		return errors.New("--inventory and --kubeconfig: give one metadata source, not both")
+	}
+	podCIDRs, err := parsePrefixes("pod-cidr", f.podCIDRs)
+	if err != nil {
+		return err
+	}
+	clusterCIDRs, err := parsePrefixes("cluster-cidr", f.clusterCIDRs)
+	if err != nil {
+		return err
+	}
+	if f.source != "conntrack" && f.source != "synthetic" {
+		return fmt.Errorf("--source %q: want conntrack or synthetic", f.source)
+	}
+	if f.netns != "" && f.source != "conntrack" {
+		return errors.New("--netns only applies to the conntrack source")
+	}
+	if f.rate <= 0 {
+		return fmt.Errorf("--rate %v: must be positive", f.rate)
+	}
+	if f.poll < exporter.MinPollInterval {
+		return fmt.Errorf("--poll-interval %v: at least %v", f.poll, exporter.MinPollInterval)
+	}
+	if f.active <= 0 || f.idle <= 0 {
+		return errors.New("--active-timeout and --idle-timeout must be positive")
+	}
+	if f.maxConns <= 0 || f.bufferSize <= 0 {
+		return errors.New("--max-connections and --buffer-size must be positive")
+	}
+
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	bgCtx, stopBg := context.WithCancel(ctx)
+	defer stopBg()
+	var store enrich.Store
+	switch {
+	case f.inventory != "":
+		inv, err := enrich.NewInventory(f.inventory, enrich.InventoryOptions{Logger: log})
+		if err != nil {
+			return fmt.Errorf("--inventory: %w", err)
+		}
+		store = inv
+		wg.Add(1)
+		go func() { defer wg.Done(); _ = inv.Run(bgCtx) }()
+	case f.kubeconfig != "":
+		rc, err := enrich.KubeConfig(f.kubeconfig)
+		if err != nil {
+			return fmt.Errorf("--kubeconfig: %w", err)
+		}
+		client, err := kubernetes.NewForConfig(rc)
+		if err != nil {
+			return fmt.Errorf("--kubeconfig: %w", err)
+		}
+		k := enrich.NewKube(client, enrich.KubeOptions{Logger: log})
+		store = k
+		wg.Add(1)
+		go func() { defer wg.Done(); _ = k.Run(bgCtx) }()
+		select {
+		case <-k.Ready():
+		case <-ctx.Done():
+			return nil
+		}
+	}
+	if len(podCIDRs) == 0 && store != nil {
+		if n, ok := store.NodeByName(f.node); ok {
+			podCIDRs = n.PodCIDRs
+		}
+	}
+	if len(podCIDRs) == 0 {
+		if f.source != "synthetic" {
+			return fmt.Errorf("--pod-cidr: none given, and the metadata source has no podCIDRs for Node %q", f.node)
+		}
+		podCIDRs = []netip.Prefix{netip.MustParsePrefix("10.244.1.0/24")}
+		log.Info("no Pod CIDR given; the synthetic source uses a default", "pod_cidr", podCIDRs[0])
+	}
+
+	var src source.Source
+	if f.source == "conntrack" {
+		if src, err = ctnetlink.Open(f.netns); err != nil {
+			return fmt.Errorf("--source conntrack: %w", err)
+		}
+	} else {
+		if src, err = synthetic.New(synthetic.Options{Rate: f.rate, PodCIDRs: podCIDRs, PeerCIDRs: clusterCIDRs,
+			Seed: uint64(time.Now().UnixNano())}); err != nil {
+			return fmt.Errorf("--source synthetic: %w", err)
+		}
+	}
+	opts := exporter.Options{Node: f.node, PodCIDRs: podCIDRs, ClusterCIDRs: clusterCIDRs, Source: src, Store: store,
+		Collector: coll, Profile: f.profile, PollInterval: f.poll, ActiveTimeout: f.active, IdleTimeout: f.idle,
+		MaxConnections: f.maxConns, BufferSize: f.bufferSize, MetricsAddress: f.metricsAddress, Log: log}
+	if coll.Proto == "tls" {
+		b, err := certs.LoadClient(f.tlsCert, f.tlsKey, f.tlsCA)
+		if err != nil {
+			src.Close()
+			return fmt.Errorf("--tls-cert-file/--tls-key-file/--tls-ca-file: %w", err)
+		}
+		opts.TLS = b.ClientTLS(f.tlsServerName)
+	} else if f.tlsCert != "" || f.tlsKey != "" || f.tlsCA != "" {
+		src.Close()
+		return fmt.Errorf("--tls-* flags given, but the collector protocol is %s, not tls", coll.Proto)
+	}
+	e, err := exporter.New(opts)
+	if err != nil {
+		src.Close()
+		return err
+	}
+	return e.Run(ctx)
+}

@@ -1,0 +1,36 @@
+package main
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+)
+
+// TestExporterFlagErrors: bad flag values stop the command with an error
+// naming the flag, before anything starts.
+func TestExporterFlagErrors(t *testing.T) {
+	cases := map[string][]string{
+		"--collector":     {"--collector", "fd00::1:4739", "--pod-cidr", "10.0.0.0/24"},
+		"gRPC":            {"--collector", "127.0.0.1:14739:grpc", "--pod-cidr", "10.0.0.0/24"},
+		"--ie-profile":    {"--ie-profile", "v9.9", "--pod-cidr", "10.0.0.0/24"},
+		"--pod-cidr":      {"--pod-cidr", "10.0.0.300/24"},
+		"--source":        {"--source", "pcap", "--pod-cidr", "10.0.0.0/24"},
+		"--netns only":    {"--source", "synthetic", "--netns", "x", "--pod-cidr", "10.0.0.0/24"},
+		"--poll-interval": {"--poll-interval", "100ms", "--pod-cidr", "10.0.0.0/24"},
+		"not both":        {"--inventory", "a", "--kubeconfig", "b", "--pod-cidr", "10.0.0.0/24"},
+		"--rate":          {"--source", "synthetic", "--rate", "0"},
+		"tls":             {"--source", "synthetic", "--collector", "127.0.0.1:1:tcp", "--tls-ca-file", "ca.crt"},
+		"no such file":    {"--source", "synthetic", "--inventory", "/nonexistent/inventory.yaml"},
+	}
+	for want, args := range cases {
+		root := newRootCmd()
+		var out bytes.Buffer
+		root.SetOut(&out)
+		root.SetErr(&out)
+		root.SetArgs(append([]string{"exporter", "--node", "n1", "--metrics-address", ""}, args...))
+		err := root.Execute()
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%v: error %v, want one mentioning %q", args, err, want)
+		}
+	}
+}

@@ -1,0 +1,248 @@
+package connstore
+
+import (
+	"net/netip"
+	"testing"
+	"time"
+
+	"sluice/exporter/source"
+	"sluice/flow"
+)
+
+var t0 = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+
+func ap(s string) netip.AddrPort { return netip.MustParseAddrPort(s) }
+
+func tcp(id uint32, client, server string, pk, oc, rpk, roc uint64, state uint8) source.Conn {
+	return source.Conn{ID: id, Proto: source.ProtoTCP, OrigSrc: ap(client), OrigDst: ap(server), ReplySrc: ap(server),
+		ReplyDst: ap(client), Packets: pk, Bytes: oc, ReversePackets: rpk, ReverseBytes: roc, TCPState: state}
+}
+
+// run is a store with recording emit.
+type run struct {
+	t   *testing.T
+	s   *Store[string]
+	out []flow.Flow
+}
+
+func newRun(t *testing.T, o Options[string]) *run {
+	s, err := New(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &run{t: t, s: s}
+}
+
+func (r *run) poll(at time.Duration, conns ...source.Conn) []flow.Flow {
+	r.out = r.s.Update(t0.Add(at), conns, r.out[:0])
+	return r.out
+}
+
+func (r *run) expect(at time.Duration, got []flow.Flow, reasons ...uint8) {
+	r.t.Helper()
+	if len(got) != len(reasons) {
+		r.t.Fatalf("at %v: %d records, want %d: %+v", at, len(got), len(reasons), got)
+	}
+	for i, f := range got {
+		if f.EndReason != reasons[i] {
+			r.t.Fatalf("at %v: record %d has end reason %d, want %d", at, i, f.EndReason, reasons[i])
+		}
+	}
+}
+
+func TestActiveIdleAndDeltas(t *testing.T) {
+	r := newRun(t, Options[string]{})
+	c := tcp(7, "10.0.1.2:40000", "10.0.2.3:80", 10, 1000, 8, 5000, source.TCPEstablished)
+	r.expect(0, r.poll(0, c)) // first seen: nothing before the active timeout
+	c.Packets, c.Bytes = 20, 2000
+	r.expect(time.Second, r.poll(time.Second, c))
+	got := r.poll(5*time.Second, c)
+	r.expect(5*time.Second, got, ReasonActive)
+	f := got[0]
+	if f.Stats != (flow.Stats{PacketTotalCount: 20, OctetTotalCount: 2000, PacketDeltaCount: 20, OctetDeltaCount: 2000}) ||
+		f.ReverseStats != (flow.Stats{PacketTotalCount: 8, OctetTotalCount: 5000, PacketDeltaCount: 8, OctetDeltaCount: 5000}) {
+		t.Fatalf("first export stats %+v %+v", f.Stats, f.ReverseStats)
+	}
+	if f.TCPState != "ESTABLISHED" || f.SourcePort != 40000 || f.DestinationIP != netip.MustParseAddr("10.0.2.3") ||
+		!f.StartTime.Equal(t0) || !f.EndTime.Equal(t0.Add(5*time.Second)) {
+		t.Fatalf("record %+v", f)
+	}
+	c.Bytes = 2500
+	c.Packets = 25
+	got = r.poll(10*time.Second, c)
+	r.expect(10*time.Second, got, ReasonActive)
+	if got[0].Stats.OctetDeltaCount != 500 || got[0].Stats.PacketDeltaCount != 5 || got[0].ReverseStats.OctetDeltaCount != 0 {
+		t.Fatalf("second export deltas %+v %+v", got[0].Stats, got[0].ReverseStats)
+	}
+	// Unchanged: no record at the next active timeout...
+	r.expect(15*time.Second, r.poll(15*time.Second, c))
+	// ... one IDLE_TIMEOUT record 15 s after the last change, then silence.
+	got = r.poll(25*time.Second, c)
+	r.expect(25*time.Second, got, ReasonIdle)
+	if got[0].Stats.OctetDeltaCount != 0 || got[0].Stats.OctetTotalCount != 2500 {
+		t.Fatalf("idle record stats %+v", got[0].Stats)
+	}
+	for at := 30 * time.Second; at <= 60*time.Second; at += 5 * time.Second {
+		r.expect(at, r.poll(at, c))
+	}
+	// New packets wake it up: exported again an active timeout later.
+	c.Bytes = 3000
+	r.expect(61*time.Second, r.poll(61*time.Second, c))
+	got = r.poll(66*time.Second, c)
+	r.expect(66*time.Second, got, ReasonActive)
+	if got[0].Stats.OctetDeltaCount != 500 {
+		t.Fatalf("delta after idle %d, want 500", got[0].Stats.OctetDeltaCount)
+	}
+}
+
+func TestTCPCloseIsEndOfFlowOnceThenTombstone(t *testing.T) {
+	r := newRun(t, Options[string]{})
+	c := tcp(1, "10.0.1.2:40000", "10.0.2.3:80", 5, 500, 4, 300, source.TCPEstablished)
+	r.expect(0, r.poll(0, c))
+	c.TCPState, c.Bytes = source.TCPTimeWait, 900
+	got := r.poll(time.Second, c) // before the active timeout: ended flows go at once
+	r.expect(time.Second, got, ReasonEnd)
+	if got[0].Stats.OctetTotalCount != 900 || got[0].Stats.OctetDeltaCount != 900 || got[0].TCPState != "TIME_WAIT" {
+		t.Fatalf("end record %+v", got[0])
+	}
+	// The entry lingers in TIME_WAIT: remembered, never exported again.
+	for at := 2 * time.Second; at < 40*time.Second; at += 5 * time.Second {
+		r.expect(at, r.poll(at, c))
+	}
+	if st := r.s.Stats(); st.Connections != 1 || st.Ended != 1 {
+		t.Fatalf("stats %+v, want one tombstone", st)
+	}
+	r.expect(41*time.Second, r.poll(41*time.Second)) // leaves the table: forgotten quietly
+	if st := r.s.Stats(); st.Connections != 0 {
+		t.Fatalf("stats %+v after the entry left", st)
+	}
+}
+
+func TestGoneAndDyingAreEndOfFlow(t *testing.T) {
+	r := newRun(t, Options[string]{})
+	a := tcp(1, "10.0.1.2:40000", "10.0.2.3:80", 5, 500, 4, 300, source.TCPEstablished)
+	u := source.Conn{ID: 2, Proto: source.ProtoUDP, OrigSrc: ap("10.0.1.2:5353"), OrigDst: ap("10.0.2.9:53"),
+		ReplySrc: ap("10.0.2.9:53"), ReplyDst: ap("10.0.1.2:5353"), Packets: 1, Bytes: 60}
+	r.expect(0, r.poll(0, a, u))
+	u.Dying, u.ReversePackets, u.ReverseBytes = true, 1, 120
+	got := r.poll(time.Second, a, u)
+	r.expect(time.Second, got, ReasonEnd)
+	if got[0].Protocol != source.ProtoUDP || got[0].TCPState != "" || got[0].Present.Has(flow.TCPState) || got[0].ReverseStats.OctetTotalCount != 120 {
+		t.Fatalf("UDP end record %+v", got[0])
+	}
+	got = r.poll(2 * time.Second) // both gone; only the TCP one is new news
+	r.expect(2*time.Second, got, ReasonEnd)
+	if got[0].Protocol != source.ProtoTCP || got[0].Stats.OctetTotalCount != 500 || !got[0].EndTime.Equal(t0.Add(2*time.Second)) {
+		t.Fatalf("gone record %+v", got[0])
+	}
+}
+
+func TestDeltasClampAtZero(t *testing.T) {
+	r := newRun(t, Options[string]{ActiveTimeout: time.Second, IdleTimeout: time.Minute})
+	c := tcp(1, "10.0.1.2:40000", "10.0.2.3:80", 100, 10000, 50, 5000, source.TCPEstablished)
+	r.poll(0, c)
+	r.expect(time.Second, r.poll(time.Second, c), ReasonActive)
+	c.Packets, c.Bytes, c.ReverseBytes = 10, 100, 6000 // someone zeroed the counters (conntrack -Z)
+	got := r.poll(2*time.Second, c)
+	r.expect(2*time.Second, got, ReasonActive)
+	if got[0].Stats.OctetDeltaCount != 0 || got[0].Stats.PacketDeltaCount != 0 || got[0].ReverseStats.OctetDeltaCount != 1000 {
+		t.Fatalf("deltas %+v %+v, want clamped to 0 and 1000", got[0].Stats, got[0].ReverseStats)
+	}
+	c.Bytes = 400
+	got = r.poll(3*time.Second, c)
+	if got[0].Stats.OctetDeltaCount != 300 {
+		t.Fatalf("delta after the reset %d, want 300", got[0].Stats.OctetDeltaCount)
+	}
+}
+
+func TestKeyUsesReplyTupleForServices(t *testing.T) {
+	r := newRun(t, Options[string]{ActiveTimeout: time.Second})
+	// Client dials ClusterIP 10.96.0.10:80; the endpoint 10.0.2.3:8080 answers.
+	c := source.Conn{ID: 3, Proto: source.ProtoTCP, OrigSrc: ap("10.0.1.2:40000"), OrigDst: ap("10.96.0.10:80"),
+		ReplySrc: ap("10.0.2.3:8080"), ReplyDst: ap("10.0.1.2:40000"), Packets: 3, Bytes: 180, TCPState: source.TCPEstablished}
+	r.poll(0, c)
+	got := r.poll(time.Second, c)
+	r.expect(time.Second, got, ReasonActive)
+	f := got[0]
+	if f.DestinationIP != netip.MustParseAddr("10.0.2.3") || f.DestinationPort != 8080 {
+		t.Fatalf("destination %v:%d, want the endpoint 10.0.2.3:8080", f.DestinationIP, f.DestinationPort)
+	}
+	if f.Present.Has(flow.ProxySnatIP) {
+		t.Fatalf("no SNAT happened but proxySnat is set: %v", f.ProxySnatIP)
+	}
+	// With SNAT on this hop the reply goes to the translated source.
+	c2 := c
+	c2.ID, c2.OrigSrc, c2.ReplyDst = 4, ap("10.0.1.5:41000"), ap("192.168.0.1:61000")
+	r.poll(2*time.Second, c, c2)
+	got = r.poll(3*time.Second, c, c2)
+	for _, f := range got {
+		if f.SourcePort == 41000 && (f.ProxySnatIP != netip.MustParseAddr("192.168.0.1") || f.ProxySnatPort != 61000) {
+			t.Fatalf("SNAT record %v:%d", f.ProxySnatIP, f.ProxySnatPort)
+		}
+	}
+}
+
+func TestNewEntryOnSameTupleEndsTheOld(t *testing.T) {
+	r := newRun(t, Options[string]{})
+	c := tcp(1, "10.0.1.2:40000", "10.0.2.3:80", 5, 500, 4, 300, source.TCPEstablished)
+	r.poll(0, c)
+	n := tcp(2, "10.0.1.2:40000", "10.0.2.3:80", 1, 60, 0, 0, source.TCPSynSent)
+	got := r.poll(time.Second, n)
+	r.expect(time.Second, got, ReasonEnd)
+	if got[0].Stats.OctetTotalCount != 500 {
+		t.Fatalf("the old connection's end record carries %d octets, want 500", got[0].Stats.OctetTotalCount)
+	}
+	n.TCPState, n.Bytes = source.TCPEstablished, 120
+	got = r.poll(6*time.Second, n)
+	r.expect(6*time.Second, got, ReasonActive)
+	if got[0].Stats.OctetDeltaCount != 120 || !got[0].StartTime.Equal(t0.Add(time.Second)) {
+		t.Fatalf("the new connection's record %+v", got[0])
+	}
+}
+
+func TestCapKeepFilterAndMetadata(t *testing.T) {
+	described := 0
+	r := newRun(t, Options[string]{MaxConnections: 2, ActiveTimeout: time.Second,
+		Keep: func(c *source.Conn) bool { return c.OrigSrc.Addr().Is4() },
+		Describe: func(c *source.Conn, start time.Time) string {
+			described++
+			if !start.Equal(t0.Add(-time.Minute)) {
+				t.Errorf("Describe got start %v", start)
+			}
+			return "pod-for-" + c.OrigSrc.Addr().String()
+		},
+		Fill: func(f *flow.Flow, m *string) { f.SourcePodName = *m; f.Present.Set(flow.SourcePodName) },
+	})
+	var conns []source.Conn
+	for i := range 4 {
+		c := tcp(uint32(i+1), "10.0.1."+string(rune('2'+i))+":40000", "10.0.2.3:80", 1, 60, 0, 0, source.TCPEstablished)
+		c.Start = t0.Add(-time.Minute)
+		conns = append(conns, c)
+	}
+	v6 := source.Conn{ID: 9, Proto: source.ProtoTCP, OrigSrc: ap("[fd00::2]:1"), ReplySrc: ap("[fd00::3]:2")}
+	conns = append(conns, v6)
+	r.poll(0, conns...)
+	st := r.s.Stats()
+	if st.Connections != 2 || st.Dropped != 2 || st.Seen != 4 {
+		t.Fatalf("stats %+v, want 2 held, 2 dropped, 4 seen (IPv6 filtered out)", st)
+	}
+	got := r.poll(time.Second, conns...)
+	r.expect(time.Second, got, ReasonActive, ReasonActive)
+	if described != 2 {
+		t.Fatalf("Describe called %d times, want once per tracked connection", described)
+	}
+	for _, f := range got {
+		if f.SourcePodName != "pod-for-"+f.SourceIP.String() || !f.StartTime.Equal(t0.Add(-time.Minute)) {
+			t.Fatalf("record %+v", f)
+		}
+	}
+	if st := r.s.Stats(); st.Dropped != 4 {
+		t.Fatalf("Dropped %d after a second full poll, want 4", st.Dropped)
+	}
+}
+
+func TestBadOptions(t *testing.T) {
+	if _, err := New(Options[int]{ActiveTimeout: -1}); err == nil {
+		t.Fatal("a negative timeout was accepted")
+	}
+}

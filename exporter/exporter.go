@@ -1,0 +1,262 @@
+// Package exporter is the per-Node flow exporter: it polls a connection
+// source, keeps the connections in a connstore.Store, names local Pods and
+// the flow type (podmeta), and hands the records to a Transport through a
+// bounded queue. It also serves /metrics, /healthz and /readyz.
+package exporter
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"log/slog"
+	"net"
+	"net/netip"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"sluice/api"
+	"sluice/enrich"
+	"sluice/exporter/collectoraddr"
+	"sluice/exporter/connstore"
+	"sluice/exporter/ipfixsend"
+	"sluice/exporter/podmeta"
+	"sluice/exporter/queue"
+	"sluice/exporter/source"
+	"sluice/flow"
+	"sluice/flow/ipfixmap"
+)
+
+// Defaults of Options; the timeouts are the reference agent's.
+const (
+	DefaultPollInterval = 5 * time.Second
+	MinPollInterval     = time.Second
+	DefaultBufferSize   = 65_536
+	// DrainTimeout bounds how long a stopping exporter keeps sending what
+	// it has buffered.
+	DrainTimeout = 5 * time.Second
+)
+
+// Transport sends the queued records to the aggregator, acknowledging them
+// in the queue as they leave. The IPFIX transport is ipfixsend.Sender; a
+// gRPC one slots in here.
+type Transport interface {
+	Run(ctx context.Context, q *queue.Queue) error
+}
+
+// Options configures an Exporter.
+type Options struct {
+	// Node is this Node's name; PodCIDRs its Pod CIDRs (required);
+	// ClusterCIDRs every Node's (optional, see podmeta.Options).
+	Node         string
+	PodCIDRs     []netip.Prefix
+	ClusterCIDRs []netip.Prefix
+	// Source is polled every PollInterval; the Exporter closes it.
+	Source source.Source
+	// Store names Pods (and resolves a Service collector address); nil
+	// names none.
+	Store enrich.Store
+	// Collector is the aggregator's address; Profile the agent element
+	// set sent; TLS the client configuration for the tls protocol.
+	Collector collectoraddr.Collector
+	Profile   string
+	TLS       *tls.Config
+	// Transport, if set, replaces the IPFIX transport built from
+	// Collector, Profile and TLS.
+	Transport Transport
+
+	PollInterval, ActiveTimeout, IdleTimeout time.Duration
+	// MaxConnections bounds the connection store; BufferSize the records
+	// waiting for the aggregator.
+	MaxConnections, BufferSize int
+	// MetricsAddress is where /metrics, /healthz and /readyz are served;
+	// empty serves none.
+	MetricsAddress string
+	Log            *slog.Logger
+}
+
+// Exporter is a configured exporter.
+type Exporter struct {
+	o         Options
+	reg       *prometheus.Registry
+	m         *metrics
+	store     *connstore.Store[podmeta.Meta]
+	q         *queue.Queue
+	transport Transport
+	api       *api.Server
+	apiLn     net.Listener
+}
+
+// ObservationDomain is the observation domain ID an agent uses: the
+// 32-bit FNV-1 hash of its Node name.
+func ObservationDomain(node string) uint32 {
+	h := fnv.New32()
+	h.Write([]byte(node))
+	return h.Sum32()
+}
+
+// New checks o, builds the stages and binds the metrics address.
+func New(o Options) (*Exporter, error) {
+	if o.Source == nil {
+		return nil, errors.New("exporter: no connection source")
+	}
+	if o.PollInterval == 0 {
+		o.PollInterval = DefaultPollInterval
+	}
+	if o.PollInterval < MinPollInterval {
+		return nil, fmt.Errorf("exporter: the poll interval %v is under the minimum %v", o.PollInterval, MinPollInterval)
+	}
+	if o.BufferSize == 0 {
+		o.BufferSize = DefaultBufferSize
+	}
+	if o.BufferSize < 0 || o.MaxConnections < 0 {
+		return nil, errors.New("exporter: the buffer size and the connection cap must not be negative")
+	}
+	if o.Log == nil {
+		o.Log = slog.Default()
+	}
+	if o.Profile == "" {
+		o.Profile = ipfixmap.NewestAgent
+	}
+	pm, err := podmeta.New(podmeta.Options{Node: o.Node, PodCIDRs: o.PodCIDRs, ClusterCIDRs: o.ClusterCIDRs, Store: o.Store})
+	if err != nil {
+		return nil, fmt.Errorf("exporter: %w", err)
+	}
+	e := &Exporter{o: o, reg: prometheus.NewRegistry(), q: queue.New(o.BufferSize)}
+	e.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	e.m = newMetrics(e.reg, e.q)
+	e.store, err = connstore.New(connstore.Options[podmeta.Meta]{
+		ActiveTimeout: o.ActiveTimeout, IdleTimeout: o.IdleTimeout, MaxConnections: o.MaxConnections,
+		Keep: pm.Keep, Describe: pm.Describe, Fill: pm.Fill,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("exporter: %w", err)
+	}
+	e.transport = o.Transport
+	if e.transport == nil {
+		c := o.Collector
+		if c.Proto == "" {
+			return nil, errors.New("exporter: no collector address")
+		}
+		proto := c.Proto
+		tlsConf := o.TLS
+		if proto == "tls" {
+			proto = "tcp"
+			if tlsConf == nil {
+				tlsConf = &tls.Config{MinVersion: tls.VersionTLS12}
+			}
+		} else {
+			tlsConf = nil
+		}
+		e.transport, err = ipfixsend.New(ipfixsend.Options{
+			Address: c.String(), Proto: proto, Resolve: resolver(c, o.Store), TLS: tlsConf, Profile: o.Profile,
+			ObservationDomainID: ObservationDomain(o.Node), Log: o.Log, Metrics: e.m.transport,
+		})
+		if err != nil {
+			return nil, fmt.Errorf("exporter: %w", err)
+		}
+	}
+	if o.MetricsAddress != "" {
+		e.api = api.New(e.reg, o.Log)
+		if e.apiLn, err = net.Listen("tcp", o.MetricsAddress); err != nil {
+			return nil, fmt.Errorf("exporter: metrics address: %w", err)
+		}
+	}
+	return e, nil
+}
+
+// Registry is the exporter's metrics registry.
+func (e *Exporter) Registry() *prometheus.Registry { return e.reg }
+
+// MetricsAddr is the bound metrics address, "" when none is served.
+func (e *Exporter) MetricsAddr() string {
+	if e.apiLn == nil {
+		return ""
+	}
+	return e.apiLn.Addr().String()
+}
+
+// Run polls and exports until ctx ends, then gives the transport up to
+// DrainTimeout to send what is buffered, and closes the source.
+func (e *Exporter) Run(ctx context.Context) error {
+	defer e.o.Source.Close()
+	tctx, stopTransport := context.WithCancel(context.Background())
+	defer stopTransport()
+	tdone := make(chan struct{})
+	go func() { defer close(tdone); _ = e.transport.Run(tctx, e.q) }()
+	apiDone := make(chan error, 1)
+	if e.api != nil {
+		go func() { apiDone <- e.api.Serve(ctx, e.apiLn) }()
+	} else {
+		apiDone <- nil
+	}
+	e.o.Log.Info("exporter running", "node", e.o.Node, "pod_cidrs", e.o.PodCIDRs, "collector", e.o.Collector.String(),
+		"profile", e.o.Profile, "poll_interval", e.o.PollInterval.String(), "metrics", e.MetricsAddr())
+
+	var conns []source.Conn
+	var batch []flow.Flow
+	t := time.NewTicker(e.o.PollInterval)
+	defer t.Stop()
+	for {
+		conns, batch = e.Poll(ctx, time.Now(), conns[:0], batch[:0])
+		select {
+		case <-ctx.Done():
+		case <-t.C:
+			continue
+		}
+		break
+	}
+	e.drain(tdone)
+	stopTransport()
+	<-tdone
+	err := <-apiDone
+	e.o.Log.Info("exporter stopped", "unsent", e.q.Len())
+	return err
+}
+
+// drain waits, bounded, for the transport to empty the queue.
+func (e *Exporter) drain(tdone <-chan struct{}) {
+	deadline := time.After(DrainTimeout)
+	for e.q.Len() > 0 {
+		select {
+		case <-tdone:
+			return
+		case <-deadline:
+			e.o.Log.Warn("the aggregator did not take every buffered record before shutdown", "unsent", e.q.Len())
+			return
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// Poll runs one cycle at now: dump the source, update the store, queue the
+// records due. It returns the slices for reuse.
+func (e *Exporter) Poll(ctx context.Context, now time.Time, conns []source.Conn, batch []flow.Flow) ([]source.Conn, []flow.Flow) {
+	start := time.Now()
+	e.m.polls.Inc()
+	conns, err := e.o.Source.Dump(ctx, conns)
+	if err != nil {
+		if ctx.Err() == nil {
+			e.m.pollErrors.Inc()
+			e.o.Log.Error("cannot read the connection table; skipping this poll", "err", err)
+		}
+		return conns, batch
+	}
+	batch = e.store.Update(now, conns, batch)
+	if d := e.q.Push(batch); d > 0 {
+		e.m.bufferDrops.Add(float64(d))
+	}
+	st := e.store.Stats()
+	e.m.observe(st)
+	e.m.pollSeconds.Observe(time.Since(start).Seconds())
+	if e.api != nil {
+		e.api.SetReady(true)
+	}
+	return conns, batch
+}
+
+// Queue is the buffer between the store and the transport.
+func (e *Exporter) Queue() *queue.Queue { return e.q }

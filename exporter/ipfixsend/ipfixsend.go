@@ -1,0 +1,349 @@
+// Package ipfixsend is the exporter's IPFIX transport: it sends the records
+// of a queue.Queue to the aggregator over TCP, TLS or UDP with the element
+// set and order of a chosen Antrea agent version. It announces its
+// templates on every connection (over UDP, also every template refresh
+// interval), reconnects with capped exponential backoff, and acknowledges
+// records in the queue only once the message holding them was written, so
+// that what a broken connection lost is sent again on the next.
+package ipfixsend
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"sluice/exporter/queue"
+	"sluice/flow"
+	"sluice/flow/ipfixmap"
+	"sluice/ipfix"
+)
+
+// Template IDs of the two element sets, as an agent numbers them.
+const (
+	TemplateIDv4 uint16 = 256
+	TemplateIDv6 uint16 = 257
+)
+
+// Options configures a Sender.
+type Options struct {
+	// Address is host:port of the aggregator; Proto "tcp" or "udp".
+	Address string
+	Proto   string
+	// Resolve, if set, is called before each connection attempt and
+	// returns the host:port to dial instead of Address (for addresses
+	// that name a Kubernetes Service).
+	Resolve func(ctx context.Context) (string, error)
+	// TLS, when set, wraps TCP in TLS.
+	TLS *tls.Config
+	// Profile is the Antrea agent version whose elements are sent; default
+	// ipfixmap.NewestAgent.
+	Profile             string
+	ObservationDomainID uint32
+	// MaxMessageSize defaults to 65535 over TCP and 1400 over UDP.
+	MaxMessageSize int
+	// TemplateRefresh re-announces the templates over UDP; default 600 s.
+	TemplateRefresh time.Duration
+	// Backoff between connection attempts grows from MinBackoff to
+	// MaxBackoff; defaults 1 s and 30 s.
+	MinBackoff, MaxBackoff time.Duration
+	// Batch is how many records are taken from the queue at a time;
+	// default 512.
+	Batch   int
+	Log     *slog.Logger
+	Metrics Metrics
+}
+
+// Metrics are the Sender's series; nil fields are not counted.
+type Metrics struct {
+	// Sent counts records written to the aggregator.
+	Sent prometheus.Counter
+	// EncodeErrors counts records that could not be encoded (dropped).
+	EncodeErrors prometheus.Counter
+	// Connected is 1 while connected.
+	Connected prometheus.Gauge
+	// Reconnects counts connections made after the first.
+	Reconnects prometheus.Counter
+	// ConnectFailures counts failed connection attempts.
+	ConnectFailures prometheus.Counter
+}
+
+// Sender is the IPFIX transport.
+type Sender struct {
+	o        Options
+	els      [2][]*ipfixmap.Element
+	tmpl     [2]*ipfix.Template
+	enc      *ipfix.Encoder
+	conn     net.Conn
+	peerGone chan struct{}
+	q        *queue.Queue
+	// committed is the sequence number after the last record fully
+	// encoded; a message that leaves acknowledges up to it.
+	committed uint64
+	lastTpl   time.Time
+	connects  int
+}
+
+// New checks o and prepares the templates.
+func New(o Options) (*Sender, error) {
+	if o.Proto != "tcp" && o.Proto != "udp" {
+		return nil, fmt.Errorf("ipfixsend: protocol %q is neither tcp nor udp", o.Proto)
+	}
+	if o.TLS != nil && o.Proto != "tcp" {
+		return nil, errors.New("ipfixsend: TLS needs the tcp protocol")
+	}
+	if o.Resolve == nil {
+		if _, _, err := net.SplitHostPort(o.Address); err != nil {
+			return nil, fmt.Errorf("ipfixsend: aggregator address: %w", err)
+		}
+	}
+	if o.Profile == "" {
+		o.Profile = ipfixmap.NewestAgent
+	}
+	if o.MaxMessageSize == 0 {
+		o.MaxMessageSize = ipfix.MaxMessageLen
+		if o.Proto == "udp" {
+			o.MaxMessageSize = 1400
+		}
+	}
+	if o.TemplateRefresh == 0 {
+		o.TemplateRefresh = 600 * time.Second
+	}
+	if o.MinBackoff == 0 {
+		o.MinBackoff = time.Second
+	}
+	if o.MaxBackoff == 0 {
+		o.MaxBackoff = 30 * time.Second
+	}
+	if o.Batch <= 0 {
+		o.Batch = 512
+	}
+	if o.Log == nil {
+		o.Log = slog.Default()
+	}
+	table, err := ipfixmap.NewTable(ipfix.DefaultRegistry())
+	if err != nil {
+		return nil, err
+	}
+	s := &Sender{o: o}
+	for i, fam := range []int{4, 6} {
+		names, err := ipfixmap.AgentElements(o.Profile, fam)
+		if err != nil {
+			return nil, fmt.Errorf("ipfixsend: %w", err)
+		}
+		if s.els[i], err = table.Elements(names); err != nil {
+			return nil, fmt.Errorf("ipfixsend: %w", err)
+		}
+		if s.tmpl[i], err = ipfixmap.TemplateOf([]uint16{TemplateIDv4, TemplateIDv6}[i], s.els[i]); err != nil {
+			return nil, fmt.Errorf("ipfixsend: %w", err)
+		}
+	}
+	// One set per message: collectors built on go-ipfix (the reference
+	// aggregator among them) read only the first set of each message.
+	if s.enc, err = ipfix.NewEncoder(ipfix.EncoderOptions{MaxMessageSize: o.MaxMessageSize, OneSetPerMessage: true}, s.emit); err != nil {
+		return nil, fmt.Errorf("ipfixsend: %w", err)
+	}
+	return s, nil
+}
+
+// Templates returns the IPv4 and IPv6 templates.
+func (s *Sender) Templates() [2]*ipfix.Template { return s.tmpl }
+
+func inc(c prometheus.Counter, n int) {
+	if c != nil && n > 0 {
+		c.Add(float64(n))
+	}
+}
+
+// Run sends the records of q until ctx ends. Records not yet written then
+// stay in q.
+func (s *Sender) Run(ctx context.Context, q *queue.Queue) error {
+	s.q = q
+	defer s.disconnect(nil)
+	backoff := s.o.MinBackoff
+	var next uint64
+	batch := make([]flow.Flow, 0, s.o.Batch)
+	for ctx.Err() == nil {
+		if s.conn == nil {
+			if err := s.connect(ctx); err != nil {
+				if ctx.Err() != nil {
+					break
+				}
+				inc(s.o.Metrics.ConnectFailures, 1)
+				s.o.Log.Warn("cannot reach the flow aggregator; records wait in the buffer", "address", s.o.Address,
+					"retry_in", backoff.String(), "buffered", q.Len(), "err", err)
+				select {
+				case <-ctx.Done():
+				case <-time.After(backoff):
+				}
+				backoff = min(2*backoff, s.o.MaxBackoff)
+				continue
+			}
+			backoff = s.o.MinBackoff
+			// Whatever was not acknowledged goes (again) on this connection.
+			next = q.Head()
+			s.committed = next
+		}
+		if !s.wait(ctx, next) {
+			continue
+		}
+		var first uint64
+		first, batch = q.Peek(next, batch[:0], s.o.Batch)
+		if first > s.committed {
+			s.committed = first // the queue dropped records meanwhile
+		}
+		for i := range batch {
+			err := s.write(&batch[i])
+			if s.conn == nil {
+				break // the connection broke while a message left
+			}
+			if err != nil {
+				inc(s.o.Metrics.EncodeErrors, 1)
+				s.o.Log.Error("cannot encode a flow record; dropped", "err", err)
+			}
+			s.committed = first + uint64(i) + 1
+			next = s.committed
+		}
+		if s.conn != nil {
+			_ = s.enc.Flush()
+		}
+	}
+	return nil
+}
+
+// wait blocks until records from next on are queued, or a second passed
+// (then it checks the connection and the template refresh), or ctx ends.
+func (s *Sender) wait(ctx context.Context, next uint64) bool {
+	wctx, cancel := context.WithTimeout(ctx, time.Second)
+	ok := s.q.Wait(wctx, next)
+	cancel()
+	if s.peerClosed() {
+		s.disconnect(errPeerClosed)
+		return false
+	}
+	if s.conn != nil && s.o.Proto == "udp" && time.Since(s.lastTpl) >= s.o.TemplateRefresh {
+		if err := s.announce(); err != nil {
+			s.disconnect(err)
+			return false
+		}
+	}
+	return ok
+}
+
+func (s *Sender) write(f *flow.Flow) error {
+	i := 0
+	if f.IsIPv6() {
+		i = 1
+	}
+	return ipfixmap.WriteRecord(s.enc.Begin(s.o.ObservationDomainID, s.tmpl[i]), s.els[i], f)
+}
+
+var errPeerClosed = errors.New("ipfixsend: the aggregator closed the connection")
+
+// emit is the encoder's output: one finished message.
+func (s *Sender) emit(msg []byte) error {
+	if s.peerClosed() {
+		s.disconnect(errPeerClosed)
+	}
+	if s.conn == nil {
+		return errors.New("ipfixsend: not connected")
+	}
+	n := s.enc.PendingRecords()
+	if _, err := s.conn.Write(msg); err != nil {
+		s.disconnect(err)
+		return err
+	}
+	inc(s.o.Metrics.Sent, n)
+	s.q.Ack(s.committed)
+	return nil
+}
+
+func (s *Sender) peerClosed() bool {
+	if s.conn == nil || s.peerGone == nil {
+		return false
+	}
+	select {
+	case <-s.peerGone:
+		return true
+	default:
+		return false
+	}
+}
+
+func (s *Sender) connect(ctx context.Context) error {
+	addr := s.o.Address
+	if s.o.Resolve != nil {
+		a, err := s.o.Resolve(ctx)
+		if err != nil {
+			return err
+		}
+		addr = a
+	}
+	d := net.Dialer{Timeout: 10 * time.Second}
+	var c net.Conn
+	var err error
+	if s.o.TLS != nil {
+		td := tls.Dialer{NetDialer: &d, Config: s.o.TLS}
+		c, err = td.DialContext(ctx, "tcp", addr)
+	} else {
+		c, err = d.DialContext(ctx, s.o.Proto, addr)
+	}
+	if err != nil {
+		return err
+	}
+	s.conn = c
+	s.peerGone = nil
+	if s.o.Proto == "tcp" {
+		// An IPFIX collector never writes: the end of a read means it
+		// closed the connection.
+		gone := make(chan struct{})
+		s.peerGone = gone
+		go func() {
+			var b [1]byte
+			_, _ = c.Read(b[:])
+			close(gone)
+		}()
+	}
+	s.connects++
+	if s.connects > 1 {
+		inc(s.o.Metrics.Reconnects, 1)
+	}
+	if s.o.Metrics.Connected != nil {
+		s.o.Metrics.Connected.Set(1)
+	}
+	s.o.Log.Info("connected to the flow aggregator", "address", addr, "proto", s.o.Proto, "tls", s.o.TLS != nil,
+		"profile", s.o.Profile)
+	return s.announce()
+}
+
+func (s *Sender) announce() error {
+	s.lastTpl = time.Now()
+	for _, t := range s.tmpl {
+		if err := s.enc.AddTemplate(s.o.ObservationDomainID, t); err != nil {
+			return err
+		}
+	}
+	return s.enc.Flush()
+}
+
+// disconnect closes the connection; records of the message being built
+// were not acknowledged and are sent again on the next connection.
+func (s *Sender) disconnect(err error) {
+	if s.conn == nil {
+		return
+	}
+	if err != nil {
+		s.o.Log.Warn("lost the flow aggregator", "address", s.o.Address, "err", err)
+	}
+	s.conn.Close()
+	s.conn = nil
+	s.enc.Discard()
+	if s.o.Metrics.Connected != nil {
+		s.o.Metrics.Connected.Set(0)
+	}
+}

@@ -1,0 +1,85 @@
+package exporter
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"sluice/exporter/connstore"
+	"sluice/exporter/ipfixsend"
+	"sluice/exporter/queue"
+)
+
+type metrics struct {
+	open, ended  prometheus.Gauge
+	seen         prometheus.Gauge
+	storeDrops   prometheus.Counter
+	records      [4]prometheus.Counter // by end reason
+	lastRecords  [4]uint64
+	lastDropped  uint64
+	bufferDrops  prometheus.Counter
+	polls        prometheus.Counter
+	pollErrors   prometheus.Counter
+	pollSeconds  prometheus.Histogram
+	transport    ipfixsend.Metrics
+	encodeErrors prometheus.Counter
+}
+
+func newMetrics(reg prometheus.Registerer, q *queue.Queue) *metrics {
+	conns := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "sluice_exporter_connections",
+		Help: "Connections in the store: open, or ended (exported with END_OF_FLOW, kept until they leave the conntrack table)."}, []string{"state"})
+	records := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_exporter_records_total",
+		Help: "Flow records produced, by end reason (idle, active, end_of_flow)."}, []string{"reason"})
+	dropped := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_exporter_records_dropped_total",
+		Help: "Flow records lost: buffer-full (the aggregator fell a whole buffer behind), encode-error."}, []string{"reason"})
+	m := &metrics{
+		open:  conns.WithLabelValues("open"),
+		ended: conns.WithLabelValues("ended"),
+		seen: prometheus.NewGauge(prometheus.GaugeOpts{Name: "sluice_exporter_source_connections",
+			Help: "Connections of this Node's Pods in the last snapshot of the connection table."}),
+		storeDrops: prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_exporter_connections_dropped_total",
+			Help: "Polls of connections that were not tracked because the store was full (--max-connections)."}),
+		bufferDrops:  dropped.WithLabelValues("buffer-full"),
+		encodeErrors: dropped.WithLabelValues("encode-error"),
+		polls: prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_exporter_polls_total",
+			Help: "Polls of the connection table."}),
+		pollErrors: prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_exporter_poll_errors_total",
+			Help: "Polls that failed to read the connection table."}),
+		pollSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "sluice_exporter_poll_duration_seconds",
+			Help: "Time of one poll: read the table, update the store, queue the records.", Buckets: prometheus.ExponentialBuckets(0.0005, 4, 9)}),
+	}
+	for i, r := range []string{"", "idle", "active", "end_of_flow"} {
+		if i > 0 {
+			m.records[i] = records.WithLabelValues(r)
+		}
+	}
+	m.transport = ipfixsend.Metrics{
+		Sent: prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_exporter_records_exported_total",
+			Help: "Flow records written to the aggregator."}),
+		EncodeErrors: m.encodeErrors,
+		Connected: prometheus.NewGauge(prometheus.GaugeOpts{Name: "sluice_exporter_connected",
+			Help: "1 while connected to the aggregator."}),
+		Reconnects: prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_exporter_reconnects_total",
+			Help: "Connections to the aggregator made after the first."}),
+		ConnectFailures: prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_exporter_connection_failures_total",
+			Help: "Failed attempts to connect to the aggregator."}),
+	}
+	buffered := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sluice_exporter_buffered_records",
+		Help: "Flow records waiting to be written to the aggregator."}, func() float64 { return float64(q.Len()) })
+	bufCap := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sluice_exporter_buffer_capacity_records",
+		Help: "Capacity of the buffer (--buffer-size)."}, func() float64 { return float64(q.Cap()) })
+	reg.MustRegister(conns, records, dropped, m.seen, m.storeDrops, m.polls, m.pollErrors, m.pollSeconds,
+		m.transport.Sent, m.transport.Connected, m.transport.Reconnects, m.transport.ConnectFailures, buffered, bufCap)
+	return m
+}
+
+// observe publishes the store's counters after a poll.
+func (m *metrics) observe(st connstore.Stats) {
+	m.open.Set(float64(st.Connections - st.Ended))
+	m.ended.Set(float64(st.Ended))
+	m.seen.Set(float64(st.Seen))
+	m.storeDrops.Add(float64(st.Dropped - m.lastDropped))
+	m.lastDropped = st.Dropped
+	for i := 1; i < 4; i++ {
+		m.records[i].Add(float64(st.Exported[i] - m.lastRecords[i]))
+		m.lastRecords[i] = st.Exported[i]
+	}
+}

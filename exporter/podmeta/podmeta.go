@@ -1,0 +1,147 @@
+// Package podmeta gives the exporter's connections their Kubernetes side:
+// which connections concern this Node's Pods, the Pods at either end, and
+// the flow type.
+//
+// As in the reference agent, only this Node's Pods are named in a record
+// (with this Node's name): the aggregator tells the source Node's record of
+// an inter-Node flow from the destination Node's by which Pod name is
+// present, and fills in the other side when it correlates them. Remote Pods
+// still count as Pods for the flow type.
+package podmeta
+
+import (
+	"errors"
+	"net/netip"
+	"time"
+
+	"sluice/enrich"
+	"sluice/exporter/source"
+	"sluice/flow"
+)
+
+// Options configures a Resolver.
+type Options struct {
+	// Node is this Node's name.
+	Node string
+	// PodCIDRs are this Node's Pod CIDRs. Required.
+	PodCIDRs []netip.Prefix
+	// ClusterCIDRs are the Pod CIDRs of the whole cluster (every Node's);
+	// an address in them is a Pod even when the metadata source does not
+	// know it. Optional.
+	ClusterCIDRs []netip.Prefix
+	// Store resolves Pods by IP; nil names no Pods.
+	Store enrich.Store
+}
+
+// Meta is what is resolved once per connection.
+type Meta struct {
+	// Src and Dst are the local Pods at either end, nil for remote or
+	// unknown addresses.
+	Src, Dst *enrich.Pod
+	FlowType uint8
+}
+
+// Resolver resolves connections' metadata. Safe for concurrent use.
+type Resolver struct {
+	o Options
+}
+
+// New checks o.
+func New(o Options) (*Resolver, error) {
+	if len(o.PodCIDRs) == 0 {
+		return nil, errors.New("podmeta: the Node's Pod CIDR is needed")
+	}
+	if o.Node == "" {
+		return nil, errors.New("podmeta: the Node name is needed")
+	}
+	return &Resolver{o: o}, nil
+}
+
+func in(ps []netip.Prefix, a netip.Addr) bool {
+	for _, p := range ps {
+		if p.Contains(a) {
+			return true
+		}
+	}
+	return false
+}
+
+// Local reports whether a is one of this Node's Pod addresses.
+func (r *Resolver) Local(a netip.Addr) bool { return in(r.o.PodCIDRs, a.Unmap()) }
+
+// Keep selects the connections this Node exports: those with a local Pod
+// at either end (the destination being the reply's source, after DNAT).
+func (r *Resolver) Keep(c *source.Conn) bool {
+	return r.Local(c.OrigSrc.Addr()) || r.Local(c.ReplySrc.Addr())
+}
+
+// Describe resolves c's metadata; start is the connection's start time
+// (Pod IPs are reused, so the Pod is the one that held the IP then).
+func (r *Resolver) Describe(c *source.Conn, start time.Time) Meta {
+	src, dst := c.OrigSrc.Addr().Unmap(), c.ReplySrc.Addr().Unmap()
+	var m Meta
+	srcLocal, dstLocal := r.Local(src), r.Local(dst)
+	srcIsPod, dstIsPod := srcLocal, dstLocal
+	if srcLocal {
+		m.Src = r.localPod(src, start)
+	} else {
+		srcIsPod = r.isPod(src, start)
+	}
+	if dstLocal {
+		m.Dst = r.localPod(dst, start)
+	} else {
+		dstIsPod = r.isPod(dst, start)
+	}
+	switch {
+	case srcLocal && dstLocal:
+		m.FlowType = flow.FlowTypeIntraNode
+	case srcIsPod && dstIsPod:
+		m.FlowType = flow.FlowTypeInterNode
+	case srcIsPod:
+		m.FlowType = flow.FlowTypeToExternal
+	default:
+		m.FlowType = flow.FlowTypeFromExternal
+	}
+	return m
+}
+
+func (r *Resolver) localPod(a netip.Addr, at time.Time) *enrich.Pod {
+	if r.o.Store == nil {
+		return nil
+	}
+	p, ok := r.o.Store.PodByIP(a, at)
+	if !ok || (p.NodeName != "" && p.NodeName != r.o.Node) {
+		return nil
+	}
+	return p
+}
+
+func (r *Resolver) isPod(a netip.Addr, at time.Time) bool {
+	if in(r.o.ClusterCIDRs, a) {
+		return true
+	}
+	if r.o.Store == nil {
+		return false
+	}
+	_, ok := r.o.Store.PodByIP(a, at)
+	return ok
+}
+
+// Fill writes m into f: local Pods' names with this Node's name, and the
+// flow type.
+func (r *Resolver) Fill(f *flow.Flow, m *Meta) {
+	if p := m.Src; p != nil {
+		f.SourcePodNamespace, f.SourcePodName, f.SourceNodeName = p.Namespace, p.Name, r.o.Node
+		f.Present.Set(flow.SourcePodNamespace)
+		f.Present.Set(flow.SourcePodName)
+		f.Present.Set(flow.SourceNodeName)
+	}
+	if p := m.Dst; p != nil {
+		f.DestinationPodNamespace, f.DestinationPodName, f.DestinationNodeName = p.Namespace, p.Name, r.o.Node
+		f.Present.Set(flow.DestinationPodNamespace)
+		f.Present.Set(flow.DestinationPodName)
+		f.Present.Set(flow.DestinationNodeName)
+	}
+	f.FlowType = m.FlowType
+	f.Present.Set(flow.FlowType)
+}

@@ -1,0 +1,65 @@
+package podmeta
+
+import (
+	"net/netip"
+	"testing"
+	"time"
+
+	"sluice/enrich"
+	"sluice/exporter/source"
+	"sluice/flow"
+)
+
+func TestDescribeAndFill(t *testing.T) {
+	created := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	store := enrich.NewStatic([]enrich.Pod{
+		{Namespace: "web", Name: "client", NodeName: "node-1", IPs: []netip.Addr{netip.MustParseAddr("10.10.1.2")}, Created: created},
+		{Namespace: "web", Name: "local-server", NodeName: "node-1", IPs: []netip.Addr{netip.MustParseAddr("10.10.1.3")}, Created: created},
+		{Namespace: "db", Name: "remote", NodeName: "node-2", IPs: []netip.Addr{netip.MustParseAddr("10.10.2.2")}, Created: created},
+	}, nil, nil)
+	r, err := New(Options{Node: "node-1", PodCIDRs: []netip.Prefix{netip.MustParsePrefix("10.10.1.0/24")},
+		ClusterCIDRs: []netip.Prefix{netip.MustParsePrefix("10.20.0.0/16")}, Store: store})
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := created.Add(time.Hour)
+	conn := func(src, dst string) *source.Conn {
+		return &source.Conn{OrigSrc: netip.MustParseAddrPort(src), ReplySrc: netip.MustParseAddrPort(dst)}
+	}
+	cases := []struct {
+		name, src, dst string
+		keep           bool
+		ft             uint8
+		srcPod, dstPod string
+	}{
+		{"intra-node", "10.10.1.2:1000", "10.10.1.3:80", true, flow.FlowTypeIntraNode, "client", "local-server"},
+		{"inter-node, remote Pod known to the store", "10.10.1.2:1000", "10.10.2.2:80", true, flow.FlowTypeInterNode, "client", ""},
+		{"inter-node, remote in the cluster CIDR", "10.10.1.2:1000", "10.20.3.4:80", true, flow.FlowTypeInterNode, "client", ""},
+		{"inter-node seen by the destination", "10.10.2.2:1000", "10.10.1.3:80", true, flow.FlowTypeInterNode, "", "local-server"},
+		{"to external", "10.10.1.2:1000", "8.8.8.8:53", true, flow.FlowTypeToExternal, "client", ""},
+		{"from external", "203.0.113.9:1000", "10.10.1.3:80", true, flow.FlowTypeFromExternal, "", "local-server"},
+		{"local CIDR but unknown Pod", "10.10.1.77:1000", "8.8.8.8:53", true, flow.FlowTypeToExternal, "", ""},
+		{"not this Node's", "10.10.2.2:1000", "8.8.8.8:53", false, 0, "", ""},
+	}
+	for _, c := range cases {
+		cn := conn(c.src, c.dst)
+		if got := r.Keep(cn); got != c.keep {
+			t.Errorf("%s: Keep = %v", c.name, got)
+		}
+		if !c.keep {
+			continue
+		}
+		m := r.Describe(cn, at)
+		var f flow.Flow
+		r.Fill(&f, &m)
+		if f.FlowType != c.ft || f.SourcePodName != c.srcPod || f.DestinationPodName != c.dstPod {
+			t.Errorf("%s: flowType %d, pods %q → %q; want %d, %q → %q", c.name, f.FlowType, f.SourcePodName, f.DestinationPodName, c.ft, c.srcPod, c.dstPod)
+		}
+		if (f.SourcePodName != "") != (f.SourceNodeName == "node-1") || (f.DestinationPodName != "") != (f.DestinationNodeName == "node-1") {
+			t.Errorf("%s: node names %q %q must be set exactly for local Pods", c.name, f.SourceNodeName, f.DestinationNodeName)
+		}
+	}
+	if _, err := New(Options{Node: "n"}); err == nil {
+		t.Error("no Pod CIDR accepted")
+	}
+}
