@@ -513,24 +513,30 @@ func (s *Store) aggregate(e *entry, f *flow.Flow, fillSrc, fillDst bool) {
 	// newer than it is stale and changes nothing more.
 	var dtSrc, dtDst int64
 	if fillSrc {
+		// A Node's first record is never stale, even when it started
+		// and ended within one second (the reference drops its counters).
+		first := e.endSrc == 0
 		prev := inStartS
-		if e.endSrc != 0 {
+		if !first {
 			prev = sec(e.endSrc)
 		}
 		e.endSrc = inEnd
-		if inEndS <= prev {
+		if inEndS <= prev && !first {
 			s.c.recordsStale.Add(1)
 			return
 		}
 		dtSrc = inEndS - prev
 	}
 	if fillDst {
+		// A Node's first record is never stale, even when it started
+		// and ended within one second (the reference drops its counters).
+		first := e.endDst == 0
 		prev := inStartS
-		if e.endDst != 0 {
+		if !first {
 			prev = sec(e.endDst)
 		}
 		e.endDst = inEnd
-		if inEndS <= prev {
+		if inEndS <= prev && !first {
 			s.c.recordsStale.Add(1)
 			return
 		}
@@ -574,8 +580,11 @@ func fold(e *entry, c int, f *flow.Flow, dt int64, latest bool) {
 	st, rst := &e.stats[c], &e.stats[c+1]
 	// A total that went backwards is a new connection reusing the tuple:
 	// no throughput rather than a wrapped one.
-	tp := sub(f.Stats.OctetTotalCount, st.OctetTotalCount) * 8 / uint64(dt)
-	rtp := sub(f.ReverseStats.OctetTotalCount, rst.OctetTotalCount) * 8 / uint64(dt)
+	var tp, rtp uint64
+	if dt > 0 { // 0 for a first record within one second: no rate to tell
+		tp = sub(f.Stats.OctetTotalCount, st.OctetTotalCount) * 8 / uint64(dt)
+		rtp = sub(f.ReverseStats.OctetTotalCount, rst.OctetTotalCount) * 8 / uint64(dt)
+	}
 	st.PacketTotalCount, st.OctetTotalCount = f.Stats.PacketTotalCount, f.Stats.OctetTotalCount
 	st.PacketDeltaCount += f.Stats.PacketDeltaCount
 	st.OctetDeltaCount += f.Stats.OctetDeltaCount

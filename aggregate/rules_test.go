@@ -386,6 +386,30 @@ func TestStaleRecords(t *testing.T) {
 			t.Errorf("throughputs %+v", *f.Aggregation)
 		}
 	})
+	t.Run("first record within one second", func(t *testing.T) {
+		// A short connection: the destination Node's first record starts
+		// and ends in the same second, and arrives second. It is not
+		// stale (Antrea drops its counters here); its throughput is 0.
+		s, k := testStore(Options{})
+		s.Add(at(10), srcRec(10, 10, counts{3, 300, 3, 300, 2, 200, 2, 200}), k.emit)
+		s.Add(at(10), dstRec(10, 10, counts{3, 290, 3, 290, 2, 190, 2, 190}), k.emit)
+		if got := s.Stats().RecordsStale; got != 0 {
+			t.Errorf("%d stale records, want 0", got)
+		}
+		s.Tick(at(11), k.emit)
+		f := one(t, k.take())
+		checkStats(t, "from source", f.Aggregation.StatsFromSource, [4]uint64{3, 300, 3, 300})
+		checkStats(t, "from destination", f.Aggregation.StatsFromDestination, [4]uint64{3, 290, 3, 290})
+		checkStats(t, "reverse from destination", f.Aggregation.ReverseStatsFromDestination, [4]uint64{2, 190, 2, 190})
+		if f.DestinationPodName != "server" || f.Aggregation.Throughput != 0 || f.Aggregation.ThroughputFromDestination != 0 {
+			t.Errorf("record %+v %+v", f, *f.Aggregation)
+		}
+		// A later record of the same second from the same Node is stale.
+		s.Add(at(11), dstRec(10, 10, counts{9, 900, 6, 600, 0, 0, 0, 0}), k.emit)
+		if got := s.Stats().RecordsStale; got != 1 {
+			t.Errorf("%d stale records after a repeat, want 1", got)
+		}
+	})
 }
 
 // END_OF_FLOW, once reported, stays; other end reasons follow the last

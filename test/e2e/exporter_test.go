@@ -349,11 +349,6 @@ func transfer(t *testing.T, c *cluster, n int) []*conn {
 				}
 				want, _ := strconv.Atoi(strings.TrimSpace(line))
 				_, _ = io.Copy(io.Discard, r)
-				// Hold the connection past a second boundary: the
-				// aggregator takes a Node's first record whose flowEndSeconds
-				// equals its flowStartSeconds as stale and drops its
-				// counters (see the report in docs/exporter.md).
-				time.Sleep(1100 * time.Millisecond)
 				_, _ = s.Write(bytes.Repeat([]byte("r"), want))
 			}()
 		}
