@@ -47,6 +47,9 @@ type Store interface {
 	// ServiceByName returns the Service with the given namespace and name. A
 	// deleted Service is returned while it is remembered.
 	ServiceByName(namespace, name string) (*Service, bool)
+	// ServiceByClusterIP returns the Service that has ip among its
+	// ClusterIPs, a live one over a remembered deleted one.
+	ServiceByClusterIP(ip netip.Addr) (*Service, bool)
 }
 
 // Pod is the metadata of a Kubernetes Pod.
@@ -113,4 +116,40 @@ type Service struct {
 	UID       string
 	// ClusterIPs is empty for headless ("None") and ExternalName Services.
 	ClusterIPs []netip.Addr
+	// Ports are the Service's ports, for naming a port reached through a
+	// ClusterIP ("namespace/name:port").
+	Ports []ServicePort
+}
+
+// ServicePort is one port of a Service.
+type ServicePort struct {
+	Name     string
+	Protocol uint8 // IANA protocol number: 6 TCP, 17 UDP, 132 SCTP
+	Port     uint16
+}
+
+// PortName is the reference's name for the port of s that serves proto
+// and port: "namespace/name:portName" (portName may be empty), and false
+// when s has no such port.
+func (s *Service) PortName(proto uint8, port uint16) (string, bool) {
+	for _, p := range s.Ports {
+		if p.Protocol == proto && p.Port == port {
+			return s.Namespace + "/" + s.Name + ":" + p.Name, true
+		}
+	}
+	return "", false
+}
+
+// ProtocolNumber maps a Kubernetes protocol name (TCP, UDP, SCTP; empty
+// means TCP) to its IANA number, 0 for an unknown name.
+func ProtocolNumber(name string) uint8 {
+	switch name {
+	case "", "TCP":
+		return 6
+	case "UDP":
+		return 17
+	case "SCTP":
+		return 132
+	}
+	return 0
 }

@@ -175,6 +175,11 @@ func (inv *Inventory) ServiceByName(namespace, name string) (*Service, bool) {
 	return inv.t.snapshot().serviceByName(namespace, name)
 }
 
+// ServiceByClusterIP implements Store.
+func (inv *Inventory) ServiceByClusterIP(ip netip.Addr) (*Service, bool) {
+	return inv.t.snapshot().serviceByClusterIP(ip)
+}
+
 func (inv *Inventory) poll(ctx context.Context) {
 	inv.t.expire(inv.now())
 

@@ -195,6 +195,22 @@ func TestInventoryFixture(t *testing.T) {
 		!slices.Equal(s.ClusterIPs, []netip.Addr{mustAddr("10.96.120.33"), mustAddr("fd00:10:96::5c1a")}) {
 		t.Errorf("ServiceByName(shop, cart) = %+v, %v", s, ok)
 	}
+	for _, ip := range []string{"10.96.120.33", "fd00:10:96::5c1a", "::ffff:10.96.120.33"} {
+		s, ok := inv.ServiceByClusterIP(mustAddr(ip))
+		if !ok || s.Name != "cart" {
+			t.Errorf("ServiceByClusterIP(%s) = %+v, %v", ip, s, ok)
+			continue
+		}
+		if name, ok := s.PortName(6, 7070); !ok || name != "shop/cart:grpc" {
+			t.Errorf("PortName(TCP, 7070) = %q, %v", name, ok)
+		}
+		if _, ok := s.PortName(17, 7070); ok {
+			t.Error("a TCP port answered for UDP")
+		}
+	}
+	if s, ok := inv.ServiceByClusterIP(mustAddr("10.96.120.34")); ok {
+		t.Errorf("ServiceByClusterIP(unknown) = %+v", s)
+	}
 
 	st := inv.Stats()
 	// 10 Pods: the hostNetwork one is left out; the Pending one, without an IP, is counted.

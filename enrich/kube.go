@@ -307,6 +307,11 @@ func (k *Kube) ServiceByName(namespace, name string) (*Service, bool) {
 	return k.t.snapshot().serviceByName(namespace, name)
 }
 
+// ServiceByClusterIP implements Store.
+func (k *Kube) ServiceByClusterIP(ip netip.Addr) (*Service, bool) {
+	return k.t.snapshot().serviceByClusterIP(ip)
+}
+
 type kubeRegistration struct {
 	kind string
 	reg  cache.ResourceEventHandlerRegistration
@@ -709,6 +714,14 @@ func convertService(s *corev1.Service, invalid *atomic.Uint64) *Service {
 			svc.ClusterIPs = appendAddr(svc.ClusterIPs, a, invalid)
 		}
 	}
+	for _, p := range s.Spec.Ports {
+		proto := ProtocolNumber(string(p.Protocol))
+		if proto == 0 || p.Port < 1 || p.Port > 65535 {
+			countInvalid(invalid)
+			continue
+		}
+		svc.Ports = append(svc.Ports, ServicePort{Name: p.Name, Protocol: proto, Port: uint16(p.Port)})
+	}
 	return normalizeService(svc)
 }
 
@@ -748,7 +761,7 @@ func sameNode(a, b *Node) bool {
 
 func sameService(a, b *Service) bool {
 	return a.Namespace == b.Namespace && a.Name == b.Name && a.UID == b.UID &&
-		slices.Equal(a.ClusterIPs, b.ClusterIPs)
+		slices.Equal(a.ClusterIPs, b.ClusterIPs) && slices.Equal(a.Ports, b.Ports)
 }
 
 // trimObject is the informers' transform: it keeps only the fields that
@@ -778,7 +791,7 @@ func trimObject(obj any) (any, error) {
 	case *corev1.Service:
 		return &corev1.Service{
 			ObjectMeta: trimMeta(&o.ObjectMeta),
-			Spec:       corev1.ServiceSpec{ClusterIP: o.Spec.ClusterIP, ClusterIPs: o.Spec.ClusterIPs},
+			Spec:       corev1.ServiceSpec{ClusterIP: o.Spec.ClusterIP, ClusterIPs: o.Spec.ClusterIPs, Ports: o.Spec.Ports},
 		}, nil
 	}
 	return obj, nil

@@ -178,6 +178,11 @@ func TestKubeInitialLookups(t *testing.T) {
 	if !ok || s.UID != "u-svc" || !slices.Equal(s.ClusterIPs, []netip.Addr{mustAddr("10.96.0.10"), mustAddr("fd00:96::a")}) {
 		t.Errorf("ServiceByName(ns, svc) = %+v, %v", s, ok)
 	}
+	if s, ok := k.ServiceByClusterIP(mustAddr("fd00:96::a")); !ok || s.Name != "svc" || len(s.Ports) != 1 {
+		t.Errorf("ServiceByClusterIP(fd00:96::a) = %+v, %v", s, ok)
+	} else if name, ok := s.PortName(6, 80); !ok || name != "ns/svc:http" {
+		t.Errorf("PortName(TCP, 80) = %q, %v", name, ok)
+	}
 	if s, ok := k.ServiceByName("ns", "headless"); !ok || len(s.ClusterIPs) != 0 {
 		t.Errorf("ServiceByName(ns, headless) = %+v, %v", s, ok)
 	}
@@ -573,7 +578,7 @@ func TestTrimObject(t *testing.T) {
 		t.Errorf("trimmed Node = %+v", tn)
 	}
 	s, _ := trimObject(kservice("svc", "u-svc", "10.96.0.10"))
-	if ts := s.(*corev1.Service); ts.Spec.Ports != nil || ts.Spec.Selector != nil || ts.Spec.ClusterIP != "10.96.0.10" {
+	if ts := s.(*corev1.Service); len(ts.Spec.Ports) != 1 || ts.Spec.Selector != nil || ts.Spec.ClusterIP != "10.96.0.10" {
 		t.Errorf("trimmed Service = %+v", ts)
 	}
 	tomb := cache.DeletedFinalStateUnknown{Key: "ns/web", Obj: tp}

@@ -34,12 +34,18 @@ type (
 		Labels            map[string]string `json:"labels"`
 	}
 	k8sSpec struct {
-		NodeName    string   `json:"nodeName"`    // Pod
-		HostNetwork bool     `json:"hostNetwork"` // Pod
-		PodCIDR     string   `json:"podCIDR"`     // Node
-		PodCIDRs    []string `json:"podCIDRs"`    // Node
-		ClusterIP   string   `json:"clusterIP"`   // Service
-		ClusterIPs  []string `json:"clusterIPs"`  // Service
+		NodeName    string           `json:"nodeName"`    // Pod
+		HostNetwork bool             `json:"hostNetwork"` // Pod
+		PodCIDR     string           `json:"podCIDR"`     // Node
+		PodCIDRs    []string         `json:"podCIDRs"`    // Node
+		ClusterIP   string           `json:"clusterIP"`   // Service
+		ClusterIPs  []string         `json:"clusterIPs"`  // Service
+		Ports       []k8sServicePort `json:"ports"`       // Service
+	}
+	k8sServicePort struct {
+		Name     string `json:"name"`
+		Protocol string `json:"protocol"`
+		Port     int    `json:"port"`
 	}
 	k8sStatus struct {
 		PodIP     string           `json:"podIP"`     // Pod
@@ -288,6 +294,13 @@ func (c *inventoryContents) addService(obj *k8sObject) error {
 		if ip.IsValid() {
 			s.ClusterIPs = append(s.ClusterIPs, ip)
 		}
+	}
+	for i, p := range obj.Spec.Ports {
+		proto := ProtocolNumber(p.Protocol)
+		if proto == 0 || p.Port < 1 || p.Port > 65535 {
+			return fmt.Errorf("spec.ports[%d]: protocol %q port %d is not a TCP, UDP or SCTP port", i, p.Protocol, p.Port)
+		}
+		s.Ports = append(s.Ports, ServicePort{Name: p.Name, Protocol: proto, Port: uint16(p.Port)})
 	}
 	c.services = append(c.services, normalizeService(s))
 	return nil

@@ -29,6 +29,9 @@ type snapshot struct {
 	pods     map[netip.Addr][]podEntry
 	nodes    map[string]*Node
 	services map[serviceKey]*Service
+	// byClusterIP indexes the Services by ClusterIP, live ones over
+	// remembered deleted ones.
+	byClusterIP map[netip.Addr]*Service
 
 	livePods, deletedPods int
 }
@@ -82,6 +85,14 @@ func (s *snapshot) serviceByName(namespace, name string) (*Service, bool) {
 	return svc, ok
 }
 
+func (s *snapshot) serviceByClusterIP(ip netip.Addr) (*Service, bool) {
+	if s == nil {
+		return nil, false
+	}
+	svc, ok := s.byClusterIP[ip.Unmap()]
+	return svc, ok
+}
+
 const (
 	minUnixSec = math.MinInt64/int64(time.Second) + 1
 	maxUnixSec = math.MaxInt64/int64(time.Second) - 1
@@ -110,6 +121,7 @@ func buildSnapshot(pods []*Pod, nodes []*Node, services []*Service) *snapshot {
 		nodes:    make(map[string]*Node, len(nodes)),
 		services: make(map[serviceKey]*Service, len(services)),
 	}
+	s.byClusterIP = make(map[netip.Addr]*Service, len(services))
 	for _, p := range pods {
 		if p.Deleted.IsZero() {
 			s.livePods++
@@ -134,6 +146,11 @@ func buildSnapshot(pods []*Pod, nodes []*Node, services []*Service) *snapshot {
 	}
 	for _, svc := range services {
 		s.services[serviceKey{svc.Namespace, svc.Name}] = svc
+		// Later Services win: callers list deleted ones first, so a
+		// ClusterIP reused by a live Service names that one.
+		for _, ip := range svc.ClusterIPs {
+			s.byClusterIP[ip] = svc
+		}
 	}
 	return s
 }
@@ -171,6 +188,7 @@ func normalizeNode(n Node) *Node {
 func normalizeService(s Service) *Service {
 	q := s
 	q.ClusterIPs = normalizeAddrs(s.ClusterIPs)
+	q.Ports = slices.Clone(s.Ports)
 	return &q
 }
 

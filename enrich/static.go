@@ -45,3 +45,8 @@ func (s *Static) NodeByName(name string) (*Node, bool) { return s.snap.nodeByNam
 func (s *Static) ServiceByName(namespace, name string) (*Service, bool) {
 	return s.snap.serviceByName(namespace, name)
 }
+
+// ServiceByClusterIP implements Store.
+func (s *Static) ServiceByClusterIP(ip netip.Addr) (*Service, bool) {
+	return s.snap.serviceByClusterIP(ip)
+}

@@ -104,13 +104,19 @@ func (t *tracker) publish(now time.Time) {
 		nodes = append(nodes, n.node)
 	}
 	services := make([]*Service, 0, len(t.services))
+	var live []*Service
 	for key, s := range t.services {
 		if !keep(s.deleted) {
 			delete(t.services, key)
 			continue
 		}
-		services = append(services, s.service)
+		if s.deleted.IsZero() {
+			live = append(live, s.service)
+		} else {
+			services = append(services, s.service)
+		}
 	}
+	services = append(services, live...) // deleted first: see buildSnapshot
 	t.nextExpiry = next
 	t.cur.Store(buildSnapshot(pods, nodes, services))
 }

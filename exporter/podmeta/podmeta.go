@@ -39,6 +39,13 @@ type Meta struct {
 	// unknown addresses.
 	Src, Dst *enrich.Pod
 	FlowType uint8
+	// Service is the Service port a DNAT'ed connection reached: its
+	// ClusterIP and port (the original destination) and its
+	// "namespace/name:port" name; empty when the connection did not go
+	// through a known Service port, as the reference leaves it.
+	ServiceIP       netip.Addr
+	ServicePort     uint16
+	ServicePortName string
 }
 
 // Resolver resolves connections' metadata. Safe for concurrent use.
@@ -92,6 +99,7 @@ func (r *Resolver) Describe(c *source.Conn, start time.Time) Meta {
 	} else {
 		dstIsPod = r.isPod(dst, start)
 	}
+	r.service(c, &m)
 	switch {
 	case srcLocal && dstLocal:
 		m.FlowType = flow.FlowTypeIntraNode
@@ -103,6 +111,23 @@ func (r *Resolver) Describe(c *source.Conn, start time.Time) Meta {
 		m.FlowType = flow.FlowTypeFromExternal
 	}
 	return m
+}
+
+// service names the Service port of a connection the Node load-balanced:
+// the original destination is a ClusterIP, translated (DNAT) to the
+// endpoint that answered.
+func (r *Resolver) service(c *source.Conn, m *Meta) {
+	vip := c.OrigDst.Addr().Unmap()
+	if r.o.Store == nil || vip == c.ReplySrc.Addr().Unmap() {
+		return
+	}
+	svc, ok := r.o.Store.ServiceByClusterIP(vip)
+	if !ok {
+		return
+	}
+	if name, ok := svc.PortName(c.Proto, c.OrigDst.Port()); ok {
+		m.ServiceIP, m.ServicePort, m.ServicePortName = vip, c.OrigDst.Port(), name
+	}
 }
 
 func (r *Resolver) localPod(a netip.Addr, at time.Time) *enrich.Pod {
@@ -144,4 +169,12 @@ func (r *Resolver) Fill(f *flow.Flow, m *Meta) {
 	}
 	f.FlowType = m.FlowType
 	f.Present.Set(flow.FlowType)
+	if m.ServicePortName != "" {
+		f.DestinationClusterIP, f.DestinationServiceIP = m.ServiceIP, m.ServiceIP
+		f.DestinationServicePort, f.DestinationServicePortName = m.ServicePort, m.ServicePortName
+		for _, fl := range [...]flow.Field{flow.DestinationClusterIP, flow.DestinationServiceIP,
+			flow.DestinationServicePort, flow.DestinationServicePortName} {
+			f.Present.Set(fl)
+		}
+	}
 }

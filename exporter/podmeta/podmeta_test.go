@@ -63,3 +63,43 @@ func TestDescribeAndFill(t *testing.T) {
 		t.Error("no Pod CIDR accepted")
 	}
 }
+
+func TestServiceFields(t *testing.T) {
+	vip := netip.MustParseAddr("10.96.0.20")
+	store := enrich.NewStatic(nil, nil, []enrich.Service{{Namespace: "shop", Name: "cart", ClusterIPs: []netip.Addr{vip},
+		Ports: []enrich.ServicePort{{Name: "http", Protocol: 6, Port: 80}, {Name: "dns", Protocol: 17, Port: 53}}}})
+	r, err := New(Options{Node: "node-1", PodCIDRs: []netip.Prefix{netip.MustParsePrefix("10.10.1.0/24")}, Store: store})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		name          string
+		proto         uint8
+		origDst, endp string
+		want          string
+	}{
+		{"through the Service port", 6, "10.96.0.20:80", "10.10.2.7:8080", "shop/cart:http"},
+		{"UDP port of the Service", 17, "10.96.0.20:53", "10.10.2.8:5353", "shop/cart:dns"},
+		{"a port the Service lacks", 6, "10.96.0.20:81", "10.10.2.7:8080", ""},
+		{"no DNAT", 6, "10.10.2.7:8080", "10.10.2.7:8080", ""},
+		{"DNAT to an unknown address", 6, "10.96.9.9:80", "10.10.2.7:8080", ""},
+	}
+	for _, c := range cases {
+		cn := &source.Conn{Proto: c.proto, OrigSrc: netip.MustParseAddrPort("10.10.1.2:40000"),
+			OrigDst: netip.MustParseAddrPort(c.origDst), ReplySrc: netip.MustParseAddrPort(c.endp)}
+		m := r.Describe(cn, time.Now())
+		var f flow.Flow
+		r.Fill(&f, &m)
+		if f.DestinationServicePortName != c.want || f.Present.Has(flow.DestinationServicePortName) != (c.want != "") {
+			t.Errorf("%s: port name %q, want %q", c.name, f.DestinationServicePortName, c.want)
+			continue
+		}
+		od := netip.MustParseAddrPort(c.origDst)
+		if c.want != "" && (f.DestinationClusterIP != od.Addr() || f.DestinationServiceIP != od.Addr() || f.DestinationServicePort != od.Port()) {
+			t.Errorf("%s: Service IP/port %v %v %d", c.name, f.DestinationClusterIP, f.DestinationServiceIP, f.DestinationServicePort)
+		}
+		if c.want == "" && (f.DestinationClusterIP.IsValid() || f.DestinationServicePort != 0) {
+			t.Errorf("%s: Service fields set without a Service port", c.name)
+		}
+	}
+}
