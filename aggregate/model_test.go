@@ -190,12 +190,14 @@ func (m *model) aggregate(e *mflow, f *flow.Flow, fillSrc, fillDst bool) {
 		if !s.fill {
 			continue
 		}
+		// A side's first record is never stale (see Store.aggregate).
+		first := s.end.IsZero()
 		s.prev = f.StartTime.Unix()
-		if !s.end.IsZero() {
+		if !first {
 			s.prev = s.end.Unix()
 		}
 		*s.end = f.EndTime
-		if in <= s.prev {
+		if in <= s.prev && !first {
 			m.st.RecordsStale++
 			return
 		}
@@ -211,8 +213,11 @@ func (m *model) aggregate(e *mflow, f *flow.Flow, fillSrc, fillDst bool) {
 		if !s.fill {
 			continue
 		}
-		tp := sub(f.Stats.OctetTotalCount, s.st.OctetTotalCount) * 8 / uint64(s.dt)
-		rtp := sub(f.ReverseStats.OctetTotalCount, s.rst.OctetTotalCount) * 8 / uint64(s.dt)
+		var tp, rtp uint64
+		if s.dt > 0 {
+			tp = sub(f.Stats.OctetTotalCount, s.st.OctetTotalCount) * 8 / uint64(s.dt)
+			rtp = sub(f.ReverseStats.OctetTotalCount, s.rst.OctetTotalCount) * 8 / uint64(s.dt)
+		}
 		s.st.PacketTotalCount, s.st.OctetTotalCount = f.Stats.PacketTotalCount, f.Stats.OctetTotalCount
 		s.st.PacketDeltaCount += f.Stats.PacketDeltaCount
 		s.st.OctetDeltaCount += f.Stats.OctetDeltaCount
