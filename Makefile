@@ -7,10 +7,16 @@ GOBIN         ?= $(shell $(GO) env GOPATH)/bin
 FUZZTIME      ?= 20s
 STATICCHECK   := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 BENCHSTAT     := golang.org/x/perf/cmd/benchstat@v0.0.0-20260908200009-22c9c6c9d4da
+# `make generate` regenerates flow/flowpb from proto/ byte for byte with
+# exactly these versions (protoc from Debian 12's protobuf-compiler and
+# libprotobuf-dev). Tests use the committed code and need none of them.
+PROTOC_VERSION     := 3.21.12
+PROTOC_GEN_GO      := google.golang.org/protobuf/cmd/protoc-gen-go@v1.36.12
+PROTOC_GEN_GO_GRPC := google.golang.org/grpc/cmd/protoc-gen-go-grpc@v1.6.0
 # Interop tests fail, rather than skip, when a peer program is missing.
 export SLUICE_REQUIRE_PEERS ?= 1
 
-.PHONY: test deps vet staticcheck unit interop fuzz bench build
+.PHONY: test deps vet staticcheck unit interop fuzz bench build generate
 
 test: deps vet staticcheck unit interop fuzz
 
@@ -44,3 +50,11 @@ bench:
 	$(GO) install $(BENCHSTAT)
 	cd interop && $(GO) test -run='^$$' -bench=. -benchmem -count=6 | tee ../bench.txt
 	$(GOBIN)/benchstat bench.txt
+
+generate:
+	@protoc --version 2>/dev/null | grep -qx 'libprotoc $(PROTOC_VERSION)' || { echo "generate: need protoc $(PROTOC_VERSION) (apt-get install protobuf-compiler libprotobuf-dev)"; exit 1; }
+	$(GO) install $(PROTOC_GEN_GO)
+	$(GO) install $(PROTOC_GEN_GO_GRPC)
+	PATH="$(GOBIN):$$PATH" protoc -I . -I /usr/include \
+		--go_out=. --go_opt=module=sluice --go-grpc_out=. --go-grpc_opt=module=sluice \
+		proto/flow/v1alpha1/*.proto

@@ -27,6 +27,7 @@ import (
 	"sluice/enrich"
 	"sluice/flow"
 	"sluice/flow/ipfixmap"
+	"sluice/flowstream"
 	"sluice/ipfix"
 	"sluice/proxy"
 	"sluice/ring"
@@ -53,8 +54,15 @@ type Aggregator struct {
 	tcpLn   net.Listener
 	tlsConf *tls.Config
 	udpConn *net.UDPConn
-	batches chan collector.Batch
-	buf     *ring.Buffer[*flow.Flow]
+	// grpcLn serves FlowExportService (mutual TLS with grpcTLS), always.
+	grpcLn  net.Listener
+	grpcTLS *tls.Config
+	// stream serves FlowStreamService on streamLn when enabled.
+	stream   *flowstream.Server
+	streamLn net.Listener
+	certs    *certs.Bundle
+	batches  chan collector.Batch
+	buf      *ring.Buffer[*flow.Flow]
 	// mode turns batches from the collectors into records for the sinks
 	// until the batch channel closes: Proxy or Aggregate.
 	mode  func(in <-chan collector.Batch, out *ring.Buffer[*flow.Flow])
@@ -69,9 +77,11 @@ type Aggregator struct {
 // Addrs are the addresses the aggregator listens on, as bound (useful
 // when the configuration asked for port 0).
 type Addrs struct {
-	IPFIX string // TCP or TLS
-	UDP   string
-	API   string
+	IPFIX      string // TCP or TLS
+	UDP        string
+	API        string
+	GRPC       string
+	FlowStream string // empty when the flow stream service is off
 }
 
 // New prepares an aggregator from cfg.
@@ -140,6 +150,9 @@ func (a *Aggregator) init() error {
 	if err := a.setupCollectors(table); err != nil {
 		return err
 	}
+	if err := a.setupFlowStream(); err != nil {
+		return err
+	}
 	a.api = api.New(a.reg, log)
 	a.setupAPI(table)
 	if a.apiLn, err = net.Listen("tcp", cfg.Sluice.APIAddress); err != nil {
@@ -158,6 +171,12 @@ func (a *Aggregator) Addrs() Addrs {
 		out.UDP = a.udpConn.LocalAddr().String()
 	}
 	out.API = a.apiLn.Addr().String()
+	if a.grpcLn != nil {
+		out.GRPC = a.grpcLn.Addr().String()
+	}
+	if a.streamLn != nil {
+		out.FlowStream = a.streamLn.Addr().String()
+	}
 	return out
 }
 
@@ -172,6 +191,15 @@ func (a *Aggregator) setupCollectors(table *ipfixmap.Table) error {
 	if err != nil {
 		return err
 	}
+	// The gRPC collector always runs, with mutual TLS, beside the IPFIX one.
+	bundle, err := a.serverCerts()
+	if err != nil {
+		return err
+	}
+	a.grpcTLS = bundle.ServerTLS(true)
+	if a.grpcLn, err = net.Listen("tcp", cfg.Sluice.GRPCAddress); err != nil {
+		return cfg.KeyError("sluice.grpcAddress", err)
+	}
 	switch cfg.AggregatorTransportProtocol {
 	case config.TransportNone:
 		return nil
@@ -185,10 +213,6 @@ func (a *Aggregator) setupCollectors(table *ipfixmap.Table) error {
 		}
 		return nil
 	case config.TransportTLS:
-		bundle, err := a.serverCerts()
-		if err != nil {
-			return err
-		}
 		a.tlsConf = bundle.ServerTLS(true)
 	}
 	if a.tcpLn, err = net.Listen("tcp", cfg.Sluice.IPFIXAddress); err != nil {
@@ -200,6 +224,15 @@ func (a *Aggregator) setupCollectors(table *ipfixmap.Table) error {
 // serverCerts loads the collectors' certificates from files, or makes
 // (once) and reuses a CA and certificates in the certificate directory.
 func (a *Aggregator) serverCerts() (*certs.Bundle, error) {
+	if a.certs != nil {
+		return a.certs, nil
+	}
+	b, err := a.loadServerCerts()
+	a.certs = b
+	return b, err
+}
+
+func (a *Aggregator) loadServerCerts() (*certs.Bundle, error) {
 	t := a.cfg.Sluice.TLS
 	if !t.Generated() {
 		b, err := certs.Load(t.CertFile, t.KeyFile, t.CAFile)
@@ -394,11 +427,21 @@ func (a *Aggregator) Run(ctx context.Context) error {
 	if a.udpConn != nil {
 		start(func() error { return a.coll.ServeUDP(collCtx, a.udpConn) })
 	}
+	start(func() error { return a.coll.ServeGRPC(collCtx, a.grpcLn, a.grpcTLS) })
+	streamDone := make(chan error, 1)
+	if a.stream != nil {
+		// It reads the buffer after the sinks' drain too: it stops when the
+		// buffer closes, or when the run's end stops it.
+		go func() { streamDone <- a.stream.Serve(sinkCtx, a.streamLn) }()
+	} else {
+		streamDone <- nil
+	}
 	apiDone := make(chan error, 1)
 	go func() { apiDone <- a.api.Serve(runCtx, a.apiLn) }()
 	a.api.SetReady(true)
 	a.log.Info("aggregator running", "mode", a.cfg.Mode, "transport", a.cfg.AggregatorTransportProtocol,
-		"ipfix", a.Addrs().IPFIX+a.Addrs().UDP, "api", a.Addrs().API, "sinks", len(a.sinks))
+		"ipfix", a.Addrs().IPFIX+a.Addrs().UDP, "grpc", a.Addrs().GRPC, "flowStream", a.Addrs().FlowStream,
+		"api", a.Addrs().API, "sinks", len(a.sinks))
 
 	var runErr error
 	select {
@@ -422,6 +465,10 @@ func (a *Aggregator) Run(ctx context.Context) error {
 		stopSinks()
 		<-drained
 	}
+	stopSinks() // and the flow stream service
+	if err := <-streamDone; err != nil && runErr == nil {
+		runErr = err
+	}
 	if err := <-apiDone; err != nil && runErr == nil {
 		runErr = err
 	}
@@ -439,4 +486,32 @@ func (a *Aggregator) closeListeners() {
 	if a.apiLn != nil {
 		a.apiLn.Close()
 	}
+	if a.grpcLn != nil {
+		a.grpcLn.Close()
+	}
+	if a.streamLn != nil {
+		a.streamLn.Close()
+	}
+}
+
+// setupFlowStream binds FlowStreamService when flowStreamService.enable is
+// set: server TLS with the collectors' certificate, no client certificate.
+func (a *Aggregator) setupFlowStream() error {
+	cfg := a.cfg
+	if !cfg.FlowStreamService.Enable {
+		return nil
+	}
+	bundle, err := a.serverCerts()
+	if err != nil {
+		return err
+	}
+	a.stream, err = flowstream.New(flowstream.Options{Buffer: a.buf, TLS: bundle.ServerTLS(false), Log: a.log,
+		Metrics: flowstream.NewMetrics(a.reg)})
+	if err != nil {
+		return cfg.KeyError("flowStreamService.enable", err)
+	}
+	if a.streamLn, err = net.Listen("tcp", cfg.Sluice.FlowStreamAddress); err != nil {
+		return cfg.KeyError("sluice.flowStreamAddress", err)
+	}
+	return nil
 }

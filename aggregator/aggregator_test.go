@@ -102,6 +102,12 @@ func startAggregator(t *testing.T, yaml string) (*aggregator.Aggregator, context
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The gRPC collector always runs: give it a free port and its own
+	// certificates.
+	cfg.Sluice.GRPCAddress = "127.0.0.1:0"
+	if cfg.Sluice.TLS.CertDir == "" && cfg.Sluice.TLS.CertFile == "" {
+		cfg.Sluice.TLS.CertDir = t.TempDir()
+	}
 	a, err := aggregator.New(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		t.Fatal(err)
@@ -380,6 +386,12 @@ func TestRunEndsWhenACollectorFails(t *testing.T) {
 	cfg, err := config.Parse([]byte(fmt.Sprintf("mode: Proxy\naggregatorTransportProtocol: tcp\nsluice:\n  ipfixAddress: 127.0.0.1:0\n  apiAddress: 127.0.0.1:0\n  inventory: %s\n", inv)), "t.yaml")
 	if err != nil {
 		t.Fatal(err)
+	}
+	// The gRPC collector always runs: give it a free port and its own
+	// certificates.
+	cfg.Sluice.GRPCAddress = "127.0.0.1:0"
+	if cfg.Sluice.TLS.CertDir == "" && cfg.Sluice.TLS.CertFile == "" {
+		cfg.Sluice.TLS.CertDir = t.TempDir()
 	}
 	a, err := aggregator.New(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {

@@ -32,9 +32,11 @@ type Options struct {
 	Log *slog.Logger
 	// UDPTemplateTTL defaults to ipfix.DefaultUDPTemplateTTL.
 	UDPTemplateTTL time.Duration
-	// MaxSessions bounds concurrent TCP/TLS sessions and remembered UDP
-	// peers, each; default 10000.
+	// MaxSessions bounds concurrent TCP/TLS sessions and gRPC connections
+	// (together), and remembered UDP peers; default 10000.
 	MaxSessions int
+	// GRPC tunes the gRPC collector.
+	GRPC GRPCOptions
 	// HandshakeTimeout bounds a TLS handshake; default 10 s.
 	HandshakeTimeout time.Duration
 	Metrics          *Metrics
@@ -56,6 +58,7 @@ func (o *Options) defaults() {
 	if o.Metrics == nil {
 		o.Metrics = NewMetrics(nil)
 	}
+	o.GRPC.defaults()
 }
 
 // Metrics are the collector's Prometheus series.
@@ -87,7 +90,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Refused: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_collector_sessions_refused_total",
 			Help: "Connections refused: failed TLS handshakes (no or bad client certificate) or too many sessions."}, []string{"transport", "reason"}),
 		Dropped: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_collector_records_dropped_total",
-			Help: "Records dropped by the collector: UDP records the pipeline had no room for."}, []string{"transport", "reason"}),
+			Help: "Records dropped by the collector: UDP records the pipeline had no room for (pipeline-full), gRPC records with values that cannot be represented (invalid)."}, []string{"transport", "reason"}),
 		UnknownSets: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_collector_unknown_template_sets_total",
 			Help: "Data sets skipped because their template was not announced in the session."}, []string{"transport"}),
 		SkewUnknown: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_skew_unknown_elements_total",

@@ -28,7 +28,7 @@ type harness struct {
 	wg  sync.WaitGroup
 }
 
-func newHarness(t *testing.T, buffer int) *harness {
+func newHarness(t testing.TB, buffer int) *harness {
 	t.Helper()
 	tb, err := ipfixmap.NewTable(ipfix.DefaultRegistry())
 	if err != nil {
@@ -44,7 +44,7 @@ func newHarness(t *testing.T, buffer int) *harness {
 	return h
 }
 
-func (h *harness) tcp(t *testing.T) string {
+func (h *harness) tcp(t testing.TB) string {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -69,7 +69,7 @@ func (h *harness) udp(t *testing.T) string {
 }
 
 // collect reads batches until n flows arrived or the deadline passes.
-func (h *harness) collect(t *testing.T, n int) []*flow.Flow {
+func (h *harness) collect(t testing.TB, n int) []*flow.Flow {
 	t.Helper()
 	var out []*flow.Flow
 	deadline := time.After(5 * time.Second)
@@ -84,7 +84,7 @@ func (h *harness) collect(t *testing.T, n int) []*flow.Flow {
 	return out
 }
 
-func antrea(t *testing.T, n, first, max int) [][]byte {
+func antrea(t testing.TB, n, first, max int) [][]byte {
 	t.Helper()
 	tmpl, _ := ipfixtest.Template(ipfix.DefaultRegistry(), 256, ipfixtest.AntreaV27IPv4())
 	var msgs [][]byte

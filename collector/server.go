@@ -39,20 +39,27 @@ func New(o Options) (*Server, error) {
 }
 
 func (s *Server) openSession(transport string, exporter netip.Addr, ttl time.Duration) *session {
-	s.mu.Lock()
-	s.refs[exporter]++
-	s.mu.Unlock()
+	s.hold(exporter)
 	return newSession(&s.o, transport, exporter, ttl)
 }
 
-func (s *Server) closeSession(sess *session) {
+func (s *Server) closeSession(sess *session) { s.release(sess.exporter) }
+
+// hold and release count the live sessions of an exporter address.
+func (s *Server) hold(exporter netip.Addr) {
+	s.mu.Lock()
+	s.refs[exporter]++
+	s.mu.Unlock()
+}
+
+func (s *Server) release(exporter netip.Addr) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.refs[sess.exporter]--; s.refs[sess.exporter] > 0 {
+	if s.refs[exporter]--; s.refs[exporter] > 0 {
 		return
 	}
-	delete(s.refs, sess.exporter)
-	series := prometheus.Labels{"exporter": sess.exporter.String()}
+	delete(s.refs, exporter)
+	series := prometheus.Labels{"exporter": exporter.String()}
 	s.o.Metrics.Records.DeletePartialMatch(series)
 	s.o.Metrics.SkewUnknown.DeletePartialMatch(series)
 	s.o.Metrics.SkewMissing.DeletePartialMatch(series)

@@ -251,6 +251,9 @@ type Sluice struct {
 	IPFIXAddress string `yaml:"ipfixAddress"`
 	// GRPCAddress is where the gRPC collector listens (always mutual TLS).
 	GRPCAddress string `yaml:"grpcAddress"`
+	// FlowStreamAddress is where FlowStreamService listens (server TLS,
+	// no client certificate) when flowStreamService.enable is true.
+	FlowStreamAddress string `yaml:"flowStreamAddress"`
 	// APIAddress is where the HTTP API listens: /metrics, /healthz, /readyz.
 	APIAddress string `yaml:"apiAddress"`
 	// Inventory is a file of Pod, Node and Service metadata for enrichment,
@@ -349,8 +352,10 @@ func Default() *Aggregator {
 			IPFIXAddress: ":4739",
 			GRPCAddress:  ":14739",
 			APIAddress:   ":10348",
-			Proxy:        ProxyOptions{PassThroughUnknown: true},
-			Aggregate:    AggregateOptions{MaxFlows: 1000000, ExportOneSided: true},
+			// Antrea's FlowStreamService port.
+			FlowStreamAddress: ":14740",
+			Proxy:             ProxyOptions{PassThroughUnknown: true},
+			Aggregate:         AggregateOptions{MaxFlows: 1000000, ExportOneSided: true},
 		},
 	}
 }
@@ -396,6 +401,7 @@ func (a *Aggregator) applyDefaults() {
 
 	setString(&a.Sluice.IPFIXAddress, d.Sluice.IPFIXAddress)
 	setString(&a.Sluice.GRPCAddress, d.Sluice.GRPCAddress)
+	setString(&a.Sluice.FlowStreamAddress, d.Sluice.FlowStreamAddress)
 	setString(&a.Sluice.APIAddress, d.Sluice.APIAddress)
 }
 

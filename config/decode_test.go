@@ -99,6 +99,7 @@ func TestDefaultValues(t *testing.T) {
 		{"flowLogger.prettyPrint", a.FlowLogger.PrettyPrint, true},
 		{"sluice.ipfixAddress", a.Sluice.IPFIXAddress, ":4739"},
 		{"sluice.grpcAddress", a.Sluice.GRPCAddress, ":14739"},
+		{"sluice.flowStreamAddress", a.Sluice.FlowStreamAddress, ":14740"},
 		{"sluice.apiAddress", a.Sluice.APIAddress, ":10348"},
 		{"sluice.inventory", a.Sluice.Inventory, ""},
 		{"sluice.kubeconfig", a.Sluice.Kubeconfig, ""},

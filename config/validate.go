@@ -28,7 +28,7 @@ func SupportedSinks() map[string]bool {
 		SinkFlowLogger:        true,
 		SinkClickHouse:        false,
 		SinkS3Uploader:        false,
-		SinkFlowStreamService: false,
+		SinkFlowStreamService: true,
 	}
 }
 
@@ -283,6 +283,7 @@ func (v *validator) sluice() {
 		{"sluice.ipfixAddress", s.IPFIXAddress, isOneOf(strings.ToLower(v.a.AggregatorTransportProtocol), TransportTLS, TransportTCP)},
 		{"sluice.grpcAddress", s.GRPCAddress, true},
 		{"sluice.apiAddress", s.APIAddress, true},
+		{"sluice.flowStreamAddress", s.FlowStreamAddress, v.a.FlowStreamService.Enable},
 	} {
 		host, port, err := SplitListenAddress(l.addr)
 		if err != nil {

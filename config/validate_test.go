@@ -61,8 +61,12 @@ func TestValidate(t *testing.T) {
 		{"flow logger supported", "flowLogger:\n  enable: true\n", nil, ""},
 		{"flow logger in Proxy mode", "mode: Proxy\nflowLogger:\n  enable: true\n", nil,
 			`cfg.yaml:3: flowLogger.enable: the flow logger sink cannot be used in Proxy mode (only flowCollector can)`},
-		{"flow stream service unsupported", "flowStreamService:\n  enable: true\n", nil,
+		{"flow stream service unsupported", "flowStreamService:\n  enable: true\n", &ValidateOptions{Supported: map[string]bool{}},
 			`cfg.yaml:2: flowStreamService.enable: the flow stream service is not supported yet`},
+		{"flow stream service supported", "flowStreamService:\n  enable: true\n", nil, ""},
+		{"flow stream port shared", "flowStreamService:\n  enable: true\nsluice:\n  flowStreamAddress: \":14739\"\n", nil,
+			`cfg.yaml:4: sluice.flowStreamAddress: port 14739 is also used by sluice.grpcAddress`},
+		{"flow stream port unused when disabled", "sluice:\n  flowStreamAddress: \":14739\"\n", nil, ""},
 		{"flow stream service in Proxy mode", "mode: Proxy\nflowStreamService:\n  enable: true\n", ptr(allSinks()), ""},
 		{"flow collector unsupported", "flowCollector:\n  enable: true\n  address: c:4739\n",
 			&ValidateOptions{Supported: map[string]bool{}},
@@ -213,7 +217,7 @@ func TestValidateWithoutFile(t *testing.T) {
 
 func TestSupportedSinks(t *testing.T) {
 	s := SupportedSinks()
-	if !s[SinkFlowCollector] || !s[SinkFlowLogger] || s[SinkClickHouse] || s[SinkS3Uploader] || s[SinkFlowStreamService] {
+	if !s[SinkFlowCollector] || !s[SinkFlowLogger] || s[SinkClickHouse] || s[SinkS3Uploader] || !s[SinkFlowStreamService] {
 		t.Errorf("SupportedSinks() = %v", s)
 	}
 	s[SinkClickHouse] = true

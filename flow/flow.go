@@ -132,6 +132,9 @@ type Origin struct {
 	Exporter netip.Addr
 	// Transport is "tcp", "udp", "tls" or "grpc".
 	Transport string
+	// ID is the exporter's identifier of the record (Protobuf Flow.id);
+	// empty when it sent none (IPFIX never does).
+	ID string
 }
 
 // Flow is one flow record. Values of fields absent from Present are
@@ -185,6 +188,11 @@ type Flow struct {
 	// Unknown holds the elements of the incoming record that no field
 	// maps, in the order they came.
 	Unknown []Element
+	// ProtoUnknown holds the Protobuf fields of the incoming record that
+	// this version does not know (a newer exporter's), as an encoded Flow
+	// message carrying only them at their place in the message, so that
+	// appending it to an encoded Flow restores them (see flow/flowproto).
+	ProtoUnknown []byte
 
 	// Aggregation holds the per-node view Aggregate mode adds; nil for
 	// records that were not aggregated.

@@ -458,6 +458,9 @@ func startAggregate(tb testing.TB, yaml string) (a *aggregator.Aggregator, stop 
 	if err != nil {
 		tb.Fatal(err)
 	}
+	// The gRPC collector always runs: a free port and its own certificates.
+	cfg.Sluice.GRPCAddress = "127.0.0.1:0"
+	cfg.Sluice.TLS.CertDir = tb.TempDir()
 	a, err = aggregator.New(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		tb.Fatal(err)

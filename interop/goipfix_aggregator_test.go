@@ -55,6 +55,12 @@ sluice:
 	if err != nil {
 		tb.Fatal(err)
 	}
+	// The gRPC collector always runs: give it a free port and its own
+	// certificates.
+	cfg.Sluice.GRPCAddress = "127.0.0.1:0"
+	if cfg.Sluice.TLS.CertDir == "" && cfg.Sluice.TLS.CertFile == "" {
+		cfg.Sluice.TLS.CertDir = tb.TempDir()
+	}
 	a, err := aggregator.New(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		tb.Fatal(err)

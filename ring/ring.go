@@ -124,6 +124,21 @@ func (b *Buffer[T]) Consumer() *Consumer[T] {
 	return c
 }
 
+// Observer returns a consumer starting at the oldest item the buffer
+// still holds, so that it first reads the retained history. Unlike a
+// Consumer, ProduceWait never waits for it: an observer (a user's live
+// view) must not hold back the pipeline, and it only loses, and counts,
+// what it reads too slowly.
+func (b *Buffer[T]) Observer() *Consumer[T] {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	c := &Consumer[T]{b: b}
+	if n := uint64(len(b.items)); b.head > n {
+		c.next = b.head - n
+	}
+	return c
+}
+
 // Close says the consumer will read no more, so that ProduceWait stops
 // waiting for it.
 func (c *Consumer[T]) Close() {

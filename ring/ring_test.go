@@ -136,3 +136,35 @@ func TestProduceWaitStopsForClosedConsumersAndContext(t *testing.T) {
 		t.Fatalf("produced %d", b2.Produced())
 	}
 }
+
+func TestObserverReadsHistoryAndIsNotWaitedFor(t *testing.T) {
+	b := New[int](4)
+	b.Produce(1, 2)
+	o := b.Observer()
+	got, ok := o.Next(context.Background(), nil, 10)
+	if !ok || len(got) != 2 || got[0] != 1 || got[1] != 2 {
+		t.Fatalf("history %v %v", got, ok)
+	}
+	b.Produce(3, 4, 5, 6, 7, 8)
+	// A second observer sees only what is retained.
+	o2 := b.Observer()
+	got, _ = o2.Next(context.Background(), nil, 10)
+	if len(got) != 4 || got[0] != 5 {
+		t.Errorf("retained %v", got)
+	}
+	// The first one lapped: it lost 3, 4.
+	got, _ = o.Next(context.Background(), nil, 10)
+	if o.Lost != 2 || got[0] != 5 {
+		t.Errorf("lost %d, got %v", o.Lost, got)
+	}
+	// ProduceWait does not wait for an observer that stopped reading.
+	done := make(chan struct{})
+	go func() { b.ProduceWait(context.Background(), 9, 10, 11, 12, 13); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("ProduceWait waited for an observer")
+	}
+	o.Close()
+	o2.Close()
+}

@@ -23,7 +23,7 @@ func newGetCmd() *cobra.Command {
 	}
 	cmd.PersistentFlags().StringVar(&server, "server", api.DefaultServer, "the aggregator's API (sluice.apiAddress)")
 	client := func() *api.Client { return &api.Client{Server: server} }
-	cmd.AddCommand(newGetFlowRecordsCmd(client), newGetRecordMetricsCmd(client))
+	cmd.AddCommand(newGetFlowRecordsCmd(client), newGetRecordMetricsCmd(client), newGetFlowsCmd())
 	return cmd
 }
 

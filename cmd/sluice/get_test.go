@@ -45,6 +45,12 @@ sluice: {ipfixAddress: "127.0.0.1:0", apiAddress: "127.0.0.1:0"}
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The gRPC collector always runs: give it a free port and its own
+	// certificates.
+	cfg.Sluice.GRPCAddress = "127.0.0.1:0"
+	if cfg.Sluice.TLS.CertDir == "" && cfg.Sluice.TLS.CertFile == "" {
+		cfg.Sluice.TLS.CertDir = t.TempDir()
+	}
 	a, err := aggregator.New(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		t.Fatal(err)

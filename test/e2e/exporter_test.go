@@ -446,6 +446,9 @@ sluice: {ipfixAddress: "127.0.0.1:0", apiAddress: "127.0.0.1:0"}
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The gRPC collector always runs: a free port and its own certificates.
+	cfg.Sluice.GRPCAddress = "127.0.0.1:0"
+	cfg.Sluice.TLS.CertDir = t.TempDir()
 	var aggLogs lockedBuffer
 	agg, err := aggregator.New(cfg, slog.New(slog.NewTextHandler(&aggLogs, nil)))
 	if err != nil {

@@ -42,6 +42,12 @@ func proxyStartAggregator(t *testing.T, yaml string) *proxyAggregator {
 	if err != nil {
 		t.Fatalf("configuration:\n%s\n%v", yaml, err)
 	}
+	// The gRPC collector always runs: give it a free port and its own
+	// certificates.
+	cfg.Sluice.GRPCAddress = "127.0.0.1:0"
+	if cfg.Sluice.TLS.CertDir == "" && cfg.Sluice.TLS.CertFile == "" {
+		cfg.Sluice.TLS.CertDir = t.TempDir()
+	}
 	logs := &syncBuffer{}
 	a, err := aggregator.New(cfg, slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})))
 	if err != nil {

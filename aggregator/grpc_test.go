@@ -1,0 +1,163 @@
+package aggregator_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/netip"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
+
+	"sluice/certs"
+	"sluice/flow"
+	"sluice/flow/flowpb"
+	"sluice/flow/flowproto"
+	"sluice/flow/flowtest"
+	"sluice/flowstream"
+	"sluice/grpcexport"
+)
+
+// grpcAggregator starts an aggregator in mode with the flow stream service
+// on, and a sender to its gRPC collector.
+func grpcAggregator(t *testing.T, mode string) (*grpcexport.Sender, string, *certs.Bundle) {
+	dir := t.TempDir()
+	a, _, _ := startAggregator(t, fmt.Sprintf(`
+mode: %s
+aggregatorTransportProtocol: none
+activeFlowRecordTimeout: 1s
+flowStreamService: {enable: true}
+sluice:
+  apiAddress: "127.0.0.1:0"
+  flowStreamAddress: "127.0.0.1:0"
+  tls: {certDir: %s}
+`, mode, filepath.Join(dir, "certs")))
+	b, err := certs.Ensure(filepath.Join(dir, "certs"), certs.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := grpcexport.New(grpcexport.Options{Address: a.Addrs().GRPC, TLS: b.ClientTLS("localhost"),
+		Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); s.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return s, a.Addrs().FlowStream, b
+}
+
+// readStream follows the flow stream until n flows came.
+func readStream(t *testing.T, addr string, b *certs.Bundle, req *flowpb.GetFlowsRequest, n int) []*flowpb.Flow {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	var got []*flowpb.Flow
+	req.Follow = true
+	req.MaxCount = uint32(n)
+	err := flowstream.Get(ctx, addr, b.ClientTLS("localhost"), req, func(r *flowpb.GetFlowsResponse) error {
+		got = append(got, r.Flows...)
+		return nil
+	})
+	if err != nil || len(got) != n {
+		t.Fatalf("flow stream: %d flows, err %v", len(got), err)
+	}
+	return got
+}
+
+// TestGRPCProxyEveryField: records with every field set go from the sender
+// through the gRPC collector and Proxy mode to the flow stream unchanged,
+// but for what Proxy mode sets (direction) and the exporter address.
+func TestGRPCProxyEveryField(t *testing.T) {
+	s, stream, b := grpcAggregator(t, "Proxy")
+	var sent []*flow.Flow
+	for i := range 20 {
+		f := flowtest.Full(i, false)
+		sent = append(sent, f)
+		s.Send(f)
+	}
+	got := readStream(t, stream, b, &flowpb.GetFlowsRequest{}, len(sent))
+	for i, p := range got {
+		var g flow.Flow
+		if _, err := flowproto.ToFlow(p, &g); err != nil {
+			t.Fatal(err)
+		}
+		want := *sent[i]
+		want.ClusterID = ""
+		want.Present.Clear(flow.ClusterID)
+		want.FlowDirection = flow.DirectionUnknown // both Pods named: Proxy mode cannot tell
+		want.Origin.Exporter = netip.MustParseAddr("127.0.0.1")
+		if fmt.Sprintf("%+v", g) != fmt.Sprintf("%+v", want) {
+			t.Fatalf("record %d:\n got %+v\nwant %+v", i, g, want)
+		}
+	}
+}
+
+// TestGRPCProxyKeepsUnknownFields: fields of a newer exporter reach the
+// flow stream in Proxy mode.
+func TestGRPCProxyKeepsUnknownFields(t *testing.T) {
+	s, stream, b := grpcAggregator(t, "Proxy")
+	p, err := flowproto.FromFlow(flowtest.Full(1, false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, _ := proto.Marshal(p)
+	raw = protowire.AppendString(protowire.AppendTag(raw, 77, protowire.BytesType), "newer")
+	var f flow.Flow
+	var q flowpb.Flow
+	proto.Unmarshal(raw, &q)
+	if n, err := flowproto.ToFlow(&q, &f); err != nil || n != 1 {
+		t.Fatalf("%d %v", n, err)
+	}
+	s.Send(&f)
+	got := readStream(t, stream, b, &flowpb.GetFlowsRequest{}, 1)
+	if u := got[0].ProtoReflect().GetUnknown(); !strings.Contains(string(u), "newer") {
+		t.Errorf("unknown field lost: %q", u)
+	}
+}
+
+// TestGRPCAggregate: the two halves of an inter-node flow, sent over gRPC
+// by the two nodes, come out of Aggregate mode as one record with each
+// side's view; the flow stream's namespace filter passes it.
+func TestGRPCAggregate(t *testing.T) {
+	s, stream, b := grpcAggregator(t, "Aggregate")
+	src := flowtest.Full(3, false)
+	dst := flowtest.Full(3, false)
+	src.Egress.RuleAction = flow.ActionAllow // a denied flow is not correlated
+	for _, fl := range []flow.Field{flow.DestinationPodName, flow.DestinationPodNamespace, flow.DestinationPodUID,
+		flow.DestinationPodLabels, flow.DestinationNodeName, flow.DestinationNodeUID, flow.IngressPolicyName,
+		flow.IngressPolicyNamespace, flow.IngressPolicyUID, flow.IngressPolicyRuleName} {
+		src.Present.Clear(fl)
+	}
+	src.DestinationPodName, src.DestinationPodNamespace, src.DestinationNodeName = "", "", ""
+	src.Ingress = flow.Policy{}
+	for _, fl := range []flow.Field{flow.SourcePodName, flow.SourcePodNamespace, flow.SourcePodUID,
+		flow.SourcePodLabels, flow.SourceNodeName, flow.SourceNodeUID, flow.EgressPolicyName,
+		flow.EgressPolicyNamespace, flow.EgressPolicyUID, flow.EgressPolicyRuleName} {
+		dst.Present.Clear(fl)
+	}
+	dst.SourcePodName, dst.SourcePodNamespace, dst.SourceNodeName = "", "", ""
+	dst.Egress = flow.Policy{}
+	dst.Stats.OctetDeltaCount += 5
+	s.Send(src, dst)
+	got := readStream(t, stream, b, &flowpb.GetFlowsRequest{Filter: &flowpb.FlowFilter{Namespaces: []string{"ns-b"}}}, 1)
+	p := got[0]
+	k := p.GetK8S()
+	if k.GetSourcePodName() != "client-3" || k.GetDestinationPodName() != "server-3" || p.GetAggregation() == nil {
+		t.Fatalf("aggregated record: %v", p)
+	}
+	a := p.GetAggregation()
+	if a.GetStatsFromSource().GetOctetDeltaCount() != src.Stats.OctetDeltaCount ||
+		a.GetStatsFromDestination().GetOctetDeltaCount() != dst.Stats.OctetDeltaCount {
+		t.Errorf("per-side stats: %v", a)
+	}
+	if p.GetIpfix().GetExporterIp() != "127.0.0.1" {
+		t.Logf("exporter %q", p.GetIpfix().GetExporterIp())
+	}
+}

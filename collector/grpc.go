@@ -1,0 +1,247 @@
+package collector
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/netip"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
+
+	"sluice/flow"
+	"sluice/flow/flowpb"
+	"sluice/flow/flowproto"
+)
+
+// GRPCOptions tunes the gRPC collector.
+type GRPCOptions struct {
+	// MaxMessageSize bounds one ExportRequest, in bytes; default 4 MiB. A
+	// larger message ends its stream with ResourceExhausted.
+	MaxMessageSize int
+	// MaxStreams bounds the concurrent Export streams of one connection;
+	// default 4 (an exporter needs one).
+	MaxStreams uint32
+	// StopTimeout bounds the graceful stop; default 5 s.
+	StopTimeout time.Duration
+}
+
+func (o *GRPCOptions) defaults() {
+	if o.MaxMessageSize == 0 {
+		o.MaxMessageSize = 4 << 20
+	}
+	if o.MaxStreams == 0 {
+		o.MaxStreams = 4
+	}
+	if o.StopTimeout == 0 {
+		o.StopTimeout = 5 * time.Second
+	}
+}
+
+// ServeGRPC runs FlowExportService on ln until ctx ends. tlsConfig must
+// require and verify client certificates: the gRPC collector only speaks
+// mutual TLS. Each record's exporter is the connection's peer address,
+// whatever the record says; records go to Options.Out like IPFIX ones,
+// blocking the stream (and so, through HTTP/2 flow control, the exporter)
+// while the pipeline is full. When ctx ends, open streams end with
+// Unavailable, and ServeGRPC returns once their handlers have.
+func (s *Server) ServeGRPC(ctx context.Context, ln net.Listener, tlsConfig *tls.Config) error {
+	if tlsConfig == nil || tlsConfig.ClientAuth != tls.RequireAndVerifyClientCert {
+		ln.Close()
+		return errors.New("collector: the gRPC collector needs a TLS configuration that requires client certificates")
+	}
+	o := &s.o
+	creds := &countingCreds{
+		TransportCredentials: credentials.NewTLS(tlsConfig),
+		s:                    s,
+		handshakeRefused:     o.Metrics.Refused.WithLabelValues("grpc", "tls-handshake"),
+		limitRefused:         o.Metrics.Refused.WithLabelValues("grpc", "session-limit"),
+		sessions:             o.Metrics.Sessions.WithLabelValues("grpc"),
+		log:                  o.Log.With("transport", "grpc"),
+	}
+	srv := grpc.NewServer(
+		grpc.Creds(creds),
+		grpc.MaxRecvMsgSize(o.GRPC.MaxMessageSize),
+		grpc.MaxConcurrentStreams(o.GRPC.MaxStreams),
+		grpc.ConnectionTimeout(o.HandshakeTimeout),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
+		grpc.WaitForHandlers(true),
+	)
+	flowpb.RegisterFlowExportServiceServer(srv, &exportService{s: s, ctx: ctx})
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	select {
+	case err := <-served:
+		return fmt.Errorf("collector: grpc: %w", err)
+	case <-ctx.Done():
+	}
+	// Handlers see ctx and return, so the graceful stop is quick; Stop is
+	// the bound.
+	stopped := make(chan struct{})
+	go func() { srv.GracefulStop(); close(stopped) }()
+	select {
+	case <-stopped:
+	case <-time.After(o.GRPC.StopTimeout):
+		o.Log.Warn("gRPC collector did not stop gracefully in time; closing its connections", "timeout", o.GRPC.StopTimeout.String())
+		srv.Stop()
+		<-stopped
+	}
+	<-served
+	return nil
+}
+
+// countingCreds is the server's TLS with the collector's accounting: a
+// connection takes a session slot before its handshake and gives it back
+// when it closes; failed handshakes (no or bad client certificate) are
+// counted and logged.
+type countingCreds struct {
+	credentials.TransportCredentials
+	s                              *Server
+	handshakeRefused, limitRefused prometheus.Counter
+	sessions                       prometheus.Gauge
+	log                            *slog.Logger
+}
+
+func (c *countingCreds) ServerHandshake(raw net.Conn) (net.Conn, credentials.AuthInfo, error) {
+	select {
+	case c.s.slots <- struct{}{}:
+	default:
+		c.limitRefused.Inc()
+		c.log.Warn("refusing gRPC connection: too many sessions", "peer", raw.RemoteAddr().String(), "limit", c.s.o.MaxSessions)
+		return nil, nil, errors.New("collector: too many sessions")
+	}
+	conn, info, err := c.TransportCredentials.ServerHandshake(raw)
+	if err != nil {
+		<-c.s.slots
+		c.handshakeRefused.Inc()
+		c.log.Warn("refusing gRPC connection: TLS handshake failed", "peer", raw.RemoteAddr().String(), "err", err)
+		return nil, nil, err
+	}
+	c.sessions.Inc()
+	sc := &slotConn{Conn: conn}
+	sc.release = func() { <-c.s.slots; c.sessions.Dec() }
+	return sc, info, nil
+}
+
+func (c *countingCreds) Clone() credentials.TransportCredentials {
+	d := *c
+	d.TransportCredentials = c.TransportCredentials.Clone()
+	return &d
+}
+
+// slotConn gives its session slot back on the first Close.
+type slotConn struct {
+	net.Conn
+	once    sync.Once
+	release func()
+}
+
+func (c *slotConn) Close() error {
+	err := c.Conn.Close()
+	c.once.Do(c.release)
+	return err
+}
+
+type exportService struct {
+	flowpb.UnimplementedFlowExportServiceServer
+	s   *Server
+	ctx context.Context // the collector's run
+}
+
+// Export receives one exporter's stream. Receiving runs in its own
+// goroutine so that the handler can end the stream when the collector
+// stops, even while the exporter is idle.
+func (e *exportService) Export(stream flowpb.FlowExportService_ExportServer) error {
+	s, o := e.s, &e.s.o
+	sctx := stream.Context()
+	var exporter netip.Addr
+	if p, ok := peer.FromContext(sctx); ok && p.Addr != nil {
+		exporter = addrOf(p.Addr)
+	}
+	s.hold(exporter)
+	defer s.release(exporter)
+	log := o.Log.With("transport", "grpc", "peer", exporter.String())
+	addr := exporter.String()
+	records := o.Metrics.Records.WithLabelValues("grpc", addr)
+	skew := o.Metrics.SkewUnknown.WithLabelValues(addr)
+	invalid := o.Metrics.Dropped.WithLabelValues("grpc", "invalid")
+	messages := o.Metrics.Messages.WithLabelValues("grpc")
+
+	reqs := make(chan *flowpb.ExportRequest)
+	recvErr := make(chan error, 1)
+	go func() {
+		for {
+			req, err := stream.Recv()
+			if err != nil {
+				recvErr <- err
+				return
+			}
+			select {
+			case reqs <- req:
+			case <-sctx.Done():
+				recvErr <- sctx.Err()
+				return
+			}
+		}
+	}()
+	log.Info("gRPC export stream opened")
+	var slab []flow.Flow
+	var n, bad uint64
+	for {
+		var req *flowpb.ExportRequest
+		select {
+		case req = <-reqs:
+		case err := <-recvErr:
+			if errors.Is(err, io.EOF) {
+				log.Info("gRPC export stream closed", "records", n, "invalid", bad)
+				return stream.SendAndClose(&flowpb.ExportResponse{})
+			}
+			log.Info("gRPC export stream ended", "records", n, "invalid", bad, "err", err)
+			return err
+		case <-e.ctx.Done():
+			return status.Error(codes.Unavailable, "the aggregator is shutting down")
+		}
+		messages.Inc()
+		b := Batch{Flows: make([]*flow.Flow, 0, len(req.GetFlows()))}
+		unknown := 0
+		for _, p := range req.GetFlows() {
+			if len(slab) == 0 {
+				slab = make([]flow.Flow, slabSize)
+			}
+			f := &slab[0]
+			u, err := flowproto.ToFlow(p, f)
+			if err != nil {
+				*f = flow.Flow{} // reused for the next record
+				if bad++; bad == 1 {
+					log.Warn("dropping gRPC records with invalid values (further ones on this stream are only counted)", "err", err)
+				}
+				invalid.Inc()
+				continue
+			}
+			slab = slab[1:]
+			unknown += u
+			f.Origin.Exporter = exporter
+			f.Origin.Transport = "grpc"
+			b.Flows = append(b.Flows, f)
+		}
+		n += uint64(len(b.Flows))
+		records.Add(float64(len(b.Flows)))
+		if unknown > 0 {
+			skew.Add(float64(unknown))
+		}
+		if !send(e.ctx, o.Out, b) {
+			return status.Error(codes.Unavailable, "the aggregator is shutting down")
+		}
+	}
+}

@@ -1,0 +1,342 @@
+package collector_test
+
+import (
+	"context"
+	"crypto/tls"
+	"io"
+	"log/slog"
+	"net"
+	"net/netip"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/protobuf/encoding/protowire"
+
+	"sluice/certs"
+	"sluice/flow"
+	"sluice/flow/flowpb"
+	"sluice/flow/flowtest"
+	"sluice/grpcexport"
+)
+
+func bundle(t testing.TB) *certs.Bundle {
+	t.Helper()
+	b, err := certs.Ensure(t.TempDir(), certs.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// grpcServer starts the gRPC collector with b's certificates; cancel stops
+// it and waits.
+func (h *harness) grpcServer(t testing.TB, b *certs.Bundle) (addr string, stop func()) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- h.srv.ServeGRPC(ctx, ln, b.ServerTLS(true)) }()
+	var once bool
+	stop = func() {
+		if once {
+			return
+		}
+		once = true
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("ServeGRPC: %v", err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Error("ServeGRPC did not return after its context ended")
+		}
+	}
+	t.Cleanup(stop)
+	return ln.Addr().String(), stop
+}
+
+func sender(t testing.TB, addr string, b *certs.Bundle, o grpcexport.Options) *grpcexport.Sender {
+	t.Helper()
+	o.Address = addr
+	o.TLS = b.ClientTLS("localhost")
+	if o.Log == nil {
+		o.Log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if o.MinBackoff == 0 {
+		o.MinBackoff = 20 * time.Millisecond
+	}
+	s, err := grpcexport.New(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); s.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return s
+}
+
+// asReceived is what the collector makes of f.
+func asReceived(f *flow.Flow) *flow.Flow {
+	g := *f
+	g.ClusterID = ""
+	g.Present.Clear(flow.ClusterID)
+	g.Origin.Exporter = netip.MustParseAddr("127.0.0.1")
+	g.Origin.Transport = "grpc"
+	return &g
+}
+
+func TestGRPCRoundTripEveryField(t *testing.T) {
+	h := newHarness(t, 16)
+	b := bundle(t)
+	addr, _ := h.grpcServer(t, b)
+	s := sender(t, addr, b, grpcexport.Options{BatchSize: 7})
+	var want []*flow.Flow
+	for i := range 50 {
+		f := flowtest.Full(i, i%2 == 0)
+		f.Origin.Exporter = netip.MustParseAddr("192.0.2.200") // replaced by the peer's address
+		s.Send(f)
+		want = append(want, asReceived(f))
+	}
+	got := h.collect(t, len(want))
+	for i := range want {
+		if !reflect.DeepEqual(got[i], want[i]) {
+			t.Fatalf("record %d:\n got %+v\nwant %+v", i, got[i], want[i])
+		}
+	}
+	if n := testutil.ToFloat64(h.m.Records.WithLabelValues("grpc", "127.0.0.1")); n != 50 {
+		t.Errorf("records metric %v", n)
+	}
+	if n := testutil.ToFloat64(h.m.Sessions.WithLabelValues("grpc")); n != 1 {
+		t.Errorf("sessions open %v", n)
+	}
+}
+
+func TestGRPCRefusesClientWithoutCertificate(t *testing.T) {
+	h := newHarness(t, 16)
+	b := bundle(t)
+	addr, _ := h.grpcServer(t, b)
+	other := bundle(t) // another CA
+	for name, conf := range map[string]*tls.Config{
+		"no certificate":      {RootCAs: b.CAPool, ServerName: "localhost", MinVersion: tls.VersionTLS12},
+		"another CA's client": {RootCAs: b.CAPool, ServerName: "localhost", MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{*other.Client}},
+	} {
+		conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(credentials.NewTLS(conf)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		st, err := flowpb.NewFlowExportServiceClient(conn).Export(ctx)
+		if err == nil {
+			err = st.Send(&flowpb.ExportRequest{Flows: []*flowpb.Flow{{Id: "x"}}})
+			if err == nil {
+				_, err = st.CloseAndRecv()
+			}
+		}
+		cancel()
+		conn.Close()
+		if err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+	// With TLS 1.3 the client can see the refusal before the server has
+	// counted it.
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		n := testutil.ToFloat64(h.m.Refused.WithLabelValues("grpc", "tls-handshake"))
+		if n >= 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("refused handshakes %v, want at least 2", n)
+		}
+	}
+	select {
+	case b := <-h.out:
+		t.Errorf("a refused client delivered %d records", len(b.Flows))
+	default:
+	}
+}
+
+// rawCodec sends bytes as they are, so that tests can put on the wire
+// messages the generated code would not write.
+type rawCodec struct{}
+
+func (rawCodec) Marshal(v any) ([]byte, error) { return v.([]byte), nil }
+func (rawCodec) Unmarshal(data []byte, v any) error {
+	*(v.(*[]byte)) = append([]byte(nil), data...)
+	return nil
+}
+func (rawCodec) Name() string { return "proto" }
+
+// sendRaw sends ExportRequest messages, each made of the given encoded
+// Flows, on one Export stream.
+func sendRaw(t *testing.T, addr string, b *certs.Bundle, flows ...[]byte) {
+	t.Helper()
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(credentials.NewTLS(b.ClientTLS("localhost"))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	st, err := conn.NewStream(ctx, &grpc.StreamDesc{ClientStreams: true}, "/antrea_io.antrea.pkg.apis.flow.v1alpha1.FlowExportService/Export", grpc.ForceCodec(rawCodec{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var req []byte
+	for _, f := range flows {
+		req = protowire.AppendTag(req, 1, protowire.BytesType)
+		req = protowire.AppendBytes(req, f)
+	}
+	if err := st.SendMsg(req); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.CloseSend(); err != nil {
+		t.Fatal(err)
+	}
+	var resp []byte
+	if err := st.RecvMsg(&resp); err != nil {
+		t.Fatalf("Export: %v", err)
+	}
+}
+
+// TestGRPCWireCompatibility sends Flows encoded by hand with the
+// reference's field numbers (not the generated code), in their full shape,
+// an older one (fields removed) and a newer one (fields added).
+func TestGRPCWireCompatibility(t *testing.T) {
+	h := newHarness(t, 16)
+	b := bundle(t)
+	addr, _ := h.grpcServer(t, b)
+	// Per-exporter series live while the exporter has a session: this one
+	// keeps them for the checks below.
+	keep := sender(t, addr, b, grpcexport.Options{})
+	keep.Send(flowtest.Full(100, false))
+	h.collect(t, 1)
+
+	full := flowtest.Full(4, true)
+	full.Origin.ExportTime = time.Unix(1_790_000_000, 0).UTC()
+	full.Origin.SequenceNumber = 3
+	full.Origin.ObservationDomainID = 11
+	full.Origin.Exporter = netip.MustParseAddr("192.0.2.4")
+	src, dst := flowtest.FullLabels()
+	wire := flowtest.Wire(full, src, dst)
+
+	// Older: an exporter without k8s (8), aggregation (13), app (11),
+	// proxy SNAT (14, 15) and flow direction (12).
+	old := *full
+	var older []byte
+	for b := wire; len(b) > 0; {
+		num, _, n := protowire.ConsumeField(b)
+		if n < 0 {
+			t.Fatal("bad hand encoding")
+		}
+		switch num {
+		case 8, 11, 12, 13, 14, 15:
+		default:
+			older = append(older, b[:n]...)
+		}
+		b = b[n:]
+	}
+	// Newer: fields 40 (top level) and 90 (in k8s) this version lacks.
+	newer := protowire.AppendTag(append([]byte(nil), wire...), 40, protowire.BytesType)
+	newer = protowire.AppendString(newer, "from the future")
+	newer = protowire.AppendTag(newer, 8, protowire.BytesType)
+	newer = protowire.AppendBytes(newer, protowire.AppendVarint(protowire.AppendTag(nil, 90, protowire.VarintType), 1))
+
+	sendRaw(t, addr, b, wire, older, newer)
+	got := h.collect(t, 3)
+
+	want := asReceived(full)
+	want.Origin.ExportTime = full.Origin.ExportTime
+	if !reflect.DeepEqual(got[0], want) {
+		t.Errorf("full shape:\n got %+v\nwant %+v", got[0], want)
+	}
+	for fl := flow.FlowType; fl <= flow.EgressUID; fl++ {
+		old.Present.Clear(fl)
+	}
+	for _, fl := range []flow.Field{flow.DestinationServiceIP, flow.AppProtocolName, flow.HTTPVals, flow.FlowDirection, flow.ProxySnatIP, flow.ProxySnatPort} {
+		old.Present.Clear(fl)
+	}
+	if g := got[1]; g.SourceIP != full.SourceIP || g.Stats != full.Stats || g.Aggregation != nil || g.Present != asReceived(&old).Present {
+		t.Errorf("older shape: %+v", g)
+	}
+	if g := got[2]; g.SourcePodName != full.SourcePodName || len(g.ProtoUnknown) == 0 {
+		t.Errorf("newer shape: %+v", g)
+	}
+	if n := testutil.ToFloat64(h.m.SkewUnknown.WithLabelValues("127.0.0.1")); n != 2 {
+		t.Errorf("skew unknown %v, want 2", n)
+	}
+}
+
+func TestGRPCInvalidRecordsAreCounted(t *testing.T) {
+	h := newHarness(t, 16)
+	b := bundle(t)
+	addr, _ := h.grpcServer(t, b)
+	good := flowtest.Wire(flowtest.Full(1, false), nil, nil)
+	bad := protowire.AppendBytes(protowire.AppendTag(nil, 6, protowire.BytesType),
+		protowire.AppendBytes(protowire.AppendTag(nil, 2, protowire.BytesType), []byte{1, 2, 3}))
+	sendRaw(t, addr, b, bad, good, bad)
+	if got := h.collect(t, 1); got[0].SourcePodName != "client-1" {
+		t.Errorf("got %+v", got[0])
+	}
+	if n := testutil.ToFloat64(h.m.Dropped.WithLabelValues("grpc", "invalid")); n != 2 {
+		t.Errorf("invalid drops %v", n)
+	}
+}
+
+func TestGRPCMessageSizeLimit(t *testing.T) {
+	h := newHarness(t, 16)
+	b := bundle(t)
+	addr, _ := h.grpcServer(t, b)
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(credentials.NewTLS(b.ClientTLS("localhost"))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	st, err := flowpb.NewFlowExportServiceClient(conn).Export(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	huge := &flowpb.ExportRequest{Flows: []*flowpb.Flow{{Id: strings.Repeat("x", 5<<20)}}}
+	_ = st.Send(huge)
+	if _, err := st.CloseAndRecv(); err == nil || !strings.Contains(err.Error(), "ResourceExhausted") {
+		t.Errorf("a 5 MiB message: %v", err)
+	}
+}
+
+func TestGRPCStopsWithOpenStreams(t *testing.T) {
+	h := newHarness(t, 16)
+	b := bundle(t)
+	addr, stop := h.grpcServer(t, b)
+	s := sender(t, addr, b, grpcexport.Options{})
+	s.Send(flowtest.Full(1, false))
+	h.collect(t, 1)
+	start := time.Now()
+	stop() // the sender's stream is open and idle
+	if d := time.Since(start); d > 3*time.Second {
+		t.Errorf("stopping took %v", d)
+	}
+	if n := testutil.ToFloat64(h.m.Sessions.WithLabelValues("grpc")); n != 0 {
+		t.Errorf("sessions open after stop: %v", n)
+	}
+}
+
+func TestGRPCNeedsMutualTLS(t *testing.T) {
+	h := newHarness(t, 1)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = h.srv.ServeGRPC(context.Background(), ln, bundle(t).ServerTLS(false))
+	if err == nil || !strings.Contains(err.Error(), "client certificates") {
+		t.Errorf("err %v", err)
+	}
+}

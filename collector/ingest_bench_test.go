@@ -1,0 +1,128 @@
+package collector_test
+
+import (
+	"context"
+	"net"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
+
+	"sluice/flow/flowproto"
+)
+
+// BenchmarkIngest measures records per second from an exporter's socket
+// into the pipeline's batch channel: IPFIX over TCP (no TLS) next to gRPC
+// (mutual TLS, as it always is), with the same 4096 Antrea v2.7 records,
+// pre-encoded, so that the sending side costs only the writes. gRPC runs
+// with one record per message (what Antrea agents send) and 100.
+// See docs/performance.md.
+func BenchmarkIngest(b *testing.B) {
+	const n = 4096
+	msgs := antrea(b, n, 0, 65535)
+
+	// The same records, as the collector reads them, in Protobuf.
+	h0 := newHarness(b, 64)
+	conn, err := net.Dial("tcp", h0.tcp(b))
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, m := range msgs {
+		conn.Write(m)
+	}
+	flows := h0.collect(b, n)
+	conn.Close()
+	var pb [][]byte
+	for _, f := range flows {
+		p, err := flowproto.FromFlow(f)
+		if err != nil {
+			b.Fatal(err)
+		}
+		raw, _ := proto.Marshal(p)
+		pb = append(pb, raw)
+	}
+	requests := func(per int) [][]byte {
+		var reqs [][]byte
+		for i := 0; i < len(pb); i += per {
+			var r []byte
+			for _, f := range pb[i:min(i+per, len(pb))] {
+				r = protowire.AppendBytes(protowire.AppendTag(r, 1, protowire.BytesType), f)
+			}
+			reqs = append(reqs, r)
+		}
+		return reqs
+	}
+
+	// drain counts records out of the pipeline until want arrived.
+	drain := func(b *testing.B, h *harness, want int) {
+		got := 0
+		timeout := time.After(5 * time.Minute)
+		for got < want {
+			select {
+			case bt := <-h.out:
+				got += len(bt.Flows)
+			case <-timeout:
+				b.Fatalf("%d of %d records", got, want)
+			}
+		}
+	}
+
+	b.Run("ipfix-tcp", func(b *testing.B) {
+		h := newHarness(b, 64)
+		conn, err := net.Dial("tcp", h.tcp(b))
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer conn.Close()
+		b.ResetTimer()
+		go func() {
+			for range b.N {
+				for _, m := range msgs {
+					if _, err := conn.Write(m); err != nil {
+						return
+					}
+				}
+			}
+		}()
+		drain(b, h, n*b.N)
+		b.ReportMetric(float64(n*b.N)/b.Elapsed().Seconds(), "records/s")
+	})
+	for _, per := range []int{1, 100} {
+		reqs := requests(per)
+		name := "grpc-1-per-message"
+		if per > 1 {
+			name = "grpc-100-per-message"
+		}
+		b.Run(name, func(b *testing.B) {
+			h := newHarness(b, 64)
+			bd := bundle(b)
+			addr, _ := h.grpcServer(b, bd)
+			cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(credentials.NewTLS(bd.ClientTLS("localhost"))))
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer cc.Close()
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			st, err := cc.NewStream(ctx, &grpc.StreamDesc{ClientStreams: true}, "/antrea_io.antrea.pkg.apis.flow.v1alpha1.FlowExportService/Export", grpc.ForceCodec(rawCodec{}))
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.ResetTimer()
+			go func() {
+				for range b.N {
+					for _, r := range reqs {
+						if err := st.SendMsg(r); err != nil {
+							return
+						}
+					}
+				}
+			}()
+			drain(b, h, n*b.N)
+			b.ReportMetric(float64(n*b.N)/b.Elapsed().Seconds(), "records/s")
+		})
+	}
+}
