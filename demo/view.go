@@ -1,0 +1,137 @@
+package demo
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+// ANSI: cursor home, clear the screen.
+const clearScreen = "\x1b[H\x1b[2J"
+
+// header says what runs, once, before plain lines.
+func (r *runner) header() {
+	if r.o.Terminal {
+		return
+	}
+	fmt.Fprintf(r.o.Stdout, "sluice demo: %s mode, %d Nodes, %d Pods, %.0f new connections/s for %s, drawn from %d routes (%d denied by policy)\n",
+		r.o.Mode, len(r.nodes), len(r.m.tf.State.Pods), r.o.Rate, r.o.Duration, len(r.m.routes), len(r.m.denied))
+}
+
+// watch shows the view every Refresh until ctx ends.
+func (r *runner) watch(ctx context.Context, start time.Time) {
+	t := time.NewTicker(r.o.Refresh)
+	defer t.Stop()
+	prev := r.figures(start)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-t.C:
+			f := r.figures(now)
+			if r.o.Terminal {
+				r.frame(f, prev, start)
+			} else {
+				r.line(f, prev, start)
+			}
+			prev = f
+		}
+	}
+}
+
+func perSecond(now, before uint64, dt time.Duration) float64 {
+	if dt <= 0 || now < before {
+		return 0
+	}
+	return float64(now-before) / dt.Seconds()
+}
+
+// line is one plain line of figures.
+func (r *runner) line(f, prev figures, start time.Time) {
+	dt := f.at.Sub(prev.at)
+	var b strings.Builder
+	fmt.Fprintf(&b, "[%3.0fs] sent %d, received %d (%.0f/s); exported %d (%.0f/s): %d name both Pods, %d correlated; skew: %d unknown, %d missing IEs",
+		f.at.Sub(start).Seconds(), f.sent, f.received, perSecond(f.received, prev.received, dt),
+		f.stats.out, perSecond(f.stats.out, prev.stats.out, dt), f.stats.bothPods, f.stats.correlated, f.unknown, f.missing)
+	if len(f.stats.top) > 0 {
+		t := f.stats.top[0]
+		fmt.Fprintf(&b, "; top: %s → %s %s", t.From, t.To, bitRate(t.BitsPerSecond))
+	}
+	fmt.Fprintln(r.o.Stdout, b.String())
+}
+
+// frame redraws the terminal.
+func (r *runner) frame(f, prev figures, start time.Time) {
+	dt := f.at.Sub(prev.at)
+	var b bytes.Buffer
+	b.WriteString(clearScreen)
+	fmt.Fprintf(&b, "sluice demo · %s mode · %d Nodes, %d Pods, %d routes (%d denied by policy) · %.0fs of %s\n\n",
+		r.o.Mode, len(r.nodes), len(r.m.tf.State.Pods), len(r.m.routes), len(r.m.denied),
+		f.at.Sub(start).Seconds(), r.o.Duration)
+	fmt.Fprintf(&b, "exporters → aggregator (IPFIX, mutual TLS): %.0f records/s\n",
+		perSecond(f.received, prev.received, dt))
+	r.exporterTable(&b, f.nodes, f.sent, f.received, "")
+	fmt.Fprintf(&b, "\naggregator → IPFIX collector: %.0f records/s; %d records, %d name both Pods, %d correlated across Nodes\n",
+		perSecond(f.stats.out, prev.stats.out, dt), f.stats.out, f.stats.bothPods, f.stats.correlated)
+	if !r.distinct {
+		fmt.Fprintf(&b, "skew (all exporters): %d unknown IEs, %d missing IEs\n", f.unknown, f.missing)
+	}
+	b.WriteString("\ntop talkers (average since start)\n")
+	talkers(&b, f.stats.top)
+	b.WriteString("\nlatest correlated records (both Pods named, both Nodes reported)\n")
+	for _, l := range f.stats.recent {
+		fmt.Fprintf(&b, "  %s\n", l)
+	}
+	_, _ = r.o.Stdout.Write(b.Bytes())
+}
+
+// exporterTable prints one row per exporter and the totals.
+func (r *runner) exporterTable(w io.Writer, nodes []ExporterFigures, sent, received uint64, lost string) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "  NODE\tPROFILE\tFROM\tSENT\tRECEIVED\tUNKNOWN IEs\tMISSING IEs")
+	for _, n := range nodes {
+		if r.distinct {
+			fmt.Fprintf(tw, "  %s\t%s\t%s\t%d\t%d\t%d\t%d\n", n.Node, n.Profile, n.Address, n.Sent, n.Received, n.SkewUnknown, n.SkewMissing)
+		} else {
+			fmt.Fprintf(tw, "  %s\t%s\t%s\t%d\t-\t-\t-\n", n.Node, n.Profile, n.Address, n.Sent)
+		}
+	}
+	fmt.Fprintf(tw, "  total\t\t\t%d\t%d\t%s\t\n", sent, received, lost)
+	_ = tw.Flush()
+}
+
+func talkers(w io.Writer, top []Talker) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	for _, t := range top {
+		fmt.Fprintf(tw, "  %s → %s\t%s\t%s\n", t.From, t.To, bitRate(t.BitsPerSecond), octets(t.Octets))
+	}
+	_ = tw.Flush()
+}
+
+func bitRate(bps float64) string {
+	switch {
+	case bps >= 1e9:
+		return fmt.Sprintf("%.1f Gb/s", bps/1e9)
+	case bps >= 1e6:
+		return fmt.Sprintf("%.1f Mb/s", bps/1e6)
+	case bps >= 1e3:
+		return fmt.Sprintf("%.1f kb/s", bps/1e3)
+	}
+	return fmt.Sprintf("%.0f b/s", bps)
+}
+
+func octets(n uint64) string {
+	switch {
+	case n >= 1<<30:
+		return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30))
+	case n >= 1<<20:
+		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+	case n >= 1<<10:
+		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
+	}
+	return fmt.Sprintf("%d B", n)
+}
