@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"sluice/aggregator"
+	"sluice/config"
 	"sluice/enrich"
 	"sluice/exporter"
 	"sluice/exporter/source/synthetic"
@@ -167,10 +168,10 @@ func (r *runner) run(ctx context.Context) (*Summary, error) {
 	if err := <-aggDone; err != nil {
 		errs = append(errs, fmt.Errorf("demo: aggregator: %w", err))
 	}
-	f, settled = r.settle(func(f figures) bool { return f.stats.out >= f.sink["flowCollector"] })
+	f, settled = r.settle(func(f figures) bool { return f.stats.out >= f.sink[config.SinkFlowCollector] })
 	if !settled {
 		o.Log.Warn("the collector did not receive every record the aggregator exported",
-			"exported", f.sink["flowCollector"], "received", f.stats.out)
+			"exported", f.sink[config.SinkFlowCollector], "received", f.stats.out)
 	}
 	stopDown()
 	if err := <-downErr; err != nil {
@@ -185,7 +186,7 @@ func (r *runner) run(ctx context.Context) (*Summary, error) {
 	sum.BothPods, sum.Correlated, sum.PassedThrough, sum.Top = final.bothPods, final.correlated, final.passedThrough, final.top
 	if o.Out != "" {
 		sum.Capture = filepath.Join(o.Out, "aggregator-export.ipfix")
-		if o.Mode == "Aggregate" {
+		if o.Mode == config.ModeAggregate {
 			sum.FlowLog = filepath.Join(o.Out, "flows.log")
 		}
 	}

@@ -10,8 +10,15 @@ import (
 	"time"
 )
 
-// ANSI: cursor home, clear the screen.
-const clearScreen = "\x1b[H\x1b[2J"
+// ANSI sequences: cursor home, clear the screen, clear to the end of the
+// line, clear to the end of the screen. A frame is drawn over the last
+// one, each line cleared after its text, so that it does not flicker.
+const (
+	cursorHome  = "\x1b[H"
+	clearScreen = "\x1b[2J"
+	clearLine   = "\x1b[K"
+	clearBelow  = "\x1b[J"
+)
 
 // header says what runs, once, before plain lines.
 func (r *runner) header() {
@@ -27,6 +34,9 @@ func (r *runner) watch(ctx context.Context, start time.Time) {
 	t := time.NewTicker(r.o.Refresh)
 	defer t.Stop()
 	prev := r.figures(start)
+	if r.o.Terminal {
+		fmt.Fprint(r.o.Stdout, clearScreen)
+	}
 	for {
 		select {
 		case <-ctx.Done():
@@ -68,7 +78,6 @@ func (r *runner) line(f, prev figures, start time.Time) {
 func (r *runner) frame(f, prev figures, start time.Time) {
 	dt := f.at.Sub(prev.at)
 	var b bytes.Buffer
-	b.WriteString(clearScreen)
 	fmt.Fprintf(&b, "sluice demo · %s mode · %d Nodes, %d Pods, %d routes (%d denied by policy) · %.0fs of %s\n\n",
 		r.o.Mode, len(r.nodes), len(r.m.tf.State.Pods), len(r.m.routes), len(r.m.denied),
 		f.at.Sub(start).Seconds(), r.o.Duration)
@@ -86,7 +95,8 @@ func (r *runner) frame(f, prev figures, start time.Time) {
 	for _, l := range f.stats.recent {
 		fmt.Fprintf(&b, "  %s\n", l)
 	}
-	_, _ = r.o.Stdout.Write(b.Bytes())
+	screen := cursorHome + strings.ReplaceAll(b.String(), "\n", clearLine+"\n") + clearBelow
+	_, _ = io.WriteString(r.o.Stdout, screen)
 }
 
 // exporterTable prints one row per exporter and the totals.
