@@ -84,7 +84,7 @@ func (r *runner) setup(work string) error {
 	if r.table, err = synthetic.New(synthetic.Options{Rate: o.Rate, Routes: r.m.syntheticRoutes(), Seed: o.Seed}); err != nil {
 		return fmt.Errorf("demo: %w", err)
 	}
-	r.stats = newStats(time.Now())
+	r.stats = newStats(time.Now(), o.Mode == config.ModeAggregate)
 	if r.down, err = newDownstream(o, r.stats); err != nil {
 		return err
 	}

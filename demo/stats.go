@@ -15,7 +15,10 @@ const recentKept = 6
 
 // stats is what the demo's collector received from the aggregator.
 type stats struct {
-	mu            sync.Mutex
+	mu sync.Mutex
+	// aggregate: the records are Aggregate mode's, and the recent ones
+	// shown are the correlated ones.
+	aggregate     bool
 	start         time.Time
 	out           uint64
 	bothPods      uint64
@@ -25,8 +28,8 @@ type stats struct {
 	recent        []string
 }
 
-func newStats(start time.Time) *stats {
-	return &stats{start: start, talkers: map[[2]string]uint64{}}
+func newStats(start time.Time, aggregate bool) *stats {
+	return &stats{start: start, aggregate: aggregate, talkers: map[[2]string]uint64{}}
 }
 
 // add counts one record; bothNodes says both Nodes reported it.
@@ -44,10 +47,15 @@ func (s *stats) add(f *flow.Flow, bothNodes bool) {
 		return
 	}
 	s.bothPods++
-	if f.FlowType != flow.FlowTypeInterNode || !bothNodes {
+	if f.FlowType != flow.FlowTypeInterNode {
 		return
 	}
-	s.correlated++
+	if s.aggregate {
+		if !bothNodes {
+			return
+		}
+		s.correlated++
+	}
 	line := fmt.Sprintf("%s %s (%s) → %s (%s) %s",
 		f.EndTime.Local().Format("15:04:05"), src, f.SourceNodeName, dst, f.DestinationNodeName, protoPort(f))
 	if f.DestinationServicePortName != "" {

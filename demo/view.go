@@ -64,9 +64,13 @@ func perSecond(now, before uint64, dt time.Duration) float64 {
 func (r *runner) line(f, prev figures, start time.Time) {
 	dt := f.at.Sub(prev.at)
 	var b strings.Builder
-	fmt.Fprintf(&b, "[%3.0fs] sent %d, received %d (%.0f/s); exported %d (%.0f/s): %d name both Pods, %d correlated; skew: %d unknown, %d missing IEs",
+	fmt.Fprintf(&b, "[%3.0fs] sent %d, received %d (%.0f/s); exported %d (%.0f/s): %d name both Pods",
 		f.at.Sub(start).Seconds(), f.sent, f.received, perSecond(f.received, prev.received, dt),
-		f.stats.out, perSecond(f.stats.out, prev.stats.out, dt), f.stats.bothPods, f.stats.correlated, f.unknown, f.missing)
+		f.stats.out, perSecond(f.stats.out, prev.stats.out, dt), f.stats.bothPods)
+	if r.stats.aggregate {
+		fmt.Fprintf(&b, ", %d correlated", f.stats.correlated)
+	}
+	fmt.Fprintf(&b, "; skew: %d unknown, %d missing IEs", f.unknown, f.missing)
 	if len(f.stats.top) > 0 {
 		t := f.stats.top[0]
 		fmt.Fprintf(&b, "; top: %s → %s %s", t.From, t.To, bitRate(t.BitsPerSecond))
@@ -84,14 +88,20 @@ func (r *runner) frame(f, prev figures, start time.Time) {
 	fmt.Fprintf(&b, "exporters → aggregator (IPFIX, mutual TLS): %.0f records/s\n",
 		perSecond(f.received, prev.received, dt))
 	r.exporterTable(&b, f.nodes, f.sent, f.received, "")
-	fmt.Fprintf(&b, "\naggregator → IPFIX collector: %.0f records/s; %d records, %d name both Pods, %d correlated across Nodes\n",
-		perSecond(f.stats.out, prev.stats.out, dt), f.stats.out, f.stats.bothPods, f.stats.correlated)
+	fmt.Fprintf(&b, "\naggregator → IPFIX collector: %.0f records/s; %d records, %d name both Pods",
+		perSecond(f.stats.out, prev.stats.out, dt), f.stats.out, f.stats.bothPods)
+	recent := "latest inter-Node records (each Node's own, the other Pod filled in by the aggregator)"
+	if r.stats.aggregate {
+		fmt.Fprintf(&b, ", %d correlated across Nodes", f.stats.correlated)
+		recent = "latest correlated records (both Pods named, both Nodes reported)"
+	}
+	b.WriteString("\n")
 	if !r.distinct {
 		fmt.Fprintf(&b, "skew (all exporters): %d unknown IEs, %d missing IEs\n", f.unknown, f.missing)
 	}
 	b.WriteString("\ntop talkers (average since start)\n")
 	talkers(&b, f.stats.top)
-	b.WriteString("\nlatest correlated records (both Pods named, both Nodes reported)\n")
+	fmt.Fprintf(&b, "\n%s\n", recent)
 	for _, l := range f.stats.recent {
 		fmt.Fprintf(&b, "  %s\n", l)
 	}

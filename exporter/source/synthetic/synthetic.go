@@ -213,8 +213,12 @@ func (s *Source) newConn(now time.Time) conn {
 	if proto != source.ProtoTCP {
 		linger = time.Second
 	}
-	return conn{c: c, rate: float64(1_000 + s.rng.IntN(1_000_000)), revRate: float64(500 + s.rng.IntN(4_000_000)),
-		ends: now.Add(life), gone: now.Add(life + linger)}
+	rate, revRate := float64(1_000+s.rng.IntN(1_000_000)), float64(500+s.rng.IntN(4_000_000))
+	if proto == source.ProtoUDP {
+		// UDP here is DNS-like: small questions and answers.
+		rate, revRate = rate/1000, revRate/1000
+	}
+	return conn{c: c, rate: rate, revRate: revRate, ends: now.Add(life), gone: now.Add(life + linger)}
 }
 
 // madeUp makes up a connection's tuple from the Pod CIDRs.
