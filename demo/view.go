@@ -29,11 +29,15 @@ func (r *runner) header() {
 		r.o.Mode, len(r.nodes), len(r.m.tf.State.Pods), r.o.Rate, r.o.Duration, len(r.m.routes), len(r.m.denied))
 }
 
+// rateWindow is the span rates are averaged over: records leave the
+// aggregator in bursts (once a second per sink, at each active timeout).
+const rateWindow = 5 * time.Second
+
 // watch shows the view every Refresh until ctx ends.
 func (r *runner) watch(ctx context.Context, start time.Time) {
 	t := time.NewTicker(r.o.Refresh)
 	defer t.Stop()
-	prev := r.figures(start)
+	history := []figures{r.figures(start)}
 	if r.o.Terminal {
 		fmt.Fprint(r.o.Stdout, clearScreen)
 	}
@@ -43,12 +47,15 @@ func (r *runner) watch(ctx context.Context, start time.Time) {
 			return
 		case now := <-t.C:
 			f := r.figures(now)
-			if r.o.Terminal {
-				r.frame(f, prev, start)
-			} else {
-				r.line(f, prev, start)
+			for len(history) > 1 && f.at.Sub(history[1].at) >= rateWindow {
+				history = history[1:]
 			}
-			prev = f
+			if r.o.Terminal {
+				r.frame(f, history[0], start)
+			} else {
+				r.line(f, history[0], start)
+			}
+			history = append(history, f)
 		}
 	}
 }
@@ -85,7 +92,7 @@ func (r *runner) frame(f, prev figures, start time.Time) {
 	fmt.Fprintf(&b, "sluice demo · %s mode · %d Nodes, %d Pods, %d routes (%d denied by policy) · %.0fs of %s\n\n",
 		r.o.Mode, len(r.nodes), len(r.m.tf.State.Pods), len(r.m.routes), len(r.m.denied),
 		f.at.Sub(start).Seconds(), r.o.Duration)
-	fmt.Fprintf(&b, "exporters → aggregator (IPFIX, mutual TLS): %.0f records/s\n",
+	fmt.Fprintf(&b, "exporters → aggregator (IPFIX, mutual TLS): %.0f records/s over the last 5 s\n",
 		perSecond(f.received, prev.received, dt))
 	r.exporterTable(&b, f.nodes, f.sent, f.received, "")
 	fmt.Fprintf(&b, "\naggregator → IPFIX collector: %.0f records/s; %d records, %d name both Pods",
