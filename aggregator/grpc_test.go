@@ -15,6 +15,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"sluice/certs"
+	"sluice/exporter/queue"
 	"sluice/flow"
 	"sluice/flow/flowpb"
 	"sluice/flow/flowproto"
@@ -25,7 +26,7 @@ import (
 
 // grpcAggregator starts an aggregator in mode with the flow stream service
 // on, and a sender to its gRPC collector.
-func grpcAggregator(t *testing.T, mode string) (*grpcexport.Sender, string, *certs.Bundle) {
+func grpcAggregator(t *testing.T, mode string) (queued, string, *certs.Bundle) {
 	dir := t.TempDir()
 	a, _, _ := startAggregator(t, fmt.Sprintf(`
 mode: %s
@@ -46,11 +47,22 @@ sluice:
 	if err != nil {
 		t.Fatal(err)
 	}
+	q := queue.New(1024)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	go func() { defer close(done); s.Run(ctx) }()
+	go func() { defer close(done); s.Run(ctx, q) }()
 	t.Cleanup(func() { cancel(); <-done })
-	return s, a.Addrs().FlowStream, b
+	return queued{q}, a.Addrs().FlowStream, b
+}
+
+// queued feeds a grpcexport.Sender through a queue of its own.
+type queued struct{ q *queue.Queue }
+
+// Send queues copies of flows for the sender.
+func (s queued) Send(flows ...*flow.Flow) {
+	for _, f := range flows {
+		s.q.Push([]flow.Flow{*f})
+	}
 }
 
 // readStream follows the flow stream until n flows came.
