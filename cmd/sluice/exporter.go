@@ -249,7 +249,7 @@ func runExporter(ctx context.Context, f *exporterFlags, log *slog.Logger) error 
 func exporterTLS(f *exporterFlags, proto string, log *slog.Logger) (*tls.Config, error) {
 	anyFlag := f.tlsCert != "" || f.tlsKey != "" || f.tlsCA != "" || f.tlsCertDir != ""
 	if proto != "tls" && proto != "grpc" {
-		if anyFlag || f.tlsServerName != "" {
+		if anyFlag { // --tls-server-name alone was always let through
 			return nil, fmt.Errorf("--tls-* flags given, but the collector protocol is %s, not tls or grpc", proto)
 		}
 		return nil, nil
