@@ -108,3 +108,12 @@ sluice: {grpcAddress: "127.0.0.1:0", apiAddress: "127.0.0.1:0", flowStreamAddres
 		t.Error("bad --since: no error")
 	}
 }
+
+// TestGetFlowsRefusesServer: --server, inherited from "get", names the
+// HTTP API; get flows refuses it instead of ignoring it.
+func TestGetFlowsRefusesServer(t *testing.T) {
+	_, _, err := runCLI(t, "get", "flows", "--server", "http://10.0.0.1:10348")
+	if err == nil || !strings.Contains(err.Error(), "--stream-server") {
+		t.Fatalf("err = %v, want one pointing at --stream-server", err)
+	}
+}
