@@ -1,6 +1,7 @@
-# `make test` is what CI runs: it installs what the tests need, then runs
-# vet, staticcheck, the race-enabled tests of both modules, and a short
-# fuzz pass of every fuzz target.
+# `make test` is what CI runs: it installs what the tests need, then checks
+# that the generated Protobuf code is current, runs vet, staticcheck, the
+# race-enabled tests of both modules, and a short fuzz pass of every fuzz
+# target.
 
 GO            ?= go
 GOBIN         ?= $(shell $(GO) env GOPATH)/bin
@@ -16,9 +17,9 @@ PROTOC_GEN_GO_GRPC := google.golang.org/grpc/cmd/protoc-gen-go-grpc@v1.6.0
 # Interop tests fail, rather than skip, when a peer program is missing.
 export SLUICE_REQUIRE_PEERS ?= 1
 
-.PHONY: test deps vet staticcheck unit interop fuzz bench build generate
+.PHONY: test deps vet staticcheck unit interop fuzz bench build generate generate-check
 
-test: deps vet staticcheck unit interop fuzz
+test: deps generate-check vet staticcheck unit interop fuzz
 
 deps:
 	./scripts/install-deps.sh
@@ -58,3 +59,10 @@ generate:
 	PATH="$(GOBIN):$$PATH" protoc -I . -I /usr/include \
 		--go_out=. --go_opt=module=sluice --go-grpc_out=. --go-grpc_opt=module=sluice \
 		proto/flow/v1alpha1/*.proto
+
+# generate-check fails when the committed flow/flowpb differs from what
+# `make generate` makes of proto/: a .proto edited without regenerating, or
+# generated code edited by hand. Files it would add count too.
+generate-check: generate
+	@git diff --exit-code --stat -- flow/flowpb || { echo "generate-check: flow/flowpb is not what 'make generate' makes; run it and commit the result"; exit 1; }
+	@test -z "$$(git ls-files --others --exclude-standard -- flow/flowpb)" || { echo "generate-check: 'make generate' made files that are not committed:"; git ls-files --others --exclude-standard -- flow/flowpb; exit 1; }

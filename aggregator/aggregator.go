@@ -54,7 +54,8 @@ type Aggregator struct {
 	tcpLn   net.Listener
 	tlsConf *tls.Config
 	udpConn *net.UDPConn
-	// grpcLn serves FlowExportService (mutual TLS with grpcTLS), always.
+	// grpcLn serves FlowExportService (mutual TLS with grpcTLS); nil when
+	// sluice.grpcAddress is empty.
 	grpcLn  net.Listener
 	grpcTLS *tls.Config
 	// stream serves FlowStreamService on streamLn when enabled.
@@ -191,14 +192,17 @@ func (a *Aggregator) setupCollectors(table *ipfixmap.Table) error {
 	if err != nil {
 		return err
 	}
-	// The gRPC collector always runs, with mutual TLS, beside the IPFIX one.
-	bundle, err := a.serverCerts()
-	if err != nil {
-		return err
-	}
-	a.grpcTLS = bundle.ServerTLS(true)
-	if a.grpcLn, err = net.Listen("tcp", cfg.Sluice.GRPCAddress); err != nil {
-		return cfg.KeyError("sluice.grpcAddress", err)
+	// The gRPC collector runs, with mutual TLS, beside the IPFIX one
+	// unless sluice.grpcAddress is set empty.
+	if cfg.Sluice.GRPCAddress != "" {
+		bundle, err := a.serverCerts()
+		if err != nil {
+			return err
+		}
+		a.grpcTLS = bundle.ServerTLS(true)
+		if a.grpcLn, err = net.Listen("tcp", cfg.Sluice.GRPCAddress); err != nil {
+			return cfg.KeyError("sluice.grpcAddress", err)
+		}
 	}
 	switch cfg.AggregatorTransportProtocol {
 	case config.TransportNone:
@@ -213,6 +217,10 @@ func (a *Aggregator) setupCollectors(table *ipfixmap.Table) error {
 		}
 		return nil
 	case config.TransportTLS:
+		bundle, err := a.serverCerts()
+		if err != nil {
+			return err
+		}
 		a.tlsConf = bundle.ServerTLS(true)
 	}
 	if a.tcpLn, err = net.Listen("tcp", cfg.Sluice.IPFIXAddress); err != nil {
@@ -427,7 +435,9 @@ func (a *Aggregator) Run(ctx context.Context) error {
 	if a.udpConn != nil {
 		start(func() error { return a.coll.ServeUDP(collCtx, a.udpConn) })
 	}
-	start(func() error { return a.coll.ServeGRPC(collCtx, a.grpcLn, a.grpcTLS) })
+	if a.grpcLn != nil {
+		start(func() error { return a.coll.ServeGRPC(collCtx, a.grpcLn, a.grpcTLS) })
+	}
 	streamDone := make(chan error, 1)
 	if a.stream != nil {
 		// It reads the buffer after the sinks' drain too: it stops when the

@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"net/netip"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -14,7 +15,10 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
+	"sluice/aggregator"
 	"sluice/certs"
+	"sluice/config"
+	"sluice/exporter/queue"
 	"sluice/flow"
 	"sluice/flow/flowpb"
 	"sluice/flow/flowproto"
@@ -25,7 +29,7 @@ import (
 
 // grpcAggregator starts an aggregator in mode with the flow stream service
 // on, and a sender to its gRPC collector.
-func grpcAggregator(t *testing.T, mode string) (*grpcexport.Sender, string, *certs.Bundle) {
+func grpcAggregator(t *testing.T, mode string) (queued, string, *certs.Bundle) {
 	dir := t.TempDir()
 	a, _, _ := startAggregator(t, fmt.Sprintf(`
 mode: %s
@@ -46,11 +50,22 @@ sluice:
 	if err != nil {
 		t.Fatal(err)
 	}
+	q := queue.New(1024)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	go func() { defer close(done); s.Run(ctx) }()
+	go func() { defer close(done); s.Run(ctx, q) }()
 	t.Cleanup(func() { cancel(); <-done })
-	return s, a.Addrs().FlowStream, b
+	return queued{q}, a.Addrs().FlowStream, b
+}
+
+// queued feeds a grpcexport.Sender through a queue of its own.
+type queued struct{ q *queue.Queue }
+
+// Send queues copies of flows for the sender.
+func (s queued) Send(flows ...*flow.Flow) {
+	for _, f := range flows {
+		s.q.Push([]flow.Flow{*f})
+	}
 }
 
 // readStream follows the flow stream until n flows came.
@@ -159,5 +174,39 @@ func TestGRPCAggregate(t *testing.T) {
 	}
 	if p.GetIpfix().GetExporterIp() != "127.0.0.1" {
 		t.Logf("exporter %q", p.GetIpfix().GetExporterIp())
+	}
+}
+
+// TestGRPCCollectorOff: an empty sluice.grpcAddress runs no gRPC collector,
+// and an aggregator that then needs no TLS (IPFIX over TCP, no flow
+// stream) makes no certificates.
+func TestGRPCCollectorOff(t *testing.T) {
+	state := t.TempDir()
+	t.Setenv("XDG_STATE_HOME", state)
+	cfg, err := config.Parse([]byte(`
+aggregatorTransportProtocol: tcp
+sluice: {grpcAddress: "", ipfixAddress: "127.0.0.1:0", apiAddress: "127.0.0.1:0"}
+`), "off.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := aggregator.New(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}()
+	if got := a.Addrs(); got.GRPC != "" || got.IPFIX == "" {
+		t.Errorf("addresses %+v: want IPFIX and no gRPC", got)
+	}
+	if _, err := os.Stat(filepath.Join(state, "sluice")); !os.IsNotExist(err) {
+		t.Errorf("certificates made for nothing: %v", err)
 	}
 }

@@ -18,6 +18,7 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 
 	"sluice/certs"
+	"sluice/exporter/queue"
 	"sluice/flow"
 	"sluice/flow/flowpb"
 	"sluice/flow/flowtest"
@@ -63,7 +64,17 @@ func (h *harness) grpcServer(t testing.TB, b *certs.Bundle) (addr string, stop f
 	return ln.Addr().String(), stop
 }
 
-func sender(t testing.TB, addr string, b *certs.Bundle, o grpcexport.Options) *grpcexport.Sender {
+// queued feeds a grpcexport.Sender through a queue of its own.
+type queued struct{ q *queue.Queue }
+
+// Send queues copies of flows for the sender.
+func (s queued) Send(flows ...*flow.Flow) {
+	for _, f := range flows {
+		s.q.Push([]flow.Flow{*f})
+	}
+}
+
+func sender(t testing.TB, addr string, b *certs.Bundle, o grpcexport.Options) queued {
 	t.Helper()
 	o.Address = addr
 	o.TLS = b.ClientTLS("localhost")
@@ -77,11 +88,12 @@ func sender(t testing.TB, addr string, b *certs.Bundle, o grpcexport.Options) *g
 	if err != nil {
 		t.Fatal(err)
 	}
+	q := queue.New(1024)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	go func() { defer close(done); s.Run(ctx) }()
+	go func() { defer close(done); s.Run(ctx, q) }()
 	t.Cleanup(func() { cancel(); <-done })
-	return s
+	return queued{q}
 }
 
 // asReceived is what the collector makes of f.

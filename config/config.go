@@ -250,9 +250,13 @@ type Sluice struct {
 	// the transport of AggregatorTransportProtocol.
 	IPFIXAddress string `yaml:"ipfixAddress"`
 	// GRPCAddress is where the gRPC collector listens (always mutual TLS).
+	// Unlike other keys, an explicit empty value is kept: it turns the
+	// gRPC collector off (a key without a value keeps the default).
 	GRPCAddress string `yaml:"grpcAddress"`
 	// FlowStreamAddress is where FlowStreamService listens (server TLS,
-	// no client certificate) when flowStreamService.enable is true.
+	// no client certificate) when flowStreamService.enable is true; it
+	// must not be empty then (flowStreamService.enable: false turns the
+	// service off).
 	FlowStreamAddress string `yaml:"flowStreamAddress"`
 	// APIAddress is where the HTTP API listens: /metrics, /healthz, /readyz.
 	APIAddress string `yaml:"apiAddress"`
@@ -400,8 +404,10 @@ func (a *Aggregator) applyDefaults() {
 	setInt(&a.FlowLogger.MaxSize, d.FlowLogger.MaxSize)
 
 	setString(&a.Sluice.IPFIXAddress, d.Sluice.IPFIXAddress)
-	setString(&a.Sluice.GRPCAddress, d.Sluice.GRPCAddress)
-	setString(&a.Sluice.FlowStreamAddress, d.Sluice.FlowStreamAddress)
+	// sluice.grpcAddress is not restored: decoding starts from the
+	// default, so an empty value was written in the file, and means off.
+	// An empty flowStreamAddress is not restored either: validation
+	// refuses it when the service is enabled, rather than guess.
 	setString(&a.Sluice.APIAddress, d.Sluice.APIAddress)
 }
 

@@ -354,7 +354,7 @@ flowCollector: {recordFormat: "", templateRefreshTimeout: ""}
 clickHouse: {database: "", databaseURL: "", commitInterval: ""}
 s3Uploader: {recordFormat: "", maxRecordsPerFile: 0, uploadInterval: ""}
 flowLogger: {path: "", maxSize: 0, recordFormat: ""}
-sluice: {ipfixAddress: "", grpcAddress: "", apiAddress: ""}
+sluice: {ipfixAddress: "", apiAddress: ""}
 `
 	a, err := Parse([]byte(in), testFile)
 	if err != nil {
@@ -362,6 +362,36 @@ sluice: {ipfixAddress: "", grpcAddress: "", apiAddress: ""}
 	}
 	if got, want := withoutMeta(a), withoutMeta(Default()); !reflect.DeepEqual(got, want) {
 		t.Errorf("got %+v\nwant %+v", got, want)
+	}
+}
+
+// TestEmptyGRPCAddressTurnsOff: unlike other keys, an empty
+// sluice.grpcAddress is kept (the collector is off); without a value it is
+// the default. An empty flowStreamAddress is refused while the service is
+// enabled.
+func TestEmptyGRPCAddressTurnsOff(t *testing.T) {
+	for in, want := range map[string]string{
+		`sluice: {grpcAddress: ""}`:    "",
+		`sluice: {grpcAddress: ''}`:    "",
+		"sluice: {grpcAddress: }":      ":14739",
+		"sluice: {grpcAddress: ~}":     ":14739",
+		`sluice: {apiAddress: ":1"}`:   ":14739",
+		`sluice: {grpcAddress: ":99"}`: ":99",
+	} {
+		a, err := Parse([]byte(in), testFile)
+		if err != nil {
+			t.Fatalf("%s: %v", in, err)
+		}
+		if a.Sluice.GRPCAddress != want {
+			t.Errorf("%s: grpcAddress %q, want %q", in, a.Sluice.GRPCAddress, want)
+		}
+	}
+	_, err := Parse([]byte("flowStreamService: {enable: true}\nsluice: {flowStreamAddress: \"\"}\n"), testFile)
+	if err == nil || !strings.Contains(err.Error(), "sluice.flowStreamAddress") || !strings.Contains(err.Error(), "enable: false") {
+		t.Errorf("empty flowStreamAddress with the service on: %v", err)
+	}
+	if _, err := Parse([]byte("flowStreamService: {enable: false}\nsluice: {flowStreamAddress: \"\"}\n"), testFile); err != nil {
+		t.Errorf("empty flowStreamAddress with the service off: %v", err)
 	}
 }
 

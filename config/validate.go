@@ -285,6 +285,15 @@ func (v *validator) sluice() {
 		{"sluice.apiAddress", s.APIAddress, true},
 		{"sluice.flowStreamAddress", s.FlowStreamAddress, v.a.FlowStreamService.Enable},
 	} {
+		switch {
+		case l.key == "sluice.grpcAddress" && l.addr == "":
+			continue // the gRPC collector is off
+		case l.key == "sluice.flowStreamAddress" && l.addr == "":
+			if v.a.FlowStreamService.Enable {
+				v.add(l.key, "empty, but flowStreamService.enable is true; set an address, or enable: false to turn the service off")
+			}
+			continue
+		}
 		host, port, err := SplitListenAddress(l.addr)
 		if err != nil {
 			v.addErr(l.key, err)

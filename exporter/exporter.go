@@ -28,6 +28,7 @@ import (
 	"sluice/exporter/source"
 	"sluice/flow"
 	"sluice/flow/ipfixmap"
+	"sluice/grpcexport"
 )
 
 // Defaults of Options; the timeouts are the reference agent's.
@@ -41,8 +42,8 @@ const (
 )
 
 // Transport sends the queued records to the aggregator, acknowledging them
-// in the queue as they leave. The IPFIX transport is ipfixsend.Sender; a
-// gRPC one slots in here.
+// in the queue as they leave: ipfixsend.Sender (IPFIX over TCP, TLS or
+// UDP) or grpcexport.Sender (gRPC).
 type Transport interface {
 	Run(ctx context.Context, q *queue.Queue) error
 }
@@ -60,12 +61,14 @@ type Options struct {
 	// names none.
 	Store enrich.Store
 	// Collector is the aggregator's address; Profile the agent element
-	// set sent; TLS the client configuration for the tls protocol.
+	// set sent over IPFIX (gRPC sends every field it has); TLS the client
+	// configuration for the tls protocol, and for grpc, where it must hold
+	// a client certificate.
 	Collector collectoraddr.Collector
 	Profile   string
 	TLS       *tls.Config
-	// Transport, if set, replaces the IPFIX transport built from
-	// Collector, Profile and TLS.
+	// Transport, if set, replaces the transport built from Collector,
+	// Profile and TLS.
 	Transport Transport
 
 	PollInterval, ActiveTimeout, IdleTimeout time.Duration
@@ -137,25 +140,7 @@ func New(o Options) (*Exporter, error) {
 	}
 	e.transport = o.Transport
 	if e.transport == nil {
-		c := o.Collector
-		if c.Proto == "" {
-			return nil, errors.New("exporter: no collector address")
-		}
-		proto := c.Proto
-		tlsConf := o.TLS
-		if proto == "tls" {
-			proto = "tcp"
-			if tlsConf == nil {
-				tlsConf = &tls.Config{MinVersion: tls.VersionTLS12}
-			}
-		} else {
-			tlsConf = nil
-		}
-		e.transport, err = ipfixsend.New(ipfixsend.Options{
-			Address: c.String(), Proto: proto, Resolve: resolver(c, o.Store), TLS: tlsConf, Profile: o.Profile,
-			ObservationDomainID: ObservationDomain(o.Node), Log: o.Log, Metrics: e.m.transport,
-		})
-		if err != nil {
+		if e.transport, err = e.newTransport(); err != nil {
 			return nil, fmt.Errorf("exporter: %w", err)
 		}
 	}
@@ -166,6 +151,46 @@ func New(o Options) (*Exporter, error) {
 		}
 	}
 	return e, nil
+}
+
+// newTransport builds the transport of o.Collector's protocol.
+func (e *Exporter) newTransport() (Transport, error) {
+	o := &e.o
+	c := o.Collector
+	switch c.Proto {
+	case "":
+		return nil, errors.New("no collector address")
+	case "grpc":
+		tlsConf := o.TLS
+		if ns, name, ok := c.ServiceRef(); ok && tlsConf != nil && tlsConf.ServerName == "" {
+			// The dialled address is the Service's ClusterIP; the
+			// aggregator's certificate names the Service (Antrea agents
+			// check flow-aggregator.flow-aggregator.svc).
+			tlsConf = tlsConf.Clone()
+			tlsConf.ServerName = name + "." + ns + ".svc"
+		}
+		m := e.m.transport
+		return grpcexport.New(grpcexport.Options{
+			Address: c.String(), Resolve: resolver(c, o.Store), TLS: tlsConf,
+			ObservationDomainID: ObservationDomain(o.Node), Log: o.Log,
+			Metrics: grpcexport.Metrics{Sent: m.Sent, EncodeErrors: m.EncodeErrors, Connected: m.Connected,
+				Reconnects: m.Reconnects, ConnectFailures: m.ConnectFailures},
+		})
+	}
+	proto := c.Proto
+	tlsConf := o.TLS
+	if proto == "tls" {
+		proto = "tcp"
+		if tlsConf == nil {
+			tlsConf = &tls.Config{MinVersion: tls.VersionTLS12}
+		}
+	} else {
+		tlsConf = nil
+	}
+	return ipfixsend.New(ipfixsend.Options{
+		Address: c.String(), Proto: proto, Resolve: resolver(c, o.Store), TLS: tlsConf, Profile: o.Profile,
+		ObservationDomainID: ObservationDomain(o.Node), Log: o.Log, Metrics: e.m.transport,
+	})
 }
 
 // Registry is the exporter's metrics registry.
@@ -193,8 +218,12 @@ func (e *Exporter) Run(ctx context.Context) error {
 	} else {
 		apiDone <- nil
 	}
+	profile := e.o.Profile
+	if e.o.Collector.Proto == "grpc" {
+		profile = "" // IPFIX only
+	}
 	e.o.Log.Info("exporter running", "node", e.o.Node, "pod_cidrs", e.o.PodCIDRs, "collector", e.o.Collector.String(),
-		"profile", e.o.Profile, "poll_interval", e.o.PollInterval.String(), "metrics", e.MetricsAddr())
+		"profile", profile, "poll_interval", e.o.PollInterval.String(), "metrics", e.MetricsAddr())
 
 	var conns []source.Conn
 	var batch []flow.Flow

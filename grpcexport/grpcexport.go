@@ -1,14 +1,16 @@
-// Package grpcexport sends flow records to an aggregator over gRPC
-// (Antrea's FlowExportService.Export, one client stream per connection),
-// always with mutual TLS. Records are queued in a bounded buffer that
-// Send never blocks on; Run connects, streams the buffer in batches and,
-// when the connection fails, reconnects with exponential backoff while the
-// buffer keeps the newest records (the oldest are dropped, and counted,
-// when it is full).
+// Package grpcexport is the exporter's gRPC transport: it sends the records
+// of a queue.Queue to an aggregator over Antrea's FlowExportService.Export
+// (one client stream per connection), always with mutual TLS. It batches
+// the records waiting in the queue into ExportRequests, reconnects with
+// capped exponential backoff, and acknowledges records in the queue only
+// once the message holding them was handed to the stream, so records made
+// while the aggregator is unreachable wait in the queue (the queue's bound
+// and drop accounting apply) and a message the stream refused is sent again
+// on the next one.
 //
-// Delivery is at most once: a batch the stream refused is sent again on
-// the next connection, but batches sent just before a connection broke
-// may be lost (the Export stream has no acknowledgements).
+// Delivery is as on IPFIX over TCP: a message the stream accepted just
+// before the connection broke may be lost, since Export acknowledges
+// nothing until the stream ends.
 package grpcexport
 
 import (
@@ -16,9 +18,8 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
-	"sync"
+	"net"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -26,322 +27,274 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/keepalive"
 
+	"sluice/exporter/queue"
 	"sluice/flow"
 	"sluice/flow/flowpb"
 	"sluice/flow/flowproto"
+)
+
+// Defaults of Options.
+const (
+	DefaultBatchSize  = 100
+	DefaultMinBackoff = time.Second
+	DefaultMaxBackoff = 30 * time.Second
+	// connectTimeout bounds one connection attempt (dial and handshake).
+	connectTimeout = 10 * time.Second
+	// closeGrace is how long a stream being closed at the end of Run may
+	// take to hand its last messages over before it is cancelled.
+	closeGrace = 2 * time.Second
 )
 
 // Options configures a Sender.
 type Options struct {
 	// Address is the aggregator's host:port (its sluice.grpcAddress).
 	Address string
+	// Resolve, if set, is called before each connection attempt and
+	// returns the host:port to dial instead of Address (for addresses
+	// that name a Kubernetes Service). Address is still what logs show.
+	Resolve func(ctx context.Context) (string, error)
 	// TLS must hold a client certificate and the CA that signed the
-	// aggregator's certificate (certs.Bundle.ClientTLS gives one).
+	// aggregator's certificate (certs.Bundle.ClientTLS gives one). Without
+	// ServerName, the host dialled is checked.
 	TLS *tls.Config
 	// BatchSize is the most records in one ExportRequest; default 100.
+	// Whatever is queued leaves at once, so batches fill up only under load.
 	BatchSize int
-	// BufferSize is the most records held while the aggregator is slow or
-	// unreachable; default 65536.
-	BufferSize int
 	// MinBackoff and MaxBackoff bound the wait between connection
 	// attempts, doubling from one to the other; defaults 1 s and 30 s.
 	MinBackoff, MaxBackoff time.Duration
-	// DrainTimeout bounds the time Run spends sending what is buffered
-	// once its context ends; default 5 s.
-	DrainTimeout time.Duration
-	Log          *slog.Logger
-	Metrics      *Metrics
+	// ObservationDomainID, when not 0, is put with the export time in the
+	// records that carry neither, as an IPFIX message header would give
+	// them. 0 sends records as they are.
+	ObservationDomainID uint32
+	Log                 *slog.Logger
+	Metrics             Metrics
 }
 
-// Metrics are the sender's Prometheus series.
+// Metrics are the Sender's series; nil fields are not counted. They have
+// the meaning of ipfixsend.Metrics so that an exporter counts both
+// transports in the same series.
 type Metrics struct {
-	Sent       prometheus.Counter
-	Dropped    *prometheus.CounterVec // reason: buffer-full, invalid, shutdown
-	Buffered   prometheus.Gauge
-	Connected  prometheus.Gauge
+	// Sent counts records handed to the Export stream.
+	Sent prometheus.Counter
+	// EncodeErrors counts records with no Protobuf form (dropped).
+	EncodeErrors prometheus.Counter
+	// Connected is 1 while an Export stream is open.
+	Connected prometheus.Gauge
+	// Reconnects counts streams opened after the first.
 	Reconnects prometheus.Counter
+	// ConnectFailures counts failed attempts to open a stream.
+	ConnectFailures prometheus.Counter
 }
 
-// NewMetrics creates the series and registers them with reg when it is not
-// nil.
-func NewMetrics(reg prometheus.Registerer) *Metrics {
-	m := &Metrics{
-		Sent: prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_grpcexport_records_sent_total",
-			Help: "Records written to the aggregator's Export stream."}),
-		Dropped: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_grpcexport_records_dropped_total",
-			Help: "Records dropped before sending: buffer-full (oldest dropped), invalid (not representable in Protobuf), shutdown (still buffered when the drain timed out)."}, []string{"reason"}),
-		Buffered: prometheus.NewGauge(prometheus.GaugeOpts{Name: "sluice_grpcexport_records_buffered",
-			Help: "Records waiting to be sent."}),
-		Connected: prometheus.NewGauge(prometheus.GaugeOpts{Name: "sluice_grpcexport_connected",
-			Help: "1 while an Export stream is open."}),
-		Reconnects: prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_grpcexport_connection_failures_total",
-			Help: "Failed connection attempts and broken streams."}),
-	}
-	if reg != nil {
-		reg.MustRegister(m.Sent, m.Dropped, m.Buffered, m.Connected, m.Reconnects)
-	}
-	return m
-}
-
-// Sender queues records and streams them to one aggregator.
+// Sender is the gRPC transport. Run it once.
 type Sender struct {
-	o Options
-
-	mu    sync.Mutex
-	buf   []*flow.Flow // ring
-	head  int          // index of the oldest record
-	n     int          // records in buf
-	ready chan struct{}
-
-	fullDrops, invalidDrops, shutdownDrops prometheus.Counter
+	o        Options
+	creds    credentials.TransportCredentials
+	connects int
 }
 
-// New checks o and returns a sender; nothing connects until Run.
+// New checks o; nothing connects until Run.
 func New(o Options) (*Sender, error) {
 	if o.Address == "" {
 		return nil, errors.New("grpcexport: Options.Address is required")
 	}
+	if o.Resolve == nil {
+		if _, _, err := net.SplitHostPort(o.Address); err != nil {
+			return nil, fmt.Errorf("grpcexport: aggregator address: %w", err)
+		}
+	}
 	if o.TLS == nil || len(o.TLS.Certificates) == 0 && o.TLS.GetClientCertificate == nil {
-		return nil, errors.New("grpcexport: Options.TLS with a client certificate is required (the aggregator only accepts mutual TLS)")
+		return nil, errors.New("grpcexport: a TLS configuration with a client certificate is required (the aggregator only accepts mutual TLS)")
 	}
 	if o.BatchSize <= 0 {
-		o.BatchSize = 100
-	}
-	if o.BufferSize <= 0 {
-		o.BufferSize = 65536
+		o.BatchSize = DefaultBatchSize
 	}
 	if o.MinBackoff <= 0 {
-		o.MinBackoff = time.Second
+		o.MinBackoff = DefaultMinBackoff
 	}
 	if o.MaxBackoff < o.MinBackoff {
-		o.MaxBackoff = max(30*time.Second, o.MinBackoff)
-	}
-	if o.DrainTimeout <= 0 {
-		o.DrainTimeout = 5 * time.Second
+		o.MaxBackoff = max(DefaultMaxBackoff, o.MinBackoff)
 	}
 	if o.Log == nil {
 		o.Log = slog.Default()
 	}
-	if o.Metrics == nil {
-		o.Metrics = NewMetrics(nil)
-	}
-	return &Sender{o: o, buf: make([]*flow.Flow, o.BufferSize), ready: make(chan struct{}, 1),
-		fullDrops:     o.Metrics.Dropped.WithLabelValues("buffer-full"),
-		invalidDrops:  o.Metrics.Dropped.WithLabelValues("invalid"),
-		shutdownDrops: o.Metrics.Dropped.WithLabelValues("shutdown"),
-	}, nil
+	return &Sender{o: o, creds: credentials.NewTLS(o.TLS)}, nil
 }
 
-// Send queues records without blocking. When the buffer is full the
-// oldest queued records make room (counted as buffer-full drops). The
-// sender keeps the pointers: records must not be changed afterwards.
-func (s *Sender) Send(flows ...*flow.Flow) {
-	s.mu.Lock()
-	dropped := 0
-	for _, f := range flows {
-		if s.n == len(s.buf) {
-			s.buf[s.head] = nil
-			s.head = (s.head + 1) % len(s.buf)
-			s.n--
-			dropped++
-		}
-		s.buf[(s.head+s.n)%len(s.buf)] = f
-		s.n++
-	}
-	n := s.n
-	s.mu.Unlock()
-	if dropped > 0 {
-		s.fullDrops.Add(float64(dropped))
-	}
-	s.o.Metrics.Buffered.Set(float64(n))
-	select {
-	case s.ready <- struct{}{}:
-	default:
+func inc(c prometheus.Counter, n int) {
+	if c != nil && n > 0 {
+		c.Add(float64(n))
 	}
 }
 
-// take removes up to max records from the buffer.
-func (s *Sender) take(max int) []*flow.Flow {
-	s.mu.Lock()
-	k := min(max, s.n)
-	out := make([]*flow.Flow, k)
-	for i := range k {
-		out[i] = s.buf[s.head]
-		s.buf[s.head] = nil
-		s.head = (s.head + 1) % len(s.buf)
+func setGauge(g prometheus.Gauge, v float64) {
+	if g != nil {
+		g.Set(v)
 	}
-	s.n -= k
-	n := s.n
-	s.mu.Unlock()
-	s.o.Metrics.Buffered.Set(float64(n))
-	return out
 }
 
-// Buffered is the number of records waiting.
-func (s *Sender) Buffered() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.n
-}
-
-// Run connects and sends until ctx ends, then sends what is buffered
-// (bounded by DrainTimeout), closes the stream and returns. It returns nil
-// after a normal end; connection errors are logged and retried, never
-// returned.
-func (s *Sender) Run(ctx context.Context) error {
+// Run sends the records of q until ctx ends, then closes the stream
+// cleanly so that what it accepted reaches the aggregator. Records not yet
+// sent stay in q. Connection errors are logged and retried; Run returns nil.
+func (s *Sender) Run(ctx context.Context, q *queue.Queue) error {
 	o := &s.o
 	backoff := o.MinBackoff
-	var pending *flowpb.ExportRequest // a batch a broken stream did not take
-	for {
+	batch := make([]flow.Flow, 0, o.BatchSize)
+	for ctx.Err() == nil {
+		r := s.session(ctx, q, &batch)
 		if ctx.Err() != nil {
-			s.dropRest(pending)
-			return nil
-		}
-		conn, err := grpc.NewClient(o.Address,
-			grpc.WithTransportCredentials(credentials.NewTLS(o.TLS)),
-			grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
-		)
-		if err != nil {
-			return fmt.Errorf("grpcexport: %s: %w", o.Address, err)
-		}
-		r := s.stream(ctx, conn, pending)
-		conn.Close()
-		pending = r.pending
-		if r.done {
 			if r.err != nil {
-				o.Log.Warn("gRPC export stream closed with an error", "address", o.Address, "err", r.err)
+				o.Log.Warn("the gRPC export stream did not close cleanly", "address", o.Address, "err", r.err)
 			}
-			return nil
+			break
+		}
+		if !r.opened {
+			inc(o.Metrics.ConnectFailures, 1)
+			o.Log.Warn("cannot reach the flow aggregator over gRPC; records wait in the buffer", "address", o.Address,
+				"retry_in", backoff.String(), "buffered", q.Len(), "err", r.err)
+		} else {
+			o.Log.Warn("lost the flow aggregator", "address", o.Address, "err", r.err)
 		}
 		if r.worked {
+			// A stream that carried records: the aggregator was fine a
+			// moment ago, so try again at once.
 			backoff = o.MinBackoff
+			continue
 		}
-		o.Metrics.Reconnects.Inc()
-		o.Log.Warn("gRPC export to the aggregator failed; reconnecting", "address", o.Address, "err", r.err, "retry_in", backoff.String(), "buffered", s.Buffered())
 		select {
 		case <-ctx.Done():
 		case <-time.After(backoff):
 		}
 		backoff = min(2*backoff, o.MaxBackoff)
 	}
+	return nil
 }
 
-// streamResult is how one stream ended.
-type streamResult struct {
-	// pending is a batch the stream did not take.
-	pending *flowpb.ExportRequest
-	// done says that ctx ended and the stream was drained and closed;
-	// otherwise it broke with err.
-	done bool
-	// worked says that the stream sent something, so that the next
-	// attempt starts with the shortest backoff.
-	worked bool
-	err    error
+// sessionResult is how one connection ended.
+type sessionResult struct {
+	// opened says an Export stream was open; worked that it took records.
+	opened, worked bool
+	err            error
 }
 
-// stream opens one Export stream on conn and feeds it.
-func (s *Sender) stream(ctx context.Context, conn *grpc.ClientConn, pending *flowpb.ExportRequest) streamResult {
+// session connects, opens one Export stream and feeds it from q until the
+// stream breaks or ctx ends.
+func (s *Sender) session(ctx context.Context, q *queue.Queue, batch *[]flow.Flow) sessionResult {
 	o := &s.o
+	addr := o.Address
+	if o.Resolve != nil {
+		a, err := o.Resolve(ctx)
+		if err != nil {
+			return sessionResult{err: err}
+		}
+		addr = a
+	}
+	// passthrough: the address was resolved above (or is dialled as is),
+	// as the IPFIX transport does, rather than by gRPC's DNS resolver.
+	conn, err := grpc.NewClient("passthrough:///"+addr,
+		grpc.WithTransportCredentials(s.creds),
+		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
+	)
+	if err != nil {
+		return sessionResult{err: err}
+	}
+	defer conn.Close()
+
+	// The stream outlives ctx by up to closeGrace, so that a clean close
+	// can hand the last messages over.
 	sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancel()
+	stopOpen := context.AfterFunc(ctx, cancel)
+	openTimer := time.AfterFunc(connectTimeout, cancel)
 	st, err := flowpb.NewFlowExportServiceClient(conn).Export(sctx)
-	if err != nil {
-		return streamResult{pending: pending, err: err}
-	}
-	o.Metrics.Connected.Set(1)
-	defer o.Metrics.Connected.Set(0)
-	sent := false
-	send := func(req *flowpb.ExportRequest) error {
-		if err := st.Send(req); err != nil {
-			// The real reason is in the stream's status.
-			if _, rerr := st.CloseAndRecv(); rerr != nil && !errors.Is(rerr, io.EOF) {
-				err = rerr
-			}
-			return err
+	openTimer.Stop()
+	if !stopOpen() || err != nil {
+		if err == nil {
+			err = ctx.Err()
 		}
-		sent = true
-		o.Metrics.Sent.Add(float64(len(req.Flows)))
-		return nil
+		return sessionResult{err: err}
 	}
-	if pending != nil {
-		if err := send(pending); err != nil {
-			return streamResult{pending: pending, err: err}
-		}
-		pending = nil
-	}
-	o.Log.Info("gRPC export stream open", "address", o.Address)
-	for {
-		if req := s.batch(); req != nil {
-			if err := send(req); err != nil {
-				return streamResult{pending: req, worked: sent, err: err}
-			}
-			continue
-		}
-		select {
-		case <-s.ready:
-		case <-st.Context().Done():
-			_, err := st.CloseAndRecv()
-			if err == nil {
-				err = errors.New("the aggregator ended the stream")
-			}
-			return streamResult{worked: sent, err: err}
-		case <-ctx.Done():
-			return streamResult{done: true, worked: sent, err: s.drain(st, send)}
-		}
-	}
-}
+	defer context.AfterFunc(ctx, func() { time.AfterFunc(closeGrace, cancel) })()
 
-// drain sends what is buffered, within DrainTimeout, and closes the stream.
-func (s *Sender) drain(st flowpb.FlowExportService_ExportClient, send func(*flowpb.ExportRequest) error) error {
-	deadline := time.Now().Add(s.o.DrainTimeout)
-	for time.Now().Before(deadline) {
-		req := s.batch()
-		if req == nil {
+	// The aggregator writes only to end the stream: a receiver tells when
+	// it did, even while nothing is being sent.
+	ended := make(chan error, 1)
+	wctx, wcancel := context.WithCancel(ctx)
+	defer wcancel()
+	go func() {
+		err := st.RecvMsg(new(flowpb.ExportResponse))
+		ended <- err
+		wcancel()
+	}()
+
+	s.connects++
+	if s.connects > 1 {
+		inc(o.Metrics.Reconnects, 1)
+	}
+	setGauge(o.Metrics.Connected, 1)
+	defer setGauge(o.Metrics.Connected, 0)
+	o.Log.Info("connected to the flow aggregator", "address", addr, "proto", "grpc")
+
+	r := sessionResult{opened: true}
+	next := q.Head() // whatever was not acknowledged goes (again) on this stream
+	for {
+		if ctx.Err() != nil || !q.Wait(wctx, next) {
 			break
 		}
-		if err := send(req); err != nil {
-			s.dropRest(req)
-			return err
-		}
-	}
-	s.dropRest(nil)
-	_, err := st.CloseAndRecv()
-	return err
-}
-
-// batch converts up to BatchSize buffered records into a request; nil when
-// the buffer is empty.
-func (s *Sender) batch() *flowpb.ExportRequest {
-	for {
-		flows := s.take(s.o.BatchSize)
-		if len(flows) == 0 {
-			return nil
-		}
-		req := &flowpb.ExportRequest{Flows: make([]*flowpb.Flow, 0, len(flows))}
-		for _, f := range flows {
-			p, err := flowproto.FromFlow(f)
-			if err != nil {
-				s.invalidDrops.Inc()
-				s.o.Log.Debug("dropping a record that has no Protobuf form", "err", err)
-				continue
-			}
-			req.Flows = append(req.Flows, p)
-		}
+		var first uint64
+		first, *batch = q.Peek(next, (*batch)[:0], o.BatchSize)
+		req := s.request(*batch, time.Now())
 		if len(req.Flows) > 0 {
-			return req
+			if err := st.Send(req); err != nil {
+				// The reason is in the status the receiver gets.
+				r.err = err
+				if rerr := <-ended; rerr != nil {
+					r.err = rerr
+				}
+				return r
+			}
+			r.worked = true
+			inc(o.Metrics.Sent, len(req.Flows))
 		}
+		next = first + uint64(len(*batch))
+		q.Ack(next)
 	}
+	if ctx.Err() == nil { // the aggregator ended the stream
+		r.err = <-ended
+		if r.err == nil {
+			r.err = errors.New("the aggregator ended the stream")
+		}
+		return r
+	}
+	// Stopping: half-close, and wait for the aggregator's response, which
+	// comes once it has read everything sent (or closeGrace cancels).
+	if err := st.CloseSend(); err != nil {
+		r.err = err
+		return r
+	}
+	r.err = <-ended
+	return r
 }
 
-// dropRest counts what can no longer be sent at the end of Run.
-func (s *Sender) dropRest(pending *flowpb.ExportRequest) {
-	n := 0
-	if pending != nil {
-		n += len(pending.Flows)
+// request converts recs into one ExportRequest, stamping their origin,
+// and counts (and leaves out) records that have no
+// Protobuf form.
+func (s *Sender) request(recs []flow.Flow, now time.Time) *flowpb.ExportRequest {
+	req := &flowpb.ExportRequest{Flows: make([]*flowpb.Flow, 0, len(recs))}
+	for i := range recs {
+		f := &recs[i] // a copy from the queue: stamping it changes nothing there
+		if s.o.ObservationDomainID != 0 && f.Origin.ObservationDomainID == 0 && f.Origin.ExportTime.IsZero() {
+			f.Origin.ObservationDomainID = s.o.ObservationDomainID
+			f.Origin.ExportTime = now
+		}
+		p, err := flowproto.FromFlow(f)
+		if err != nil {
+			inc(s.o.Metrics.EncodeErrors, 1)
+			s.o.Log.Error("cannot encode a flow record; dropped", "err", err)
+			continue
+		}
+		req.Flows = append(req.Flows, p)
 	}
-	n += len(s.take(s.o.BufferSize))
-	if n > 0 {
-		s.shutdownDrops.Add(float64(n))
-		s.o.Log.Warn("records still buffered at shutdown were dropped", "records", n)
-	}
+	return req
 }

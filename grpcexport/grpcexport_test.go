@@ -3,9 +3,11 @@ package grpcexport_test
 import (
 	"context"
 	"crypto/tls"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
+	"sync"
 	"testing"
 	"time"
 
@@ -14,6 +16,7 @@ import (
 
 	"sluice/certs"
 	"sluice/collector"
+	"sluice/exporter/queue"
 	"sluice/flow"
 	"sluice/flow/flowtest"
 	"sluice/flow/ipfixmap"
@@ -62,11 +65,48 @@ func TestNewChecksOptions(t *testing.T) {
 	if _, err := grpcexport.New(grpcexport.Options{Address: "x:1", TLS: &tls.Config{MinVersion: tls.VersionTLS12}}); err == nil {
 		t.Error("TLS without a client certificate: accepted")
 	}
+	b, err := certs.Ensure(t.TempDir(), certs.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := grpcexport.New(grpcexport.Options{Address: "no-port", TLS: b.ClientTLS("")}); err == nil {
+		t.Error("an address without a port: accepted")
+	}
 }
 
-// TestBuffersWhileDisconnectedThenReconnects: records sent before the
-// aggregator listens are kept (the newest, up to the buffer size, the rest
-// counted) and delivered when it comes up, and again after it restarts.
+// metrics are the sender's series, unregistered.
+func metrics() grpcexport.Metrics {
+	return grpcexport.Metrics{
+		Sent:            prometheus.NewCounter(prometheus.CounterOpts{Name: "sent"}),
+		EncodeErrors:    prometheus.NewCounter(prometheus.CounterOpts{Name: "encode_errors"}),
+		Connected:       prometheus.NewGauge(prometheus.GaugeOpts{Name: "connected"}),
+		Reconnects:      prometheus.NewCounter(prometheus.CounterOpts{Name: "reconnects"}),
+		ConnectFailures: prometheus.NewCounter(prometheus.CounterOpts{Name: "connect_failures"}),
+	}
+}
+
+// run runs s on q until the test ends.
+func run(t *testing.T, s *grpcexport.Sender, q *queue.Queue) (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = s.Run(ctx, q) }()
+	var once sync.Once
+	stop = func() { once.Do(func() { cancel(); <-done }) }
+	t.Cleanup(stop)
+	return stop
+}
+
+func push(q *queue.Queue, flows ...*flow.Flow) int {
+	n := 0
+	for _, f := range flows {
+		n += q.Push([]flow.Flow{*f})
+	}
+	return n
+}
+
+// TestBuffersWhileDisconnectedThenReconnects: records queued before the
+// aggregator listens stay in the queue (the newest, up to its capacity)
+// and are delivered when it comes up, and again after it restarts.
 func TestBuffersWhileDisconnectedThenReconnects(t *testing.T) {
 	b, err := certs.Ensure(t.TempDir(), certs.Options{})
 	if err != nil {
@@ -79,25 +119,27 @@ func TestBuffersWhileDisconnectedThenReconnects(t *testing.T) {
 	addr := ln.Addr().String()
 	ln.Close() // nobody listens yet
 
-	m := grpcexport.NewMetrics(prometheus.NewRegistry())
-	s, err := grpcexport.New(grpcexport.Options{Address: addr, TLS: b.ClientTLS("localhost"), BufferSize: 10,
+	m := metrics()
+	s, err := grpcexport.New(grpcexport.Options{Address: addr, TLS: b.ClientTLS("localhost"),
 		MinBackoff: 10 * time.Millisecond, MaxBackoff: 50 * time.Millisecond, Log: quiet, Metrics: m})
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); s.Run(ctx) }()
-	defer func() { cancel(); <-done }()
+	q := queue.New(10)
+	run(t, s, q)
 
+	dropped := 0
 	for i := range 15 {
-		s.Send(flowtest.Full(i, false))
+		dropped += push(q, flowtest.Full(i, false))
 	}
-	if n := testutil.ToFloat64(m.Dropped.WithLabelValues("buffer-full")); n != 5 {
-		t.Errorf("buffer-full drops %v, want 5", n)
+	if dropped != 5 {
+		t.Errorf("the queue dropped %d, want 5", dropped)
 	}
-	for testutil.ToFloat64(m.Reconnects) < 2 {
+	for testutil.ToFloat64(m.ConnectFailures) < 2 {
 		time.Sleep(5 * time.Millisecond)
+	}
+	if q.Len() != 10 {
+		t.Errorf("%d records queued while disconnected, want 10", q.Len())
 	}
 
 	ln, err = net.Listen("tcp", addr)
@@ -119,12 +161,23 @@ func TestBuffersWhileDisconnectedThenReconnects(t *testing.T) {
 		t.Skipf("port taken meanwhile: %v", err)
 	}
 	out, _ = aggregator(t, b, ln)
-	s.Send(flowtest.Full(99, false))
+	push(q, flowtest.Full(99, false))
 	if got := collect(t, out, 1); got[0].Origin.ID != "flow-99" {
 		t.Errorf("after restart: %s", got[0].Origin.ID)
 	}
-	if n := testutil.ToFloat64(m.Sent); n < 11 {
-		t.Errorf("sent %v", n)
+	// The sender counts and acknowledges just after the stream took the
+	// message, which may be after the aggregator read it.
+	for deadline := time.Now().Add(5 * time.Second); q.Len() > 0 && time.Now().Before(deadline); {
+		time.Sleep(time.Millisecond)
+	}
+	if n := testutil.ToFloat64(m.Sent); n != 11 {
+		t.Errorf("sent %v, want 11", n)
+	}
+	if n := testutil.ToFloat64(m.Reconnects); n != 1 {
+		t.Errorf("reconnects %v, want 1", n)
+	}
+	if q.Len() != 0 {
+		t.Errorf("%d records still queued", q.Len())
 	}
 }
 
@@ -135,25 +188,66 @@ func TestInvalidRecordsAreCounted(t *testing.T) {
 		t.Fatal(err)
 	}
 	out, _ := aggregator(t, b, ln)
-	m := grpcexport.NewMetrics(nil)
+	m := metrics()
 	s, _ := grpcexport.New(grpcexport.Options{Address: ln.Addr().String(), TLS: b.ClientTLS("localhost"), Log: quiet, Metrics: m})
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); s.Run(ctx) }()
-	defer func() { cancel(); <-done }()
+	q := queue.New(16)
+	run(t, s, q)
 	bad := flowtest.Full(1, false)
 	bad.SourcePodLabels = "not json"
-	s.Send(bad, flowtest.Full(2, false))
+	push(q, bad, flowtest.Full(2, false))
 	if got := collect(t, out, 1); got[0].Origin.ID != "flow-2" {
 		t.Errorf("got %s", got[0].Origin.ID)
 	}
-	if n := testutil.ToFloat64(m.Dropped.WithLabelValues("invalid")); n != 1 {
-		t.Errorf("invalid drops %v", n)
+	if n := testutil.ToFloat64(m.EncodeErrors); n != 1 {
+		t.Errorf("encode errors %v", n)
 	}
 }
 
-// TestDrainOnStop: what is buffered when Run's context ends is sent.
-func TestDrainOnStop(t *testing.T) {
+// TestBatchesAndStamps: records queued together leave in requests of at
+// most BatchSize, and records without an origin get the sender's
+// observation domain and an export time.
+func TestBatchesAndStamps(t *testing.T) {
+	b, _ := certs.Ensure(t.TempDir(), certs.Options{})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, _ := aggregator(t, b, ln)
+	q := queue.New(64)
+	recs := make([]flow.Flow, 20)
+	for i := range recs {
+		recs[i] = *flowtest.Full(i, false)
+		recs[i].Origin = flow.Origin{}
+	}
+	q.Push(recs) // before Run: all waiting at once
+	s, _ := grpcexport.New(grpcexport.Options{Address: ln.Addr().String(), TLS: b.ClientTLS("localhost"), Log: quiet,
+		BatchSize: 8, ObservationDomainID: 77})
+	before := time.Now().Truncate(time.Second)
+	run(t, s, q)
+	var sizes []int
+	n := 0
+	for n < len(recs) {
+		select {
+		case bt := <-out:
+			sizes = append(sizes, len(bt.Flows))
+			for _, f := range bt.Flows {
+				if f.Origin.ObservationDomainID != 77 || f.Origin.ExportTime.Before(before) {
+					t.Errorf("origin %+v", f.Origin)
+				}
+			}
+			n += len(bt.Flows)
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%d of %d records", n, len(recs))
+		}
+	}
+	if fmt.Sprint(sizes) != "[8 8 4]" {
+		t.Errorf("requests of %v records, want [8 8 4]", sizes)
+	}
+}
+
+// TestStopClosesCleanly: what the stream took before Run's context ended
+// reaches the aggregator, and what was not sent stays in the queue.
+func TestStopClosesCleanly(t *testing.T) {
 	b, _ := certs.Ensure(t.TempDir(), certs.Options{})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -161,17 +255,73 @@ func TestDrainOnStop(t *testing.T) {
 	}
 	out, _ := aggregator(t, b, ln)
 	s, _ := grpcexport.New(grpcexport.Options{Address: ln.Addr().String(), TLS: b.ClientTLS("localhost"), Log: quiet, BatchSize: 3})
-	s.Send(flowtest.Full(0, false)) // before Run: sent once connected
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); s.Run(ctx) }()
+	q := queue.New(64)
+	push(q, flowtest.Full(0, false)) // before Run: sent once connected
+	stop := run(t, s, q)
 	collect(t, out, 1)
 	for i := range 20 {
-		s.Send(flowtest.Full(i, false))
+		push(q, flowtest.Full(i, false))
 	}
-	cancel()
-	<-done
+	for q.Len() > 0 {
+		time.Sleep(time.Millisecond)
+	}
+	stop()
 	collect(t, out, 20)
+
+	// Stopped: new records wait.
+	push(q, flowtest.Full(1, false))
+	time.Sleep(50 * time.Millisecond)
+	if q.Len() != 1 {
+		t.Errorf("%d records queued after stop, want 1", q.Len())
+	}
+}
+
+// TestRefusedWithoutTrustedCertificate: a client that presents no
+// certificate, or one from another CA, fails the handshake; nothing is
+// acknowledged and the failures are counted.
+func TestRefusedWithoutTrustedCertificate(t *testing.T) {
+	b, _ := certs.Ensure(t.TempDir(), certs.Options{})
+	other, _ := certs.Ensure(t.TempDir(), certs.Options{})
+	for name, cert := range map[string]*tls.Certificate{
+		"no certificate": {},
+		"another CA":     &other.ClientTLS("").Certificates[0],
+	} {
+		t.Run(name, func(t *testing.T) {
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			out, _ := aggregator(t, b, ln)
+			conf := b.ClientTLS("localhost") // trusts the aggregator
+			// Presented whatever the server asks for (New wants a
+			// certificate source, not a certificate).
+			conf.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return cert, nil }
+			m := metrics()
+			s, err := grpcexport.New(grpcexport.Options{Address: ln.Addr().String(), TLS: conf, Log: quiet, Metrics: m,
+				MinBackoff: 10 * time.Millisecond, MaxBackoff: 20 * time.Millisecond})
+			if err != nil {
+				t.Fatal(err)
+			}
+			q := queue.New(16)
+			push(q, flowtest.Full(1, false))
+			run(t, s, q)
+			deadline := time.Now().Add(10 * time.Second)
+			for testutil.ToFloat64(m.ConnectFailures) < 3 && time.Now().Before(deadline) {
+				time.Sleep(5 * time.Millisecond)
+			}
+			if n := testutil.ToFloat64(m.ConnectFailures); n < 3 {
+				t.Fatalf("connection failures %v", n)
+			}
+			select {
+			case bt := <-out:
+				t.Fatalf("the aggregator took %d records from an untrusted client", len(bt.Flows))
+			default:
+			}
+			if q.Len() != 1 || testutil.ToFloat64(m.Sent) != 0 || testutil.ToFloat64(m.Connected) != 0 {
+				t.Errorf("queued %d, sent %v, connected %v", q.Len(), testutil.ToFloat64(m.Sent), testutil.ToFloat64(m.Connected))
+			}
+		})
+	}
 }
 
 func itoa(i int) string {

@@ -481,6 +481,13 @@ func (a RecordBuilder) Addr(addr netip.Addr) RecordBuilder {
 	e := a.e
 	if a.i < len(e.ops) && e.ops[a.i].cls == wAddr {
 		op := &e.ops[a.i]
+		// IPv4 first, as one 4-octet store: most addresses are.
+		if addr.Is4() && op.typ == IPv4Address {
+			binary.BigEndian.PutUint32(e.b[a.n:], uint32FromAddr4(addr))
+			a.i++
+			a.n += 4
+			return a
+		}
 		switch {
 		case op.typ == IPv4Address && addr.Is4():
 			b := addr.As4()
@@ -547,7 +554,11 @@ func (a RecordBuilder) String(s string) RecordBuilder {
 		op := &e.ops[a.i]
 		if op.cls == wString && a.n+1+len(s)+int(op.room) <= len(e.b) {
 			e.b[a.n] = byte(len(s))
-			copy(e.b[a.n+1:], s)
+			// Empty strings are common (no peer Pod, no policy, no
+			// Egress) and need no call to memmove.
+			if len(s) != 0 {
+				copy(e.b[a.n+1:], s)
+			}
 			a.i++
 			a.n += 1 + len(s)
 			return a
@@ -746,3 +757,9 @@ func (w *RecordWriter) Bytes(b []byte) *RecordWriter { w.b = w.b.Bytes(b); retur
 
 // End is RecordBuilder.End.
 func (w *RecordWriter) End() error { return w.b.End() }
+
+// uint32FromAddr4 is the IPv4 address a as a big-endian number.
+func uint32FromAddr4(a netip.Addr) uint32 {
+	b := a.As4()
+	return binary.BigEndian.Uint32(b[:])
+}

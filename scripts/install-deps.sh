@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs what the tests need on a fresh Debian machine: the third-party
 # IPFIX peers the interop tests run for real, the tools of the end-to-end
-# tests, and the Go modules.
+# tests, protoc for the check of the generated code, and the Go modules.
 set -euo pipefail
 
 need=()
@@ -15,6 +15,9 @@ command -v nfacctd >/dev/null || need+=(pmacct)
 command -v ip >/dev/null || need+=(iproute2)
 command -v nft >/dev/null || need+=(nftables)
 command -v conntrack >/dev/null || need+=(conntrack)
+# `make generate-check`: protoc and the well-known .proto files it includes.
+command -v protoc >/dev/null || need+=(protobuf-compiler)
+[[ -f /usr/include/google/protobuf/timestamp.proto ]] || need+=(libprotobuf-dev)
 if ((${#need[@]})); then
   if [[ $(id -u) -ne 0 ]]; then
     echo "install-deps: need root to apt-get install ${need[*]}" >&2

@@ -2,12 +2,14 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net/netip"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"slices"
 	"sync"
 	"syscall"
@@ -17,6 +19,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"sluice/certs"
+	"sluice/config"
 	"sluice/enrich"
 	"sluice/exporter"
 	"sluice/exporter/collectoraddr"
@@ -47,6 +50,8 @@ type exporterFlags struct {
 	tlsKey         string
 	tlsCA          string
 	tlsServerName  string
+	tlsCertDir     string
+	profileSet     bool
 	metricsAddress string
 	maxConns       int
 	bufferSize     int
@@ -61,22 +66,24 @@ func newExporterCmd() *cobra.Command {
 		Long: `Runs the per-Node flow exporter. It polls the connection table (Linux conntrack
 through netlink, optionally inside a named network namespace, or a synthetic
 source for load tests), keeps the connections of this Node's Pods, and sends
-flow records to the aggregator over IPFIX (tls, tcp or udp) with the element
-set of the chosen Antrea agent version. See docs/exporter.md.`,
+flow records to the aggregator over gRPC (Antrea's FlowExportService, mutual
+TLS; the default) or over IPFIX (tls, tcp or udp) with the element set of the
+chosen Antrea agent version. See docs/exporter.md.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			log, err := f.log.logger(cmd.ErrOrStderr())
 			if err != nil {
 				return err
 			}
+			f.profileSet = cmd.Flags().Changed("ie-profile")
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			return runExporter(ctx, &f, log)
 		},
 	}
 	fl := cmd.Flags()
-	fl.StringVar(&f.collector, "collector", "flow-aggregator/flow-aggregator:4739:tls",
-		"aggregator address <host>:[<port>][:<proto>]; host may be namespace/service; port defaults to 4739, proto (tls, tcp, udp) to tls")
+	fl.StringVar(&f.collector, "collector", "flow-aggregator/flow-aggregator:14739:grpc",
+		"aggregator address <host>:[<port>][:<proto>]; host may be namespace/service; proto (grpc, tls, tcp, udp) defaults to tls, port to 4739 (14739 with grpc)")
 	fl.StringVar(&f.node, "node", os.Getenv("NODE_NAME"), "this Node's name (default $NODE_NAME, else the host name)")
 	fl.StringArrayVar(&f.podCIDRs, "pod-cidr", nil, "this Node's Pod CIDR (repeatable); default the Node's podCIDRs from the metadata source")
 	fl.StringArrayVar(&f.clusterCIDRs, "cluster-cidr", nil, "every Node's Pod CIDRs (repeatable, optional): addresses in them count as Pods for the flow type")
@@ -84,14 +91,15 @@ set of the chosen Antrea agent version. See docs/exporter.md.`,
 	fl.StringVar(&f.netns, "netns", "", "read conntrack in this named network namespace (a name from ip netns list, or a path such as /proc/PID/ns/net) instead of the current one")
 	fl.StringVar(&f.inventory, "inventory", "", "Pod metadata from this file (kubectl get pods,nodes,services -A -o yaml), re-read when it changes")
 	fl.StringVar(&f.kubeconfig, "kubeconfig", "", "Pod metadata from the cluster this kubeconfig names")
-	fl.StringVar(&f.profile, "ie-profile", ipfixmap.NewestAgent, "Antrea agent version whose elements are sent: "+fmt.Sprint(ipfixmap.AgentVersions()))
+	fl.StringVar(&f.profile, "ie-profile", ipfixmap.NewestAgent, "IPFIX only: Antrea agent version whose elements are sent: "+fmt.Sprint(ipfixmap.AgentVersions()))
 	fl.Float64Var(&f.rate, "rate", 100, "synthetic source: new connections per second")
 	fl.DurationVar(&f.poll, "poll-interval", exporter.DefaultPollInterval, "how often the connection table is read (at least 1s)")
 	fl.DurationVar(&f.active, "active-timeout", connstore.DefaultActiveTimeout, "a changing connection is exported this often")
 	fl.DurationVar(&f.idle, "idle-timeout", connstore.DefaultIdleTimeout, "a connection without new packets for this long is exported once as idle")
-	fl.StringVar(&f.tlsCert, "tls-cert-file", "", "client certificate (PEM) for the tls protocol")
+	fl.StringVar(&f.tlsCert, "tls-cert-file", "", "client certificate (PEM) for the tls and grpc protocols (grpc requires one)")
 	fl.StringVar(&f.tlsKey, "tls-key-file", "", "client certificate's key (PEM)")
 	fl.StringVar(&f.tlsCA, "tls-ca-file", "", "CA (PEM) the aggregator's certificate is checked against; default the system roots")
+	fl.StringVar(&f.tlsCertDir, "tls-cert-dir", "", "a copy of the aggregator's generated certificate directory: ca.crt, client.crt and client.key in it stand for the --tls-*-file flags not given; with grpc and no --tls-* flag, the generated directory of this machine is used when it has them")
 	fl.StringVar(&f.tlsServerName, "tls-server-name", "", "name expected in the aggregator's certificate; default the collector host")
 	fl.StringVar(&f.metricsAddress, "metrics-address", ":10350", "address of /metrics, /healthz and /readyz; empty for none")
 	fl.IntVar(&f.maxConns, "max-connections", connstore.DefaultMaxConnections, "connections tracked at most; more are counted and skipped")
@@ -156,6 +164,14 @@ func runExporter(ctx context.Context, f *exporterFlags, log *slog.Logger) error 
 		return errors.New("--max-connections and --buffer-size must be positive")
 	}
 
+	tlsConf, err := exporterTLS(f, coll.Proto, log)
+	if err != nil {
+		return err
+	}
+	if coll.Proto == "grpc" && f.profileSet {
+		log.Warn("--ie-profile applies to IPFIX only; over gRPC every field the exporter has is sent", "ie_profile", f.profile)
+	}
+
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	bgCtx, stopBg := context.WithCancel(ctx)
@@ -214,23 +230,54 @@ func runExporter(ctx context.Context, f *exporterFlags, log *slog.Logger) error 
 		}
 	}
 	opts := exporter.Options{Node: f.node, PodCIDRs: podCIDRs, ClusterCIDRs: clusterCIDRs, Source: src, Store: store,
-		Collector: coll, Profile: f.profile, PollInterval: f.poll, ActiveTimeout: f.active, IdleTimeout: f.idle,
+		Collector: coll, Profile: f.profile, TLS: tlsConf, PollInterval: f.poll, ActiveTimeout: f.active, IdleTimeout: f.idle,
 		MaxConnections: f.maxConns, BufferSize: f.bufferSize, MetricsAddress: f.metricsAddress, Log: log}
-	if coll.Proto == "tls" {
-		b, err := certs.LoadClient(f.tlsCert, f.tlsKey, f.tlsCA)
-		if err != nil {
-			src.Close()
-			return fmt.Errorf("--tls-cert-file/--tls-key-file/--tls-ca-file: %w", err)
-		}
-		opts.TLS = b.ClientTLS(f.tlsServerName)
-	} else if f.tlsCert != "" || f.tlsKey != "" || f.tlsCA != "" {
-		src.Close()
-		return fmt.Errorf("--tls-* flags given, but the collector protocol is %s, not tls", coll.Proto)
-	}
 	e, err := exporter.New(opts)
 	if err != nil {
 		src.Close()
 		return err
 	}
 	return e.Run(ctx)
+}
+
+// exporterTLS is the client TLS configuration for the collector protocol:
+// nil for tcp and udp, whose --tls-* flags are refused; the system roots
+// and no client certificate for tls by default; and for grpc, which the
+// aggregator serves with mutual TLS only, a client certificate, from the
+// flags or from this machine's generated certificate directory (an
+// aggregator and an exporter on one machine need no flags).
+func exporterTLS(f *exporterFlags, proto string, log *slog.Logger) (*tls.Config, error) {
+	anyFlag := f.tlsCert != "" || f.tlsKey != "" || f.tlsCA != "" || f.tlsCertDir != ""
+	if proto != "tls" && proto != "grpc" {
+		if anyFlag { // --tls-server-name alone was always let through
+			return nil, fmt.Errorf("--tls-* flags given, but the collector protocol is %s, not tls or grpc", proto)
+		}
+		return nil, nil
+	}
+	dir := f.tlsCertDir
+	if dir == "" && !anyFlag && proto == "grpc" {
+		if d, err := (config.ServerTLS{}).CertDirectory(); err == nil && fileExists(filepath.Join(d, certs.ClientCertFile)) {
+			dir = d
+			log.Info("using the generated client certificate of this machine", "dir", d)
+		}
+	}
+	certFile, keyFile, caFile := f.tlsCert, f.tlsKey, f.tlsCA
+	if dir != "" {
+		or := func(v, name string) string {
+			if v != "" {
+				return v
+			}
+			return filepath.Join(dir, name)
+		}
+		certFile, keyFile, caFile = or(certFile, certs.ClientCertFile), or(keyFile, certs.ClientKeyFile), or(caFile, certs.CACertFile)
+	}
+	if proto == "grpc" && certFile == "" {
+		return nil, errors.New("--tls-cert-file/--tls-key-file: the grpc protocol needs a client certificate signed by the aggregator's CA " +
+			"(or --tls-cert-dir with the aggregator's generated client.crt, client.key and ca.crt)")
+	}
+	b, err := certs.LoadClient(certFile, keyFile, caFile)
+	if err != nil {
+		return nil, fmt.Errorf("--tls-cert-file/--tls-key-file/--tls-ca-file/--tls-cert-dir: %w", err)
+	}
+	return b.ClientTLS(f.tlsServerName), nil
 }

@@ -2,25 +2,34 @@ package main
 
 import (
 	"bytes"
+	"io"
+	"log/slog"
+	"path/filepath"
 	"strings"
 	"testing"
+
+	"sluice/certs"
 )
 
 // TestExporterFlagErrors: bad flag values stop the command with an error
 // naming the flag, before anything starts.
 func TestExporterFlagErrors(t *testing.T) {
+	// No generated certificates to fall back on.
+	t.Setenv("XDG_STATE_HOME", t.TempDir())
 	cases := map[string][]string{
-		"--collector":     {"--collector", "fd00::1:4739", "--pod-cidr", "10.0.0.0/24"},
-		"gRPC":            {"--collector", "127.0.0.1:14739:grpc", "--pod-cidr", "10.0.0.0/24"},
-		"--ie-profile":    {"--ie-profile", "v9.9", "--pod-cidr", "10.0.0.0/24"},
-		"--pod-cidr":      {"--pod-cidr", "10.0.0.300/24"},
-		"--source":        {"--source", "pcap", "--pod-cidr", "10.0.0.0/24"},
-		"--netns only":    {"--source", "synthetic", "--netns", "x", "--pod-cidr", "10.0.0.0/24"},
-		"--poll-interval": {"--poll-interval", "100ms", "--pod-cidr", "10.0.0.0/24"},
-		"not both":        {"--inventory", "a", "--kubeconfig", "b", "--pod-cidr", "10.0.0.0/24"},
-		"--rate":          {"--source", "synthetic", "--rate", "0"},
-		"tls":             {"--source", "synthetic", "--collector", "127.0.0.1:1:tcp", "--tls-ca-file", "ca.crt"},
-		"no such file":    {"--source", "synthetic", "--inventory", "/nonexistent/inventory.yaml"},
+		"--collector":        {"--collector", "fd00::1:4739", "--pod-cidr", "10.0.0.0/24"},
+		"client certificate": {"--collector", "127.0.0.1:14739:grpc", "--pod-cidr", "10.0.0.0/24"},
+		"--tls-cert-dir":     {"--source", "synthetic", "--tls-cert-dir", "/nonexistent"},
+		"not tls or grpc":    {"--source", "synthetic", "--collector", "127.0.0.1:1:udp", "--tls-cert-dir", "/nonexistent"},
+		"--ie-profile":       {"--ie-profile", "v9.9", "--pod-cidr", "10.0.0.0/24"},
+		"--pod-cidr":         {"--pod-cidr", "10.0.0.300/24"},
+		"--source":           {"--source", "pcap", "--pod-cidr", "10.0.0.0/24"},
+		"--netns only":       {"--source", "synthetic", "--netns", "x", "--pod-cidr", "10.0.0.0/24"},
+		"--poll-interval":    {"--poll-interval", "100ms", "--pod-cidr", "10.0.0.0/24"},
+		"not both":           {"--inventory", "a", "--kubeconfig", "b", "--pod-cidr", "10.0.0.0/24"},
+		"--rate":             {"--source", "synthetic", "--rate", "0"},
+		"tls":                {"--source", "synthetic", "--collector", "127.0.0.1:1:tcp", "--tls-ca-file", "ca.crt"},
+		"no such file":       {"--source", "synthetic", "--collector", "127.0.0.1:1:tcp", "--inventory", "/nonexistent/inventory.yaml"},
 	}
 	for want, args := range cases {
 		root := newRootCmd()
@@ -32,5 +41,38 @@ func TestExporterFlagErrors(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%v: error %v, want one mentioning %q", args, err, want)
 		}
+	}
+}
+
+// TestExporterTLSForGRPC: gRPC takes its client certificate from
+// --tls-cert-dir, or without any --tls-* flag from this machine's generated
+// directory; tls keeps needing none.
+func TestExporterTLSForGRPC(t *testing.T) {
+	state := t.TempDir()
+	t.Setenv("XDG_STATE_HOME", state)
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	if _, err := exporterTLS(&exporterFlags{}, "grpc", log); err == nil {
+		t.Fatal("grpc without any certificate: accepted")
+	}
+	if c, err := exporterTLS(&exporterFlags{}, "tls", log); err != nil || len(c.Certificates) != 0 {
+		t.Fatalf("tls without flags: %v, %v", c, err)
+	}
+	dir := t.TempDir()
+	if _, err := certs.Ensure(dir, certs.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	c, err := exporterTLS(&exporterFlags{tlsCertDir: dir, tlsServerName: "localhost"}, "grpc", log)
+	if err != nil || len(c.Certificates) != 1 || c.RootCAs == nil || c.ServerName != "localhost" {
+		t.Fatalf("--tls-cert-dir: %v, %v", c, err)
+	}
+	if _, err := certs.Ensure(filepath.Join(state, "sluice", "certs"), certs.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	if c, err := exporterTLS(&exporterFlags{}, "grpc", log); err != nil || len(c.Certificates) != 1 || c.RootCAs == nil {
+		t.Fatalf("generated directory: %v, %v", c, err)
+	}
+	// An explicit flag turns the fallback off: the CA alone is not enough.
+	if _, err := exporterTLS(&exporterFlags{tlsCA: filepath.Join(dir, "ca.crt")}, "grpc", log); err == nil {
+		t.Fatal("grpc with only --tls-ca-file: accepted")
 	}
 }

@@ -53,6 +53,12 @@ it exists on this machine, otherwise the system's roots.`,
 			if out != "table" && out != "json" {
 				return fmt.Errorf("-o %s: want table or json", out)
 			}
+			// --server (the HTTP API) is a flag of every "get" command, but
+			// the flow stream is a separate gRPC service: say so rather
+			// than silently ignoring the address given.
+			if f := cmd.Flags().Lookup("server"); f != nil && f.Changed {
+				return fmt.Errorf("--server is the HTTP API's address; get flows reads the flow stream service: use --stream-server (sluice.flowStreamAddress)")
+			}
 			filter := &flowpb.FlowFilter{Namespaces: namespaces, PodNames: pods, PodLabelSelector: selector, ServiceNames: services}
 			switch direction {
 			case "both":

@@ -13,6 +13,7 @@ import (
 	"sluice/aggregator"
 	"sluice/certs"
 	"sluice/config"
+	"sluice/exporter/queue"
 	"sluice/flow"
 	"sluice/flow/flowtest"
 	"sluice/grpcexport"
@@ -50,16 +51,17 @@ sluice: {grpcAddress: "127.0.0.1:0", apiAddress: "127.0.0.1:0", flowStreamAddres
 	if err != nil {
 		t.Fatal(err)
 	}
+	q := queue.New(16)
 	sctx, scancel := context.WithCancel(context.Background())
 	sdone := make(chan struct{})
-	go func() { defer close(sdone); s.Run(sctx) }()
+	go func() { defer close(sdone); s.Run(sctx, q) }()
 	defer func() { scancel(); <-sdone }()
 	for i := range 4 {
 		f := flowtest.Full(i, false)
 		if i%2 == 1 {
 			f.FlowType = flow.FlowTypeIntraNode
 		}
-		s.Send(f)
+		q.Push([]flow.Flow{*f})
 	}
 
 	stream := []string{"get", "flows", "--stream-server", a.Addrs().FlowStream, "--ca-file", filepath.Join(certDir, "ca.crt"), "--server-name", "localhost"}
@@ -104,5 +106,14 @@ sluice: {grpcAddress: "127.0.0.1:0", apiAddress: "127.0.0.1:0", flowStreamAddres
 	}
 	if _, _, err := runCLI(t, append(stream, "--since", "yesterday")...); err == nil {
 		t.Error("bad --since: no error")
+	}
+}
+
+// TestGetFlowsRefusesServer: --server, inherited from "get", names the
+// HTTP API; get flows refuses it instead of ignoring it.
+func TestGetFlowsRefusesServer(t *testing.T) {
+	_, _, err := runCLI(t, "get", "flows", "--server", "http://10.0.0.1:10348")
+	if err == nil || !strings.Contains(err.Error(), "--stream-server") {
+		t.Fatalf("err = %v, want one pointing at --stream-server", err)
 	}
 }

@@ -11,10 +11,13 @@ import (
 )
 
 // DefaultPort and DefaultProto complete a --collector address, as the
-// reference agent's flowCollectorAddr does.
+// reference agent's flowCollectorAddr does. An address without a port but
+// with the grpc protocol gets DefaultGRPCPort instead: 4739 is the IPFIX
+// collector's port, where a gRPC client could never succeed.
 const (
-	DefaultPort  = 4739
-	DefaultProto = "tls"
+	DefaultPort     = 4739
+	DefaultGRPCPort = 14739
+	DefaultProto    = "tls"
 )
 
 // Collector is a parsed --collector address.
@@ -24,7 +27,7 @@ type Collector struct {
 	// source at each connection).
 	Host  string
 	Port  uint16
-	Proto string // tcp, udp or tls
+	Proto string // tcp, udp, tls (IPFIX) or grpc
 }
 
 // ServiceRef returns the namespace and name when Host names a Service.
@@ -38,14 +41,15 @@ func (c Collector) String() string {
 }
 
 // Parse reads <HOST>:[<PORT>][:<PROTO>]: HOST an IP address (IPv6
-// in brackets), a DNS name or namespace/service; PORT defaults to 4739 and
-// PROTO (tcp, udp or tls) to tls.
+// in brackets), a DNS name or namespace/service; PROTO (tcp, udp, tls or
+// grpc) defaults to tls, and PORT to 4739, or 14739 with grpc.
 func Parse(s string) (Collector, error) {
 	c := Collector{Port: DefaultPort, Proto: DefaultProto}
 	bad := func(why string) (Collector, error) {
 		return Collector{}, fmt.Errorf("collector address %q: %s (want <host>:[<port>][:<proto>])", s, why)
 	}
 	var rest string
+	portGiven := false
 	if strings.HasPrefix(s, "[") {
 		end := strings.IndexByte(s, ']')
 		if end < 0 {
@@ -89,17 +93,19 @@ func Parse(s string) (Collector, error) {
 				return bad("the port must be a number from 1 to 65535")
 			}
 			c.Port = uint16(p)
+			portGiven = true
 		}
 		if len(parts) == 2 {
 			switch proto := strings.ToLower(parts[1]); proto {
-			case "tcp", "udp", "tls":
+			case "tcp", "udp", "tls", "grpc":
 				c.Proto = proto
-			case "grpc":
-				return bad("the gRPC transport is not supported yet; use tls, tcp or udp")
 			default:
-				return bad(fmt.Sprintf("protocol %q is not tls, tcp or udp", parts[1]))
+				return bad(fmt.Sprintf("protocol %q is not grpc, tls, tcp or udp", parts[1]))
 			}
 		}
+	}
+	if c.Proto == "grpc" && !portGiven {
+		c.Port = DefaultGRPCPort
 	}
 	return c, nil
 }

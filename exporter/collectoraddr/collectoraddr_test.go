@@ -12,11 +12,15 @@ func TestParse(t *testing.T) {
 		"10.0.0.1:4740:tcp": {"10.0.0.1", 4740, "tcp"},
 		"10.0.0.1::UDP":     {"10.0.0.1", 4739, "udp"},
 		"10.0.0.1:":         {"10.0.0.1", 4739, "tls"},
-		"flow-aggregator/flow-aggregator:4739:tls": {"flow-aggregator/flow-aggregator", 4739, "tls"},
-		"fa.example.com:14739:tcp":                 {"fa.example.com", 14739, "tcp"},
-		"[fd00::10]:4739:tcp":                      {"fd00::10", 4739, "tcp"},
-		"[fd00::10]":                               {"fd00::10", 4739, "tls"},
-		"[fd00::10]::udp":                          {"fd00::10", 4739, "udp"},
+		"flow-aggregator/flow-aggregator:4739:tls":   {"flow-aggregator/flow-aggregator", 4739, "tls"},
+		"fa.example.com:14739:tcp":                   {"fa.example.com", 14739, "tcp"},
+		"[fd00::10]:4739:tcp":                        {"fd00::10", 4739, "tcp"},
+		"[fd00::10]":                                 {"fd00::10", 4739, "tls"},
+		"[fd00::10]::udp":                            {"fd00::10", 4739, "udp"},
+		"flow-aggregator/flow-aggregator:14739:grpc": {"flow-aggregator/flow-aggregator", 14739, "grpc"},
+		"10.0.0.1:4739:GRPC":                         {"10.0.0.1", 4739, "grpc"},
+		"10.0.0.1::grpc":                             {"10.0.0.1", 14739, "grpc"},
+		"[fd00::10]::grpc":                           {"fd00::10", 14739, "grpc"},
 	}
 	for in, want := range good {
 		got, err := Parse(in)
@@ -34,7 +38,7 @@ func TestParse(t *testing.T) {
 		"host:70000":    "port",
 		"host:12x":      "port",
 		"host:1:sctp":   "protocol",
-		"host:1:grpc":   "gRPC",
+		"host:1:http":   "protocol",
 		"host:1:tcp:x":  "too many",
 		"ns/":           "namespace/name",
 		"a/b/c:1":       "namespace/name",
@@ -52,7 +56,7 @@ func TestParse(t *testing.T) {
 // FuzzParse: any input gives a result or an error, never a
 // panic, and a result formats back to an address that parses the same.
 func FuzzParse(f *testing.F) {
-	for _, s := range []string{"10.0.0.1", "10.0.0.1:4740:tcp", "[fd00::10]:4739:udp", "ns/svc::tls", "[", "a:b:c:d", "[::]:", "h:65535:TLS"} {
+	for _, s := range []string{"10.0.0.1", "10.0.0.1:4740:tcp", "[fd00::10]:4739:udp", "ns/svc::tls", "[", "a:b:c:d", "[::]:", "h:65535:TLS", "ns/svc::grpc"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
@@ -60,7 +64,7 @@ func FuzzParse(f *testing.F) {
 		if err != nil {
 			return
 		}
-		if c.Host == "" || c.Port == 0 || (c.Proto != "tcp" && c.Proto != "udp" && c.Proto != "tls") {
+		if c.Host == "" || c.Port == 0 || (c.Proto != "tcp" && c.Proto != "udp" && c.Proto != "tls" && c.Proto != "grpc") {
 			t.Fatalf("%q parsed to %+v", s, c)
 		}
 		again, err := Parse(c.String())

@@ -411,8 +411,9 @@ func witness(t *testing.T, ns string, conns []*conn) {
 // TestTwoNodeCluster: real connections between Pods on two Nodes, one
 // exporter per Node reading that Node's conntrack, the aggregator in
 // Aggregate mode: one correlated record per connection, with both Pods and
-// the octet counts the kernel counted. Then again with Node 1's exporter
-// on an older element set than the aggregator expects.
+// the octet counts the kernel counted. Over gRPC (the default transport),
+// then over IPFIX, and again over IPFIX with Node 1's exporter on an older
+// element set than the aggregator expects.
 func TestTwoNodeCluster(t *testing.T) {
 	if os.Geteuid() != 0 {
 		if os.Getenv("SLUICE_REQUIRE_PEERS") == "1" {
@@ -424,12 +425,23 @@ func TestTwoNodeCluster(t *testing.T) {
 	need(t, "nft")
 	need(t, "conntrack")
 	bin := sluiceBinary(t)
-	for i, profile := range []string{"v2.7", "v1.13"} {
-		t.Run("node-1 "+profile, func(t *testing.T) { twoNodes(t, bin, strconv.Itoa(i), profile) })
+	for i, v := range []struct{ transport, profile string }{
+		{"grpc", ""}, // the default transport: every field, no element set
+		{"ipfix", "v2.7"},
+		{"ipfix", "v1.13"},
+	} {
+		name := v.transport
+		if v.profile != "" {
+			name += " node-1 " + v.profile
+		}
+		t.Run(name, func(t *testing.T) { twoNodes(t, bin, strconv.Itoa(i), v.transport, v.profile) })
 	}
 }
 
-func twoNodes(t *testing.T, bin, tag, profile1 string) {
+// twoNodes runs the exporters with transport, ipfix (over TCP; node-1 with
+// the element set of profile1) or grpc (mutual TLS, the aggregator's IPFIX
+// collector off).
+func twoNodes(t *testing.T, bin, tag, transport, profile1 string) {
 	c := newCluster(t, tag)
 	dir := t.TempDir()
 	inv := filepath.Join(dir, "inventory.yaml")
@@ -437,18 +449,20 @@ func twoNodes(t *testing.T, bin, tag, profile1 string) {
 		t.Fatal(err)
 	}
 	out := newOutput(t)
+	ipfixTransport := "tcp"
+	if transport == "grpc" {
+		ipfixTransport = "none"
+	}
+	certDir := t.TempDir()
 	cfg, err := config.Parse([]byte(fmt.Sprintf(`
 mode: Aggregate
-aggregatorTransportProtocol: tcp
+aggregatorTransportProtocol: %s
 flowCollector: {enable: true, address: "%s:tcp"}
-sluice: {ipfixAddress: "127.0.0.1:0", apiAddress: "127.0.0.1:0"}
-`, out.ln.Addr())), "e2e.yaml")
+sluice: {ipfixAddress: "127.0.0.1:0", apiAddress: "127.0.0.1:0", grpcAddress: "127.0.0.1:0", tls: {certDir: %q}}
+`, ipfixTransport, out.ln.Addr(), certDir)), "e2e.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The gRPC collector always runs: a free port and its own certificates.
-	cfg.Sluice.GRPCAddress = "127.0.0.1:0"
-	cfg.Sluice.TLS.CertDir = t.TempDir()
 	var aggLogs lockedBuffer
 	agg, err := aggregator.New(cfg, slog.New(slog.NewTextHandler(&aggLogs, nil)))
 	if err != nil {
@@ -464,10 +478,18 @@ sluice: {ipfixAddress: "127.0.0.1:0", apiAddress: "127.0.0.1:0"}
 			t.Logf("aggregator:\n%s", aggLogs.String())
 		}
 	})
-	collector := agg.Addrs().IPFIX + ":tcp"
-	common := []string{"--source", "conntrack", "--collector", collector, "--inventory", inv, "--poll-interval", "1s",
+	common := []string{"--source", "conntrack", "--inventory", inv, "--poll-interval", "1s",
 		"--metrics-address", "127.0.0.1:0", "--log-level", "debug"}
-	startExporter(t, bin, append([]string{"--netns", c.n1, "--node", "node-1", "--pod-cidr", "10.10.1.0/24", "--ie-profile", profile1}, common...)...)
+	var node1 []string
+	if transport == "grpc" {
+		// The aggregator's generated directory, as docs/tls.md has it
+		// copied to exporters.
+		common = append(common, "--collector", agg.Addrs().GRPC+":grpc", "--tls-cert-dir", certDir, "--tls-server-name", "localhost")
+	} else {
+		common = append(common, "--collector", agg.Addrs().IPFIX+":tcp")
+		node1 = []string{"--ie-profile", profile1}
+	}
+	startExporter(t, bin, append(append([]string{"--netns", c.n1, "--node", "node-1", "--pod-cidr", "10.10.1.0/24"}, node1...), common...)...)
 	startExporter(t, bin, append([]string{"--netns", c.n2, "--node", "node-2", "--pod-cidr", "10.10.2.0/24"}, common...)...)
 
 	const n = 6
