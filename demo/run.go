@@ -230,6 +230,9 @@ type figures struct {
 
 func (r *runner) figures(now time.Time) figures {
 	f := figures{at: now, stats: r.stats.view(now, 5)}
+	// Sent before received: the other way round, records sent between the
+	// two reads would look lost.
+	sent, _ := counters(r.reg, "node", metricSent)
 	agg, err := counters(r.agg.Registry(), "exporter", metricReceived, metricSkewUnknown, metricSkewMissing)
 	if err != nil {
 		r.o.Log.Warn("cannot read the aggregator's metrics", "err", err)
@@ -237,7 +240,6 @@ func (r *runner) figures(now time.Time) figures {
 	}
 	sinks, _ := counters(r.agg.Registry(), "sink", metricSinkOut)
 	f.sink = sinks[metricSinkOut]
-	sent, _ := counters(r.reg, "node", metricSent)
 	f.received = sum(agg[metricReceived])
 	f.unknown, f.missing = sum(agg[metricSkewUnknown]), sum(agg[metricSkewMissing])
 	for _, n := range r.nodes {
