@@ -24,7 +24,7 @@ func newRootCmd() *cobra.Command {
 		SilenceErrors: true,
 	}
 	root.AddCommand(newVersionCmd(), newIPFIXCmd(), newAggregatorCmd(), newGetCmd(), newTraceflowCmd())
-	root.AddCommand(newExporterCmd())
+	root.AddCommand(newExporterCmd(), newDemoCmd())
 	return root
 }
 

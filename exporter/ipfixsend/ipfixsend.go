@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/netip"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -52,6 +53,15 @@ type Options struct {
 	// Backoff between connection attempts grows from MinBackoff to
 	// MaxBackoff; defaults 1 s and 30 s.
 	MinBackoff, MaxBackoff time.Duration
+	// Extra are elements appended to both templates after the profile's,
+	// each sent with its Value in every record: they make the sender look
+	// like an agent newer than the aggregator (elements it does not know),
+	// to reproduce version skew. Lengths are those of the values (1 to
+	// 65534 octets).
+	Extra []flow.Element
+	// LocalAddr, when valid, is the address connections are made from, so
+	// that several exporters on one host are told apart by the collector.
+	LocalAddr netip.Addr
 	// Batch is how many records are taken from the queue at a time;
 	// default 512.
 	Batch   int
@@ -139,7 +149,7 @@ func New(o Options) (*Sender, error) {
 		if s.els[i], err = table.Elements(names); err != nil {
 			return nil, fmt.Errorf("ipfixsend: %w", err)
 		}
-		if s.tmpl[i], err = ipfixmap.TemplateOf([]uint16{TemplateIDv4, TemplateIDv6}[i], s.els[i]); err != nil {
+		if s.tmpl[i], err = template([]uint16{TemplateIDv4, TemplateIDv6}[i], s.els[i], o.Extra); err != nil {
 			return nil, fmt.Errorf("ipfixsend: %w", err)
 		}
 	}
@@ -149,6 +159,25 @@ func New(o Options) (*Sender, error) {
 		return nil, fmt.Errorf("ipfixsend: %w", err)
 	}
 	return s, nil
+}
+
+// template builds the template of the profile's elements followed by the
+// extra ones, which are octet arrays of their values' length.
+func template(id uint16, els []*ipfixmap.Element, extra []flow.Element) (*ipfix.Template, error) {
+	fields := make([]ipfix.Field, 0, len(els)+len(extra))
+	for _, el := range els {
+		fields = append(fields, ipfix.Field{IE: el.IE})
+	}
+	for _, x := range extra {
+		n := len(x.Value)
+		if n == 0 || n >= int(ipfix.VariableLength) {
+			return nil, fmt.Errorf("extra element %d:%d: a value of %d octets", x.EnterpriseID, x.ID, n)
+		}
+		ie := &ipfix.InfoElement{Name: fmt.Sprintf("%d:%d", x.EnterpriseID, x.ID), EnterpriseID: x.EnterpriseID,
+			ID: x.ID, Type: ipfix.OctetArray, Length: uint16(n)}
+		fields = append(fields, ipfix.Field{IE: ie, Length: uint16(n)})
+	}
+	return ipfix.NewTemplate(id, fields)
 }
 
 // Templates returns the IPv4 and IPv6 templates.
@@ -240,7 +269,11 @@ func (s *Sender) write(f *flow.Flow) error {
 	if f.IsIPv6() {
 		i = 1
 	}
-	return ipfixmap.WriteRecord(s.enc.Begin(s.o.ObservationDomainID, s.tmpl[i]), s.els[i], f)
+	b := ipfixmap.PutValues(s.enc.Begin(s.o.ObservationDomainID, s.tmpl[i]), s.els[i], f)
+	for _, x := range s.o.Extra {
+		b = b.Bytes(x.Value)
+	}
+	return b.End()
 }
 
 var errPeerClosed = errors.New("ipfixsend: the aggregator closed the connection")
@@ -285,6 +318,13 @@ func (s *Sender) connect(ctx context.Context) error {
 		addr = a
 	}
 	d := net.Dialer{Timeout: 10 * time.Second}
+	if s.o.LocalAddr.IsValid() {
+		if s.o.Proto == "udp" {
+			d.LocalAddr = net.UDPAddrFromAddrPort(netip.AddrPortFrom(s.o.LocalAddr, 0))
+		} else {
+			d.LocalAddr = net.TCPAddrFromAddrPort(netip.AddrPortFrom(s.o.LocalAddr, 0))
+		}
+	}
 	var c net.Conn
 	var err error
 	if s.o.TLS != nil {

@@ -239,3 +239,56 @@ func TestBadOptions(t *testing.T) {
 		}
 	}
 }
+
+// TestExtraElementsAndLocalAddr: extra elements follow the profile's in
+// the template and reach the collector as unknown elements with their
+// values; connections come from LocalAddr.
+func TestExtraElementsAndLocalAddr(t *testing.T) {
+	local := netip.MustParseAddr("127.0.0.2")
+	if ln, err := net.Listen("tcp", local.String()+":0"); err != nil {
+		local = netip.MustParseAddr("127.0.0.1") // a host with only 127.0.0.1
+	} else {
+		ln.Close()
+	}
+	k := listen(t, "127.0.0.1:0")
+	defer k.close()
+	extra := []flow.Element{
+		{EnterpriseID: ipfix.EnterpriseAntrea, ID: 990, Value: []byte{1, 2, 3, 4}},
+		{EnterpriseID: 4242, ID: 7, Value: []byte("future")},
+	}
+	s, err := New(Options{Address: k.ln.Addr().String(), Proto: "tcp", Extra: extra, LocalAddr: local,
+		Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := queue.New(100)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = s.Run(ctx, q) }()
+	defer func() { cancel(); <-done }()
+	q.Push(records(0, 5, false))
+	waitFor(t, "5 records", func() bool { return k.count() == 5 })
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if n := k.fields[TemplateIDv4]; n != 43+2 {
+		t.Errorf("template of %d fields, want the 43 of v2.7 and 2 extra", n)
+	}
+	f := k.flows[4]
+	if len(f.Unknown) != 2 {
+		t.Fatalf("%d unknown elements, want 2: %+v", len(f.Unknown), f.Unknown)
+	}
+	for i, x := range f.Unknown {
+		if x.EnterpriseID != extra[i].EnterpriseID || x.ID != extra[i].ID || string(x.Value) != string(extra[i].Value) {
+			t.Errorf("unknown element %d is %+v, want %+v", i, x, extra[i])
+		}
+	}
+	if f.SourcePodName != "client" || f.Stats.OctetTotalCount != 4 {
+		t.Errorf("the profile's values were not read back: %+v", f)
+	}
+	if got := k.conns[0].RemoteAddr().(*net.TCPAddr).AddrPort().Addr(); got != local {
+		t.Errorf("connected from %v, want %v", got, local)
+	}
+	if _, err := New(Options{Address: "127.0.0.1:1", Proto: "tcp", Extra: []flow.Element{{ID: 1}}}); err == nil {
+		t.Error("an extra element without a value was accepted")
+	}
+}

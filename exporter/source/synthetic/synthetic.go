@@ -1,13 +1,16 @@
 // Package synthetic is an exporter source that makes up connections at a
 // given rate: local Pods talking to Pods on the same Node, on other Nodes,
 // to Services and to the outside, over TCP and UDP, with lifetimes from
-// milliseconds to minutes and counters that grow between polls. It is for
-// load tests and demos; the same seed gives the same connections.
+// milliseconds to minutes and counters that grow between polls. Given
+// Routes, it draws the connections from them instead: who talks to whom is
+// then the caller's (a modelled cluster's). It is for load tests and demos;
+// the same seed gives the same connections.
 package synthetic
 
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"net/netip"
 	"sync"
@@ -21,16 +24,34 @@ type Options struct {
 	// Rate is the number of new connections per second.
 	Rate float64
 	// PodCIDRs are this Node's Pod CIDRs; client Pods are taken from the
-	// first. Required.
+	// first. Required unless Routes are given.
 	PodCIDRs []netip.Prefix
 	// PeerCIDRs are other Nodes' Pod CIDRs, for inter-Node traffic; without
 	// them all Pod-to-Pod traffic stays on the Node.
 	PeerCIDRs []netip.Prefix
+	// Routes, when set, are the only connections made: each new
+	// connection follows one of them, picked at random; PodCIDRs and
+	// PeerCIDRs are then not used.
+	Routes []Route
 	// MaxLive bounds the connections alive at once; default 100,000.
 	MaxLive int
 	Seed    uint64
 	// Now is the clock; default time.Now.
 	Now func() time.Time
+}
+
+// Route is one kind of connection: a client, what it dials, and who
+// answers.
+type Route struct {
+	Client netip.Addr
+	Proto  uint8
+	// Dst is what the client dials: a Pod, a Service's ClusterIP and
+	// port, or an outside address.
+	Dst netip.AddrPort
+	// Endpoints are the translations of a Dst that is load-balanced
+	// (DNAT): one is picked per connection and answers in Dst's place, as
+	// conntrack shows it in the reply tuple. Empty: Dst answers itself.
+	Endpoints []netip.AddrPort
 }
 
 // Source is a synthetic connection table.
@@ -61,8 +82,16 @@ func New(o Options) (*Source, error) {
 	if o.Rate <= 0 {
 		return nil, errors.New("synthetic: the rate must be positive")
 	}
-	if len(o.PodCIDRs) == 0 {
-		return nil, errors.New("synthetic: at least one Pod CIDR is needed")
+	if len(o.PodCIDRs) == 0 && len(o.Routes) == 0 {
+		return nil, errors.New("synthetic: at least one Pod CIDR or route is needed")
+	}
+	for i, r := range o.Routes {
+		if !r.Client.IsValid() || !r.Dst.IsValid() {
+			return nil, fmt.Errorf("synthetic: route %d: the client and the destination must be addresses", i)
+		}
+		if r.Proto != source.ProtoTCP && r.Proto != source.ProtoUDP && r.Proto != source.ProtoSCTP {
+			return nil, fmt.Errorf("synthetic: route %d: protocol %d is not TCP, UDP or SCTP", i, r.Proto)
+		}
 	}
 	if o.MaxLive <= 0 {
 		o.MaxLive = 100_000
@@ -158,33 +187,15 @@ func (s *Source) host(p netip.Prefix, n int) netip.Addr {
 }
 
 func (s *Source) newConn(now time.Time) conn {
-	local := s.o.PodCIDRs[0]
-	src := s.host(local, 20)
-	var dst netip.Addr
-	r := s.rng.Float64()
-	switch {
-	case r < 0.4 && len(s.o.PeerCIDRs) > 0:
-		dst = s.host(s.o.PeerCIDRs[s.rng.IntN(len(s.o.PeerCIDRs))], 20)
-	case r < 0.8:
-		dst = s.host(local, 20)
-	default:
-		dst = s.host(externalNet, 200)
+	var c source.Conn
+	if len(s.o.Routes) > 0 {
+		c = s.routed()
+	} else {
+		c = s.madeUp()
 	}
-	proto := source.ProtoTCP
-	port := tcpPorts[s.rng.IntN(len(tcpPorts))]
-	if s.rng.IntN(5) == 0 {
-		proto, port = source.ProtoUDP, 53
-	}
-	sport := uint16(32768 + s.rng.IntN(28232))
-	c := source.Conn{ID: s.nextID, Proto: proto, Start: now,
-		OrigSrc: netip.AddrPortFrom(src, sport), OrigDst: netip.AddrPortFrom(dst, port),
-		ReplySrc: netip.AddrPortFrom(dst, port), ReplyDst: netip.AddrPortFrom(src, sport)}
+	c.ID, c.Start = s.nextID, now
 	s.nextID++
-	if dst != src && s.rng.IntN(10) == 0 {
-		// Through a Service: the client dialled a ClusterIP; the reply
-		// comes from the endpoint.
-		c.OrigDst = netip.AddrPortFrom(s.host(serviceNet, 100), port)
-	}
+	proto := c.Proto
 	if proto == source.ProtoTCP {
 		c.TCPState = source.TCPEstablished
 	}
@@ -202,9 +213,59 @@ func (s *Source) newConn(now time.Time) conn {
 	if proto != source.ProtoTCP {
 		linger = time.Second
 	}
-	return conn{c: c, rate: float64(1_000 + s.rng.IntN(1_000_000)), revRate: float64(500 + s.rng.IntN(4_000_000)),
-		ends: now.Add(life), gone: now.Add(life + linger)}
+	rate, revRate := float64(1_000+s.rng.IntN(1_000_000)), float64(500+s.rng.IntN(4_000_000))
+	if proto == source.ProtoUDP {
+		// UDP here is DNS-like: small questions and answers.
+		rate, revRate = rate/1000, revRate/1000
+	}
+	return conn{c: c, rate: rate, revRate: revRate, ends: now.Add(life), gone: now.Add(life + linger)}
 }
+
+// madeUp makes up a connection's tuple from the Pod CIDRs.
+func (s *Source) madeUp() source.Conn {
+	local := s.o.PodCIDRs[0]
+	src := s.host(local, 20)
+	var dst netip.Addr
+	r := s.rng.Float64()
+	switch {
+	case r < 0.4 && len(s.o.PeerCIDRs) > 0:
+		dst = s.host(s.o.PeerCIDRs[s.rng.IntN(len(s.o.PeerCIDRs))], 20)
+	case r < 0.8:
+		dst = s.host(local, 20)
+	default:
+		dst = s.host(externalNet, 200)
+	}
+	proto := source.ProtoTCP
+	port := tcpPorts[s.rng.IntN(len(tcpPorts))]
+	if s.rng.IntN(5) == 0 {
+		proto, port = source.ProtoUDP, 53
+	}
+	sport := s.ephemeralPort()
+	c := source.Conn{Proto: proto,
+		OrigSrc: netip.AddrPortFrom(src, sport), OrigDst: netip.AddrPortFrom(dst, port),
+		ReplySrc: netip.AddrPortFrom(dst, port), ReplyDst: netip.AddrPortFrom(src, sport)}
+	if dst != src && s.rng.IntN(10) == 0 {
+		// Through a Service: the client dialled a ClusterIP; the reply
+		// comes from the endpoint.
+		c.OrigDst = netip.AddrPortFrom(s.host(serviceNet, 100), port)
+	}
+	return c
+}
+
+// routed draws a connection's tuple from the routes.
+func (s *Source) routed() source.Conn {
+	r := &s.o.Routes[s.rng.IntN(len(s.o.Routes))]
+	sport := s.ephemeralPort()
+	answer := r.Dst
+	if len(r.Endpoints) > 0 {
+		answer = r.Endpoints[s.rng.IntN(len(r.Endpoints))]
+	}
+	return source.Conn{Proto: r.Proto,
+		OrigSrc: netip.AddrPortFrom(r.Client, sport), OrigDst: r.Dst,
+		ReplySrc: answer, ReplyDst: netip.AddrPortFrom(r.Client, sport)}
+}
+
+func (s *Source) ephemeralPort() uint16 { return uint16(32768 + s.rng.IntN(28232)) }
 
 // Close implements source.Source.
 func (s *Source) Close() error {
