@@ -442,7 +442,18 @@ func (a *Aggregator) Run(ctx context.Context) error {
 	if a.stream != nil {
 		// It reads the buffer after the sinks' drain too: it stops when the
 		// buffer closes, or when the run's end stops it.
-		go func() { streamDone <- a.stream.Serve(sinkCtx, a.streamLn) }()
+		// Its failure stops the aggregator, as a collector's does, rather
+		// than leave it running (and ready) without the service.
+		go func() {
+			err := a.stream.Serve(sinkCtx, a.streamLn)
+			if err != nil {
+				select {
+				case errs <- err:
+				default:
+				}
+			}
+			streamDone <- err
+		}()
 	} else {
 		streamDone <- nil
 	}
@@ -457,7 +468,7 @@ func (a *Aggregator) Run(ctx context.Context) error {
 	select {
 	case <-ctx.Done():
 	case runErr = <-errs:
-		a.log.Error("collector failed; shutting down", "err", runErr)
+		a.log.Error("a listener failed; shutting down", "err", runErr)
 	}
 	a.api.SetReady(false)
 	// Stop taking records, let the mode hand on what it has, then give the

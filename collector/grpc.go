@@ -30,6 +30,12 @@ type GRPCOptions struct {
 	// MaxMessageSize bounds one ExportRequest, in bytes; default 4 MiB. A
 	// larger message ends its stream with ResourceExhausted.
 	MaxMessageSize int
+	// MaxFlows bounds the flows of one ExportRequest; default 16384 (a
+	// 4 MiB message of real flows holds about 8,000). Bytes alone do not
+	// bound memory: an empty Flow is 2 octets on the wire and about 1 KiB
+	// once decoded. A request with more ends its stream with
+	// ResourceExhausted, and its flows are counted as dropped.
+	MaxFlows int
 	// MaxStreams bounds the concurrent Export streams of one connection;
 	// default 4 (an exporter needs one).
 	MaxStreams uint32
@@ -40,6 +46,9 @@ type GRPCOptions struct {
 func (o *GRPCOptions) defaults() {
 	if o.MaxMessageSize == 0 {
 		o.MaxMessageSize = 4 << 20
+	}
+	if o.MaxFlows == 0 {
+		o.MaxFlows = 16384
 	}
 	if o.MaxStreams == 0 {
 		o.MaxStreams = 4
@@ -83,6 +92,10 @@ func (s *Server) ServeGRPC(ctx context.Context, ln net.Listener, tlsConfig *tls.
 	go func() { served <- srv.Serve(ln) }()
 	select {
 	case err := <-served:
+		// Serve's return leaves accepted connections and their handlers
+		// running; stop them (waiting for the handlers) before the caller
+		// closes the pipeline they send into.
+		srv.Stop()
 		return fmt.Errorf("collector: grpc: %w", err)
 	case <-ctx.Done():
 	}
@@ -176,6 +189,8 @@ func (e *exportService) Export(stream flowpb.FlowExportService_ExportServer) err
 	records := o.Metrics.Records.WithLabelValues("grpc", addr)
 	skew := o.Metrics.SkewUnknown.WithLabelValues(addr)
 	invalid := o.Metrics.Dropped.WithLabelValues("grpc", "invalid")
+	tooMany := o.Metrics.Dropped.WithLabelValues("grpc", "too-many-flows")
+	decodeErrors := o.Metrics.DecodeErrors.WithLabelValues("grpc")
 	messages := o.Metrics.Messages.WithLabelValues("grpc")
 
 	reqs := make(chan *flowpb.ExportRequest)
@@ -207,41 +222,67 @@ func (e *exportService) Export(stream flowpb.FlowExportService_ExportServer) err
 				log.Info("gRPC export stream closed", "records", n, "invalid", bad)
 				return stream.SendAndClose(&flowpb.ExportResponse{})
 			}
+			// A message that did not decode, or was too large: the
+			// exporter has let go of its records, so count it.
+			if c := status.Code(err); c != codes.Canceled && c != codes.DeadlineExceeded && !errors.Is(err, context.Canceled) {
+				decodeErrors.Inc()
+				log.Warn("gRPC export stream ended by an error", "records", n, "invalid", bad, "err", err)
+				return err
+			}
 			log.Info("gRPC export stream ended", "records", n, "invalid", bad, "err", err)
 			return err
 		case <-e.ctx.Done():
 			return status.Error(codes.Unavailable, "the aggregator is shutting down")
 		}
 		messages.Inc()
-		b := Batch{Flows: make([]*flow.Flow, 0, len(req.GetFlows()))}
-		unknown := 0
-		for _, p := range req.GetFlows() {
-			if len(slab) == 0 {
-				slab = make([]flow.Flow, slabSize)
-			}
-			f := &slab[0]
-			u, err := flowproto.ToFlow(p, f)
-			if err != nil {
-				*f = flow.Flow{} // reused for the next record
-				if bad++; bad == 1 {
-					log.Warn("dropping gRPC records with invalid values (further ones on this stream are only counted)", "err", err)
+		flows := req.GetFlows()
+		if len(flows) > o.GRPC.MaxFlows {
+			tooMany.Add(float64(len(flows)))
+			log.Warn("ending gRPC export stream: too many flows in one request", "flows", len(flows), "limit", o.GRPC.MaxFlows)
+			return status.Errorf(codes.ResourceExhausted, "%d flows in one request, more than %d", len(flows), o.GRPC.MaxFlows)
+		}
+		// Converted and handed on in batches of at most grpcBatch, so that
+		// a large request is never held converted all at once.
+		for len(flows) > 0 {
+			k := min(len(flows), grpcBatch)
+			b := Batch{Flows: make([]*flow.Flow, 0, k)}
+			unknown := 0
+			for _, p := range flows[:k] {
+				if len(slab) == 0 {
+					slab = make([]flow.Flow, slabSize)
 				}
-				invalid.Inc()
-				continue
+				f := &slab[0]
+				u, err := flowproto.ToFlow(p, f)
+				if err == nil && !f.SourceIP.IsValid() && !f.DestinationIP.IsValid() {
+					err = errors.New("a flow with neither a source nor a destination address")
+				}
+				if err != nil {
+					*f = flow.Flow{} // reused for the next record
+					if bad++; bad == 1 {
+						log.Warn("dropping gRPC records with invalid values (further ones on this stream are only counted)", "err", err)
+					}
+					invalid.Inc()
+					continue
+				}
+				slab = slab[1:]
+				unknown += u
+				f.Origin.Exporter = exporter
+				f.Origin.Transport = "grpc"
+				b.Flows = append(b.Flows, f)
 			}
-			slab = slab[1:]
-			unknown += u
-			f.Origin.Exporter = exporter
-			f.Origin.Transport = "grpc"
-			b.Flows = append(b.Flows, f)
-		}
-		n += uint64(len(b.Flows))
-		records.Add(float64(len(b.Flows)))
-		if unknown > 0 {
-			skew.Add(float64(unknown))
-		}
-		if !send(e.ctx, o.Out, b) {
-			return status.Error(codes.Unavailable, "the aggregator is shutting down")
+			flows = flows[k:]
+			n += uint64(len(b.Flows))
+			records.Add(float64(len(b.Flows)))
+			if unknown > 0 {
+				skew.Add(float64(unknown))
+			}
+			if len(b.Flows) > 0 && !send(e.ctx, o.Out, b) {
+				return status.Error(codes.Unavailable, "the aggregator is shutting down")
+			}
 		}
 	}
 }
+
+// grpcBatch is the most records of one ExportRequest handed on as one
+// Batch.
+const grpcBatch = 1024

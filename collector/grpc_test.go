@@ -14,7 +14,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protowire"
 
 	"sluice/certs"
@@ -192,6 +194,14 @@ func (rawCodec) Name() string { return "proto" }
 // Flows, on one Export stream.
 func sendRaw(t *testing.T, addr string, b *certs.Bundle, flows ...[]byte) {
 	t.Helper()
+	if err := sendRawErr(t, addr, b, flows...); err != nil {
+		t.Fatalf("Export: %v", err)
+	}
+}
+
+// sendRawErr is sendRaw returning the stream's final error.
+func sendRawErr(t *testing.T, addr string, b *certs.Bundle, flows ...[]byte) error {
+	t.Helper()
 	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(credentials.NewTLS(b.ClientTLS("localhost"))))
 	if err != nil {
 		t.Fatal(err)
@@ -215,9 +225,7 @@ func sendRaw(t *testing.T, addr string, b *certs.Bundle, flows ...[]byte) {
 		t.Fatal(err)
 	}
 	var resp []byte
-	if err := st.RecvMsg(&resp); err != nil {
-		t.Fatalf("Export: %v", err)
-	}
+	return st.RecvMsg(&resp)
 }
 
 // TestGRPCWireCompatibility sends Flows encoded by hand with the
@@ -321,6 +329,34 @@ func TestGRPCMessageSizeLimit(t *testing.T) {
 	_ = st.Send(huge)
 	if _, err := st.CloseAndRecv(); err == nil || !strings.Contains(err.Error(), "ResourceExhausted") {
 		t.Errorf("a 5 MiB message: %v", err)
+	}
+	if n := testutil.ToFloat64(h.m.DecodeErrors.WithLabelValues("grpc")); n != 1 {
+		t.Errorf("decode errors %v, want 1", n)
+	}
+}
+
+// TestGRPCFlowCountLimit: bytes alone do not bound memory (an empty Flow
+// is 2 octets on the wire), so a request of more flows than MaxFlows is
+// refused and counted; empty flows in an allowed one are invalid.
+func TestGRPCFlowCountLimit(t *testing.T) {
+	h := newHarness(t, 16)
+	b := bundle(t)
+	addr, _ := h.grpcServer(t, b)
+	empty := make([][]byte, 16385)
+	err := sendRawErr(t, addr, b, empty...)
+	if status.Code(err) != codes.ResourceExhausted {
+		t.Errorf("16385 flows in one request: %v, want ResourceExhausted", err)
+	}
+	if n := testutil.ToFloat64(h.m.Dropped.WithLabelValues("grpc", "too-many-flows")); n != 16385 {
+		t.Errorf("too-many-flows drops %v, want 16385", n)
+	}
+	good := flowtest.Wire(flowtest.Full(1, false), nil, nil)
+	sendRaw(t, addr, b, nil, good, nil, nil)
+	if got := h.collect(t, 1); got[0].SourcePodName != "client-1" {
+		t.Errorf("got %+v", got[0])
+	}
+	if n := testutil.ToFloat64(h.m.Dropped.WithLabelValues("grpc", "invalid")); n != 3 {
+		t.Errorf("invalid drops %v, want 3 (flows without addresses)", n)
 	}
 }
 

@@ -146,7 +146,7 @@ func (v *validator) sink(name string, enabled bool, what string, inProxy bool) b
 	}
 	key := name + ".enable"
 	if !inProxy && v.a.Mode == ModeProxy {
-		v.add(key, "%s cannot be used in Proxy mode (only flowCollector can)", what)
+		v.add(key, "%s cannot be used in Proxy mode (only flowCollector and flowStreamService can)", what)
 		return false
 	}
 	if !v.supported[name] {

@@ -112,13 +112,17 @@ func New(o Options) (*Server, error) {
 // Serve serves on ln until ctx ends; streams also end, after sending what
 // they hold, when the buffer closes.
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
-	srv := grpc.NewServer(grpc.Creds(credentials.NewTLS(s.o.TLS)), grpc.MaxRecvMsgSize(64<<10), grpc.WaitForHandlers(true))
+	// Unauthenticated clients may connect: bound how long a connection
+	// may take to set up, as well as the streams (MaxStreams).
+	srv := grpc.NewServer(grpc.Creds(credentials.NewTLS(s.o.TLS)), grpc.MaxRecvMsgSize(64<<10), grpc.WaitForHandlers(true),
+		grpc.ConnectionTimeout(10*time.Second))
 	s.stop = ctx
 	flowpb.RegisterFlowStreamServiceServer(srv, s)
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 	select {
 	case err := <-served:
+		srv.Stop() // Serve leaves accepted streams running
 		return fmt.Errorf("flowstream: %w", err)
 	case <-ctx.Done():
 	}

@@ -135,8 +135,10 @@ func TestBuffersWhileDisconnectedThenReconnects(t *testing.T) {
 	if dropped != 5 {
 		t.Errorf("the queue dropped %d, want 5", dropped)
 	}
-	for testutil.ToFloat64(m.ConnectFailures) < 2 {
-		time.Sleep(5 * time.Millisecond)
+	for deadline := time.Now().Add(10 * time.Second); testutil.ToFloat64(m.ConnectFailures) < 2; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the sender did not try to connect twice in 10 s")
+		}
 	}
 	if q.Len() != 10 {
 		t.Errorf("%d records queued while disconnected, want 10", q.Len())
@@ -262,8 +264,10 @@ func TestStopClosesCleanly(t *testing.T) {
 	for i := range 20 {
 		push(q, flowtest.Full(i, false))
 	}
-	for q.Len() > 0 {
-		time.Sleep(time.Millisecond)
+	for deadline := time.Now().Add(10 * time.Second); q.Len() > 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d records still queued after 10 s", q.Len())
+		}
 	}
 	stop()
 	collect(t, out, 20)

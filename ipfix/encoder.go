@@ -489,9 +489,6 @@ func (a RecordBuilder) Addr(addr netip.Addr) RecordBuilder {
 			return a
 		}
 		switch {
-		case op.typ == IPv4Address && addr.Is4():
-			b := addr.As4()
-			copy(e.b[a.n:], b[:])
 		case op.typ == IPv6Address && addr.Is6():
 			b := addr.As16()
 			copy(e.b[a.n:], b[:])

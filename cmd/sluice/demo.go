@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"os"
 	"os/signal"
@@ -67,6 +66,9 @@ Pod through its Egress in antctl's layout. --out DIR keeps the flow log
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
+			// The first signal starts the orderly stop (draining can take
+			// a few seconds); a second one ends the process at once.
+			go func() { <-ctx.Done(); stop() }()
 			_, err = demo.Run(ctx, demo.Options{Mode: m, Duration: duration, Rate: rate, ClusterDir: clusterDir, Out: out,
 				Stdout: stdout, Terminal: isTerm, Log: log})
 			return err
@@ -83,6 +85,5 @@ Pod through its Egress in antctl's layout. --out DIR keeps the flow log
 	lvl := fl.Lookup("log-level")
 	lvl.DefValue = "warn"
 	_ = lvl.Value.Set("warn")
-	cmd.SetContext(context.Background())
 	return cmd
 }

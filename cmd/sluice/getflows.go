@@ -8,13 +8,17 @@ import (
 	"io"
 	"net/netip"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -96,7 +100,10 @@ it exists on this machine, otherwise the system's roots.`,
 			if err != nil {
 				return err
 			}
-			return getFlows(cmd.Context(), cmd.OutOrStdout(), cmd.ErrOrStderr(), server, tlsConf, req, out)
+			// Ctrl-C ends a --follow stream cleanly (the table is flushed).
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			return getFlows(ctx, cmd.OutOrStdout(), cmd.ErrOrStderr(), server, tlsConf, req, out)
 		},
 	}
 	f := cmd.Flags()
@@ -150,7 +157,7 @@ func parseSince(s string, now time.Time) (time.Time, error) {
 func streamTLS(caFile, serverName string) (*tls.Config, error) {
 	if caFile == "" {
 		if dir, err := (config.ServerTLS{}).CertDirectory(); err == nil {
-			if p := filepath.Join(dir, "ca.crt"); fileExists(p) {
+			if p := filepath.Join(dir, certs.CACertFile); fileExists(p) {
 				caFile = p
 			}
 		}
@@ -200,7 +207,8 @@ func getFlows(ctx context.Context, w, errw io.Writer, server string, tlsConf *tl
 	if tw != nil {
 		tw.Flush()
 	}
-	if errors.Is(err, context.Canceled) {
+	// gRPC reports a cancelled stream as a status, not as ctx's error.
+	if errors.Is(err, context.Canceled) || status.Code(err) == codes.Canceled {
 		return nil
 	}
 	return err
