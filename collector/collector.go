@@ -39,6 +39,11 @@ type Options struct {
 	GRPC GRPCOptions
 	// HandshakeTimeout bounds a TLS handshake; default 10 s.
 	HandshakeTimeout time.Duration
+	// SeriesGrace is how long an exporter's per-exporter series outlive
+	// its last session; default 10 minutes. Long enough for a reconnect
+	// to continue the same counters and for scrapes to see final values,
+	// short enough that departed exporters do not pile up.
+	SeriesGrace time.Duration
 	Metrics          *Metrics
 }
 
@@ -54,6 +59,9 @@ func (o *Options) defaults() {
 	}
 	if o.HandshakeTimeout == 0 {
 		o.HandshakeTimeout = 10 * time.Second
+	}
+	if o.SeriesGrace == 0 {
+		o.SeriesGrace = 10 * time.Minute
 	}
 	if o.Metrics == nil {
 		o.Metrics = NewMetrics(nil)

@@ -187,3 +187,56 @@ func TestUDPDropsWhenFullAndCounts(t *testing.T) {
 		t.Fatalf("after the bad datagram: %+v", flows[0])
 	}
 }
+
+// TestExporterSeriesOutliveSessions: an exporter's series stay for
+// SeriesGrace after its last session closes, so a reconnect continues the
+// same counter and a scrape sees the final count; then they are deleted.
+func TestExporterSeriesOutliveSessions(t *testing.T) {
+	tb, err := ipfixmap.NewTable(ipfix.DefaultRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := &harness{out: make(chan collector.Batch, 64), m: collector.NewMetrics(prometheus.NewRegistry())}
+	const grace = 2 * time.Second
+	h.srv, err = collector.New(collector.Options{Table: tb, Out: h.out, Metrics: h.m, SeriesGrace: grace,
+		Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(h.wg.Wait)
+	addr := h.tcp(t)
+	series := func() int { return testutil.CollectAndCount(h.m.Records) }
+	session := func(first int) {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range antrea(t, 10, first, 1400) {
+			c.Write(m)
+		}
+		h.collect(t, 10)
+		c.Close()
+	}
+	closed := func() {
+		for deadline := time.Now().Add(10 * time.Second); testutil.ToFloat64(h.m.Sessions.WithLabelValues("tcp")) != 0; time.Sleep(5 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatal("the session did not close")
+			}
+		}
+	}
+	session(0)
+	closed()
+	if n := testutil.ToFloat64(h.m.Records.WithLabelValues("tcp", "127.0.0.1")); n != 10 {
+		t.Errorf("records %v after the session closed, want 10", n)
+	}
+	session(10) // within the grace period: the same series goes on
+	closed()
+	if n := testutil.ToFloat64(h.m.Records.WithLabelValues("tcp", "127.0.0.1")); n != 20 {
+		t.Errorf("records %v after two sessions, want 20", n)
+	}
+	for deadline := time.Now().Add(10 * time.Second); series() != 0; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d series left long after the grace period", series())
+		}
+	}
+}

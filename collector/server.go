@@ -23,10 +23,13 @@ type Server struct {
 	slots chan struct{} // one per open TCP/TLS session
 
 	// refs counts live sessions per exporter address, so that the
-	// per-exporter metric series are deleted when an exporter goes away
-	// and their number stays bounded by the live sessions.
+	// per-exporter metric series are deleted SeriesGrace after an
+	// exporter's last session closes, and their number stays bounded by
+	// the exporters seen within that time. gen tells a pending deletion
+	// whether the exporter came back (and maybe left again) meanwhile.
 	mu   sync.Mutex
 	refs map[netip.Addr]int
+	gen  map[netip.Addr]uint64
 }
 
 // New returns a server with o (defaults filled in).
@@ -35,7 +38,7 @@ func New(o Options) (*Server, error) {
 		return nil, errors.New("collector: Options.Table and Options.Out are required")
 	}
 	o.defaults()
-	return &Server{o: o, slots: make(chan struct{}, o.MaxSessions), refs: map[netip.Addr]int{}}, nil
+	return &Server{o: o, slots: make(chan struct{}, o.MaxSessions), refs: map[netip.Addr]int{}, gen: map[netip.Addr]uint64{}}, nil
 }
 
 func (s *Server) openSession(transport string, exporter netip.Addr, ttl time.Duration) *session {
@@ -49,6 +52,7 @@ func (s *Server) closeSession(sess *session) { s.release(sess.exporter) }
 func (s *Server) hold(exporter netip.Addr) {
 	s.mu.Lock()
 	s.refs[exporter]++
+	s.gen[exporter]++ // cancels a pending deletion
 	s.mu.Unlock()
 }
 
@@ -59,10 +63,20 @@ func (s *Server) release(exporter netip.Addr) {
 		return
 	}
 	delete(s.refs, exporter)
-	series := prometheus.Labels{"exporter": exporter.String()}
-	s.o.Metrics.Records.DeletePartialMatch(series)
-	s.o.Metrics.SkewUnknown.DeletePartialMatch(series)
-	s.o.Metrics.SkewMissing.DeletePartialMatch(series)
+	s.gen[exporter]++
+	g := s.gen[exporter]
+	time.AfterFunc(s.o.SeriesGrace, func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if s.refs[exporter] != 0 || s.gen[exporter] != g {
+			return // back since, or gone again with a later deletion due
+		}
+		delete(s.gen, exporter)
+		series := prometheus.Labels{"exporter": exporter.String()}
+		s.o.Metrics.Records.DeletePartialMatch(series)
+		s.o.Metrics.SkewUnknown.DeletePartialMatch(series)
+		s.o.Metrics.SkewMissing.DeletePartialMatch(series)
+	})
 }
 
 // ServeTCP accepts IPFIX-over-TCP sessions on ln; with tlsConfig set they
