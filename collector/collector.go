@@ -44,7 +44,7 @@ type Options struct {
 	// to continue the same counters and for scrapes to see final values,
 	// short enough that departed exporters do not pile up.
 	SeriesGrace time.Duration
-	Metrics          *Metrics
+	Metrics     *Metrics
 }
 
 func (o *Options) defaults() {
