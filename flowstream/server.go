@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/net/netutil"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
@@ -36,6 +37,10 @@ type Options struct {
 	TLS *tls.Config
 	// MaxStreams bounds concurrent GetFlows streams; default 64.
 	MaxStreams int
+	// MaxConnections bounds the open connections, default 256: clients
+	// need no certificate, so idle connections must not pile up. Past it,
+	// new connections wait to be accepted.
+	MaxConnections int
 	// BatchSize is the most flows in one response; default 100.
 	BatchSize int
 	// StopTimeout bounds the graceful stop; default 5 s.
@@ -94,6 +99,9 @@ func New(o Options) (*Server, error) {
 	if o.MaxStreams <= 0 {
 		o.MaxStreams = 64
 	}
+	if o.MaxConnections <= 0 {
+		o.MaxConnections = 256
+	}
 	if o.BatchSize <= 0 {
 		o.BatchSize = 100
 	}
@@ -117,6 +125,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	srv := grpc.NewServer(grpc.Creds(credentials.NewTLS(s.o.TLS)), grpc.MaxRecvMsgSize(64<<10), grpc.WaitForHandlers(true),
 		grpc.ConnectionTimeout(10*time.Second))
 	s.stop = ctx
+	ln = netutil.LimitListener(ln, s.o.MaxConnections)
 	flowpb.RegisterFlowStreamServiceServer(srv, s)
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
