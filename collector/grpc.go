@@ -71,14 +71,15 @@ func (s *Server) ServeGRPC(ctx context.Context, ln net.Listener, tlsConfig *tls.
 		return errors.New("collector: the gRPC collector needs a TLS configuration that requires client certificates")
 	}
 	o := &s.o
+	log := o.Log.With("transport", "grpc")
 	creds := &countingCreds{
 		TransportCredentials: credentials.NewTLS(tlsConfig),
-		s:                    s,
 		handshakeRefused:     o.Metrics.Refused.WithLabelValues("grpc", "tls-handshake"),
-		limitRefused:         o.Metrics.Refused.WithLabelValues("grpc", "session-limit"),
-		sessions:             o.Metrics.Sessions.WithLabelValues("grpc"),
-		log:                  o.Log.With("transport", "grpc"),
+		log:                  log,
 	}
+	ln = &slotListener{Listener: ln, s: s, log: log,
+		limitRefused: o.Metrics.Refused.WithLabelValues("grpc", "session-limit"),
+		sessions:     o.Metrics.Sessions.WithLabelValues("grpc")}
 	srv := grpc.NewServer(
 		grpc.Creds(creds),
 		grpc.MaxRecvMsgSize(o.GRPC.MaxMessageSize),
@@ -114,43 +115,59 @@ func (s *Server) ServeGRPC(ctx context.Context, ln net.Listener, tlsConfig *tls.
 	return nil
 }
 
-// countingCreds is the server's TLS with the collector's accounting: a
-// connection takes a session slot before its handshake and gives it back
-// when it closes; failed handshakes (no or bad client certificate) are
-// counted and logged.
+// countingCreds is the server's TLS with the collector's accounting of
+// failed handshakes (no or bad client certificate), counted and logged.
 type countingCreds struct {
 	credentials.TransportCredentials
-	s                              *Server
-	handshakeRefused, limitRefused prometheus.Counter
-	sessions                       prometheus.Gauge
-	log                            *slog.Logger
+	handshakeRefused prometheus.Counter
+	log              *slog.Logger
 }
 
 func (c *countingCreds) ServerHandshake(raw net.Conn) (net.Conn, credentials.AuthInfo, error) {
-	select {
-	case c.s.slots <- struct{}{}:
-	default:
-		c.limitRefused.Inc()
-		c.log.Warn("refusing gRPC connection: too many sessions", "peer", raw.RemoteAddr().String(), "limit", c.s.o.MaxSessions)
-		return nil, nil, errors.New("collector: too many sessions")
-	}
 	conn, info, err := c.TransportCredentials.ServerHandshake(raw)
 	if err != nil {
-		<-c.s.slots
 		c.handshakeRefused.Inc()
 		c.log.Warn("refusing gRPC connection: TLS handshake failed", "peer", raw.RemoteAddr().String(), "err", err)
 		return nil, nil, err
 	}
-	c.sessions.Inc()
-	sc := &slotConn{Conn: conn}
-	sc.release = func() { <-c.s.slots; c.sessions.Dec() }
-	return sc, info, nil
+	return conn, info, nil
 }
 
 func (c *countingCreds) Clone() credentials.TransportCredentials {
 	d := *c
 	d.TransportCredentials = c.TransportCredentials.Clone()
 	return &d
+}
+
+// slotListener gives each accepted connection a session slot, shared
+// with the IPFIX TCP sessions, or closes it at once when none is free. The
+// slot is taken on the raw connection, which gRPC closes on every path
+// (a failed handshake, a failed transport setup, the end of the
+// connection), so it always comes back.
+type slotListener struct {
+	net.Listener
+	s            *Server
+	limitRefused prometheus.Counter
+	sessions     prometheus.Gauge
+	log          *slog.Logger
+}
+
+func (l *slotListener) Accept() (net.Conn, error) {
+	for {
+		conn, err := l.Listener.Accept()
+		if err != nil {
+			return nil, err
+		}
+		select {
+		case l.s.slots <- struct{}{}:
+			l.sessions.Inc()
+			return &slotConn{Conn: conn, release: func() { <-l.s.slots; l.sessions.Dec() }}, nil
+		default:
+			l.limitRefused.Inc()
+			l.log.Warn("refusing gRPC connection: too many sessions", "peer", conn.RemoteAddr().String(), "limit", l.s.o.MaxSessions)
+			conn.Close()
+		}
+	}
 }
 
 // slotConn gives its session slot back on the first Close.

@@ -177,6 +177,12 @@ func TestGRPCRefusesClientWithoutCertificate(t *testing.T) {
 		t.Errorf("a refused client delivered %d records", len(b.Flows))
 	default:
 	}
+	// The refused connections gave their session slots back.
+	for deadline := time.Now().Add(5 * time.Second); testutil.ToFloat64(h.m.Sessions.WithLabelValues("grpc")) != 0; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%v gRPC sessions still open after the refusals", testutil.ToFloat64(h.m.Sessions.WithLabelValues("grpc")))
+		}
+	}
 }
 
 // rawCodec sends bytes as they are, so that tests can put on the wire
