@@ -239,9 +239,11 @@ func (e *exportService) Export(stream flowpb.FlowExportService_ExportServer) err
 				log.Info("gRPC export stream closed", "records", n, "invalid", bad)
 				return stream.SendAndClose(&flowpb.ExportResponse{})
 			}
-			// A message that did not decode, or was too large: the
-			// exporter has let go of its records, so count it.
-			if c := status.Code(err); c != codes.Canceled && c != codes.DeadlineExceeded && !errors.Is(err, context.Canceled) {
+			// A message that did not decode (gRPC says Internal) or was
+			// too large (ResourceExhausted): the exporter has let go of
+			// its records, so count it. A client that went away is not
+			// an error of the stream's content.
+			if c := status.Code(err); c == codes.Internal || c == codes.ResourceExhausted {
 				decodeErrors.Inc()
 				log.Warn("gRPC export stream ended by an error", "records", n, "invalid", bad, "err", err)
 				return err

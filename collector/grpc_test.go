@@ -394,3 +394,22 @@ func TestGRPCNeedsMutualTLS(t *testing.T) {
 		t.Errorf("err %v", err)
 	}
 }
+
+// TestGRPCMalformedMessageIsCounted: a request that is not valid Protobuf
+// ends its stream and counts as a decode error; the collector goes on.
+func TestGRPCMalformedMessageIsCounted(t *testing.T) {
+	h := newHarness(t, 16)
+	b := bundle(t)
+	addr, _ := h.grpcServer(t, b)
+	err := sendRawErr(t, addr, b, []byte{0xff, 0xff, 0xff})
+	if status.Code(err) != codes.Internal {
+		t.Errorf("a malformed request: %v, want Internal", err)
+	}
+	if n := testutil.ToFloat64(h.m.DecodeErrors.WithLabelValues("grpc")); n != 1 {
+		t.Errorf("decode errors %v, want 1", n)
+	}
+	sendRaw(t, addr, b, flowtest.Wire(flowtest.Full(1, false), nil, nil))
+	if got := h.collect(t, 1); got[0].SourcePodName != "client-1" {
+		t.Errorf("got %+v", got[0])
+	}
+}
