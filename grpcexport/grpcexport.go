@@ -26,6 +26,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/keepalive"
+	"google.golang.org/protobuf/proto"
 
 	"sluice/exporter/queue"
 	"sluice/flow"
@@ -207,7 +208,10 @@ func (s *Sender) session(ctx context.Context, q *queue.Queue, batch *[]flow.Flow
 	defer cancel()
 	stopOpen := context.AfterFunc(ctx, cancel)
 	openTimer := time.AfterFunc(connectTimeout, cancel)
-	st, err := flowpb.NewFlowExportServiceClient(conn).Export(sctx)
+	// The requests are encoded by flowproto.AppendExportRequest, without
+	// building Protobuf objects (see wireCodec).
+	st, err := conn.NewStream(sctx, &flowpb.FlowExportService_ServiceDesc.Streams[0],
+		flowpb.FlowExportService_Export_FullMethodName, grpc.ForceCodec(wireCodec{}))
 	openTimer.Stop()
 	if !stopOpen() || err != nil {
 		if err == nil {
@@ -244,9 +248,9 @@ func (s *Sender) session(ctx context.Context, q *queue.Queue, batch *[]flow.Flow
 		}
 		var first uint64
 		first, *batch = q.Peek(next, (*batch)[:0], o.BatchSize)
-		req := s.request(*batch, time.Now())
-		if len(req.Flows) > 0 {
-			if err := st.Send(req); err != nil {
+		req, n := s.request(*batch, time.Now())
+		if n > 0 {
+			if err := st.SendMsg(req); err != nil {
 				// The reason is in the status the receiver gets.
 				r.err = err
 				if rerr := <-ended; rerr != nil {
@@ -255,7 +259,7 @@ func (s *Sender) session(ctx context.Context, q *queue.Queue, batch *[]flow.Flow
 				return r
 			}
 			r.worked = true
-			inc(o.Metrics.Sent, len(req.Flows))
+			inc(o.Metrics.Sent, n)
 		}
 		next = first + uint64(len(*batch))
 		q.Ack(next)
@@ -277,24 +281,50 @@ func (s *Sender) session(ctx context.Context, q *queue.Queue, batch *[]flow.Flow
 	return r
 }
 
-// request converts recs into one ExportRequest, stamping their origin,
-// and counts (and leaves out) records that have no
-// Protobuf form.
-func (s *Sender) request(recs []flow.Flow, now time.Time) *flowpb.ExportRequest {
-	req := &flowpb.ExportRequest{Flows: make([]*flowpb.Flow, 0, len(recs))}
+// request encodes recs as one ExportRequest, stamping their origin, and
+// returns it with the number of records it holds; records that have no
+// Protobuf form are counted and left out.
+func (s *Sender) request(recs []flow.Flow, now time.Time) (encodedRequest, int) {
+	n := len(recs)
 	for i := range recs {
 		f := &recs[i] // a copy from the queue: stamping it changes nothing there
 		if s.o.ObservationDomainID != 0 && f.Origin.ObservationDomainID == 0 && f.Origin.ExportTime.IsZero() {
 			f.Origin.ObservationDomainID = s.o.ObservationDomainID
 			f.Origin.ExportTime = now
 		}
-		p, err := flowproto.FromFlow(f)
-		if err != nil {
-			inc(s.o.Metrics.EncodeErrors, 1)
-			s.o.Log.Error("cannot encode a flow record; dropped", "err", err)
-			continue
-		}
-		req.Flows = append(req.Flows, p)
 	}
-	return req
+	// A new buffer per request: gRPC may still read a sent message.
+	b := flowproto.AppendExportRequest(make([]byte, 0, 600*len(recs)), recs, func(_ *flow.Flow, err error) {
+		n--
+		inc(s.o.Metrics.EncodeErrors, 1)
+		s.o.Log.Error("cannot encode a flow record; dropped", "err", err)
+	})
+	return encodedRequest(b), n
 }
+
+// encodedRequest is an ExportRequest already in its wire form.
+type encodedRequest []byte
+
+// wireCodec is gRPC's Protobuf codec that also sends encodedRequests as
+// they are. Its name is "proto", so the content type is unchanged.
+type wireCodec struct{}
+
+func (wireCodec) Marshal(v any) ([]byte, error) {
+	switch m := v.(type) {
+	case encodedRequest:
+		return m, nil
+	case proto.Message:
+		return proto.Marshal(m)
+	}
+	return nil, fmt.Errorf("grpcexport: cannot marshal %T", v)
+}
+
+func (wireCodec) Unmarshal(data []byte, v any) error {
+	m, ok := v.(proto.Message)
+	if !ok {
+		return fmt.Errorf("grpcexport: cannot unmarshal into %T", v)
+	}
+	return proto.Unmarshal(data, m)
+}
+
+func (wireCodec) Name() string { return "proto" }

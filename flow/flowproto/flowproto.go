@@ -577,18 +577,20 @@ func addrBytes(f *flow.Flow, field flow.Field, a netip.Addr) []byte {
 
 // FormatUID writes a UID in its text form.
 func FormatUID(u flow.UID) string {
-	const hex = "0123456789abcdef"
 	var b [36]byte
-	j := 0
+	return string(appendUIDText(b[:0], u))
+}
+
+// appendUIDText appends u's 36-octet text form to b.
+func appendUIDText(b []byte, u flow.UID) []byte {
+	const hex = "0123456789abcdef"
 	for i, c := range u {
 		if i == 4 || i == 6 || i == 8 || i == 10 {
-			b[j] = '-'
-			j++
+			b = append(b, '-')
 		}
-		b[j], b[j+1] = hex[c>>4], hex[c&15]
-		j += 2
+		b = append(b, hex[c>>4], hex[c&15])
 	}
-	return string(b[:])
+	return b
 }
 
 // collectUnknown gathers the unknown fields of p and of each message in

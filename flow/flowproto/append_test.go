@@ -1,0 +1,152 @@
+package flowproto_test
+
+import (
+	"errors"
+	"math/rand/v2"
+	"net/netip"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/testing/protocmp"
+
+	"github.com/google/go-cmp/cmp"
+
+	"sluice/flow"
+	"sluice/flow/flowpb"
+	"sluice/flow/flowproto"
+	"sluice/flow/flowtest"
+)
+
+// exporterShaped is flowtest.Full without what exporters never send
+// (labels, L7 values, aggregation results), with each field present or
+// not at random, and some values at their extremes.
+func exporterShaped(r *rand.Rand, i int) *flow.Flow {
+	f := flowtest.Full(i, false)
+	f.Present.Clear(flow.SourcePodLabels)
+	f.Present.Clear(flow.DestinationPodLabels)
+	f.Present.Clear(flow.AppProtocolName)
+	f.Present.Clear(flow.HTTPVals)
+	for fl := range flow.ClusterID + 1 {
+		if r.IntN(3) == 0 {
+			f.Present.Clear(fl)
+		}
+	}
+	switch r.IntN(6) {
+	case 0:
+		f.SourceIP, f.DestinationIP = netip.MustParseAddr("fd00::1"), netip.MustParseAddr("fd00::2")
+	case 1:
+		f.Stats = flow.Stats{PacketTotalCount: 1 << 63, OctetTotalCount: ^uint64(0)}
+	case 2:
+		f.StartTime = time.Unix(-5, 7) // before 1970: negative seconds
+	case 3:
+		f.Origin = flow.Origin{}
+	case 4:
+		f.TCPState = "" // present and empty: an empty TCP message
+	case 5:
+		f.SourcePodName = string(make([]byte, 300)) // a two-octet length
+	}
+	return f
+}
+
+func TestAppendFlowMatchesFromFlow(t *testing.T) {
+	r := rand.New(rand.NewPCG(1, 2))
+	for i := range 2000 {
+		f := exporterShaped(r, i)
+		if i%50 == 0 { // the fallback path too
+			f = flowtest.Full(i, i%100 == 0)
+		}
+		want, err := flowproto.FromFlow(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := flowproto.AppendFlow([]byte("prefix"), f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(b[:6]) != "prefix" {
+			t.Fatal("AppendFlow changed what was there")
+		}
+		var got flowpb.Flow
+		if err := proto.Unmarshal(b[6:], &got); err != nil {
+			t.Fatalf("flow %d: %v", i, err)
+		}
+		if d := cmp.Diff(want, &got, protocmp.Transform()); d != "" {
+			t.Fatalf("flow %d (-FromFlow +AppendFlow):\n%s", i, d)
+		}
+	}
+}
+
+func TestAppendExportRequest(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 4))
+	var flows []flow.Flow
+	for i := range 300 {
+		flows = append(flows, *exporterShaped(r, i))
+	}
+	flows[7].SourcePodLabels = "not json" // no Protobuf form: left out
+	flows[7].Present.Set(flow.SourcePodLabels)
+	var bad []int
+	b := flowproto.AppendExportRequest(nil, flows, func(f *flow.Flow, err error) {
+		if err == nil || errors.Unwrap(err) == nil {
+			t.Errorf("bad record without its error: %v", err)
+		}
+		bad = append(bad, int(f.SourcePort))
+	})
+	var req flowpb.ExportRequest
+	if err := proto.Unmarshal(b, &req); err != nil {
+		t.Fatal(err)
+	}
+	if len(req.Flows) != len(flows)-1 || len(bad) != 1 || bad[0] != int(flows[7].SourcePort) {
+		t.Fatalf("%d flows, bad %v; want %d and one", len(req.Flows), bad, len(flows)-1)
+	}
+	j := 0
+	for i := range flows {
+		if i == 7 {
+			continue
+		}
+		want, err := flowproto.FromFlow(&flows[i])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d := cmp.Diff(want, req.Flows[j], protocmp.Transform()); d != "" {
+			t.Fatalf("flow %d:\n%s", i, d)
+		}
+		j++
+	}
+}
+
+func BenchmarkEncode(b *testing.B) {
+	r := rand.New(rand.NewPCG(5, 6))
+	flows := make([]flow.Flow, 100)
+	for i := range flows {
+		flows[i] = *exporterShaped(r, i)
+		flows[i].Present = flowtest.Full(i, false).Present
+		flows[i].Present.Clear(flow.SourcePodLabels)
+		flows[i].Present.Clear(flow.DestinationPodLabels)
+		flows[i].Present.Clear(flow.AppProtocolName)
+		flows[i].Present.Clear(flow.HTTPVals)
+	}
+	b.Run("FromFlow+Marshal", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			req := &flowpb.ExportRequest{}
+			for i := range flows {
+				p, err := flowproto.FromFlow(&flows[i])
+				if err != nil {
+					b.Fatal(err)
+				}
+				req.Flows = append(req.Flows, p)
+			}
+			if _, err := proto.Marshal(req); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("AppendExportRequest", func(b *testing.B) {
+		b.ReportAllocs()
+		var buf []byte
+		for b.Loop() {
+			buf = flowproto.AppendExportRequest(buf[:0], flows, func(*flow.Flow, error) { b.Fatal("bad") })
+		}
+	})
+}
