@@ -169,12 +169,9 @@ func (e *Exporter) newTransport() (Transport, error) {
 			tlsConf = tlsConf.Clone()
 			tlsConf.ServerName = name + "." + ns + ".svc"
 		}
-		m := e.m.transport
 		return grpcexport.New(grpcexport.Options{
 			Address: c.String(), Resolve: resolver(c, o.Store), TLS: tlsConf,
-			ObservationDomainID: ObservationDomain(o.Node), Log: o.Log,
-			Metrics: grpcexport.Metrics{Sent: m.Sent, EncodeErrors: m.EncodeErrors, Connected: m.Connected,
-				Reconnects: m.Reconnects, ConnectFailures: m.ConnectFailures},
+			ObservationDomainID: ObservationDomain(o.Node), Log: o.Log, Metrics: e.m.transport,
 		})
 	}
 	proto := c.Proto

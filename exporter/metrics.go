@@ -4,7 +4,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"sluice/exporter/connstore"
-	"sluice/exporter/ipfixsend"
 	"sluice/exporter/queue"
 )
 
@@ -19,7 +18,7 @@ type metrics struct {
 	polls        prometheus.Counter
 	pollErrors   prometheus.Counter
 	pollSeconds  prometheus.Histogram
-	transport    ipfixsend.Metrics
+	transport    queue.SenderMetrics
 	encodeErrors prometheus.Counter
 }
 
@@ -51,7 +50,7 @@ func newMetrics(reg prometheus.Registerer, q *queue.Queue) *metrics {
 			m.records[i] = records.WithLabelValues(r)
 		}
 	}
-	m.transport = ipfixsend.Metrics{
+	m.transport = queue.SenderMetrics{
 		Sent: prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_exporter_records_exported_total",
 			Help: "Flow records written to the aggregator."}),
 		EncodeErrors: m.encodeErrors,

@@ -72,21 +72,10 @@ type Options struct {
 	Metrics             Metrics
 }
 
-// Metrics are the Sender's series; nil fields are not counted. They have
-// the meaning of ipfixsend.Metrics so that an exporter counts both
-// transports in the same series.
-type Metrics struct {
-	// Sent counts records handed to the Export stream.
-	Sent prometheus.Counter
-	// EncodeErrors counts records with no Protobuf form (dropped).
-	EncodeErrors prometheus.Counter
-	// Connected is 1 while an Export stream is open.
-	Connected prometheus.Gauge
-	// Reconnects counts streams opened after the first.
-	Reconnects prometheus.Counter
-	// ConnectFailures counts failed attempts to open a stream.
-	ConnectFailures prometheus.Counter
-}
+// Metrics are the Sender's series, the same as ipfixsend's: Sent counts
+// records handed to the Export stream, EncodeErrors records with no
+// Protobuf form, Connected an open stream.
+type Metrics = queue.SenderMetrics
 
 // Sender is the gRPC transport. Run it once.
 type Sender struct {

@@ -69,19 +69,8 @@ type Options struct {
 	Metrics Metrics
 }
 
-// Metrics are the Sender's series; nil fields are not counted.
-type Metrics struct {
-	// Sent counts records written to the aggregator.
-	Sent prometheus.Counter
-	// EncodeErrors counts records that could not be encoded (dropped).
-	EncodeErrors prometheus.Counter
-	// Connected is 1 while connected.
-	Connected prometheus.Gauge
-	// Reconnects counts connections made after the first.
-	Reconnects prometheus.Counter
-	// ConnectFailures counts failed connection attempts.
-	ConnectFailures prometheus.Counter
-}
+// Metrics are the Sender's series (shared with grpcexport).
+type Metrics = queue.SenderMetrics
 
 // Sender is the IPFIX transport.
 type Sender struct {
