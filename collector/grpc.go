@@ -23,6 +23,7 @@ import (
 	"sluice/flow"
 	"sluice/flow/flowpb"
 	"sluice/flow/flowproto"
+	"sluice/grpcserve"
 )
 
 // GRPCOptions tunes the gRPC collector.
@@ -89,29 +90,14 @@ func (s *Server) ServeGRPC(ctx context.Context, ln net.Listener, tlsConfig *tls.
 		grpc.WaitForHandlers(true),
 	)
 	flowpb.RegisterFlowExportServiceServer(srv, &exportService{s: s, ctx: ctx})
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ln) }()
-	select {
-	case err := <-served:
-		// Serve's return leaves accepted connections and their handlers
-		// running; stop them (waiting for the handlers) before the caller
-		// closes the pipeline they send into.
-		srv.Stop()
-		return fmt.Errorf("collector: grpc: %w", err)
-	case <-ctx.Done():
-	}
-	// Handlers see ctx and return, so the graceful stop is quick; Stop is
-	// the bound.
-	stopped := make(chan struct{})
-	go func() { srv.GracefulStop(); close(stopped) }()
-	select {
-	case <-stopped:
-	case <-time.After(o.GRPC.StopTimeout):
+	// Handlers see ctx and return, so the graceful stop is quick; the
+	// timeout is the bound.
+	err := grpcserve.Serve(ctx, srv, ln, o.GRPC.StopTimeout, func() {
 		o.Log.Warn("gRPC collector did not stop gracefully in time; closing its connections", "timeout", o.GRPC.StopTimeout.String())
-		srv.Stop()
-		<-stopped
+	})
+	if err != nil {
+		return fmt.Errorf("collector: grpc: %w", err)
 	}
-	<-served
 	return nil
 }
 

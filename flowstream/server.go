@@ -26,6 +26,7 @@ import (
 	"sluice/flow"
 	"sluice/flow/flowpb"
 	"sluice/flow/flowproto"
+	"sluice/grpcserve"
 	"sluice/ring"
 )
 
@@ -127,23 +128,9 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	s.stop = ctx
 	ln = netutil.LimitListener(ln, s.o.MaxConnections)
 	flowpb.RegisterFlowStreamServiceServer(srv, s)
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ln) }()
-	select {
-	case err := <-served:
-		srv.Stop() // Serve leaves accepted streams running
+	if err := grpcserve.Serve(ctx, srv, ln, s.o.StopTimeout, nil); err != nil {
 		return fmt.Errorf("flowstream: %w", err)
-	case <-ctx.Done():
 	}
-	stopped := make(chan struct{})
-	go func() { srv.GracefulStop(); close(stopped) }()
-	select {
-	case <-stopped:
-	case <-time.After(s.o.StopTimeout):
-		srv.Stop()
-		<-stopped
-	}
-	<-served
 	return nil
 }
 
