@@ -68,6 +68,16 @@ type Aggregator struct {
 	// until the batch channel closes: Proxy or Aggregate.
 	mode  func(in <-chan collector.Batch, out *ring.Buffer[*flow.Flow])
 	sinks []sink.Sink
+	// Proxy mode's fast path (see proxy.Forwarding), when it applies:
+	// the collectors' forwarders, the buffer of encoded records, and the
+	// flowCollector sink, which then reads that buffer instead of buf.
+	forwarder func() collector.Forwarder
+	encBuf    *ring.Buffer[ipfix.EncodedRecord]
+	encSink   *ipfixout.Sink
+	// fcSink and fcExporter are the flowCollector sink and its exporter.
+	fcSink      *ipfixout.Sink
+	fcExporter  *ipfixmap.Exporter
+	sinkMetrics *sink.Metrics
 	// store is Aggregate mode's flow store (nil in Proxy mode), for the
 	// flow-record API.
 	store *aggregate.Store
@@ -126,9 +136,11 @@ func (a *Aggregator) init() error {
 	default:
 		log.Info("no Pod metadata source (sluice.inventory or sluice.kubeconfig): records keep the Pod metadata exporters sent, and nothing is added")
 	}
+	var px *proxy.Proxy
 	if cfg.Mode == config.ModeProxy {
 		p := proxy.New(proxy.Options{Store: store, PodLabels: cfg.RecordContents.PodLabels,
 			UIDs: cfg.FlowCollector.IncludeK8sUIDs, ClusterID: cfg.ClusterID})
+		px = p
 		a.mode = func(in <-chan collector.Batch, out *ring.Buffer[*flow.Flow]) { p.Run(context.Background(), in, out) }
 	} else {
 		st := aggregate.New(aggregate.Options{
@@ -147,6 +159,11 @@ func (a *Aggregator) init() error {
 
 	if err := a.setupSinks(table); err != nil {
 		return err
+	}
+	if px != nil {
+		if err := a.setupFastPath(px, table); err != nil {
+			return err
+		}
 	}
 	if err := a.setupCollectors(table); err != nil {
 		return err
@@ -188,7 +205,7 @@ func (a *Aggregator) setupCollectors(table *ipfixmap.Table) error {
 	cfg := a.cfg
 	m := collector.NewMetrics(a.reg)
 	var err error
-	a.coll, err = collector.New(collector.Options{Table: table, Out: a.batches, Log: a.log, Metrics: m})
+	a.coll, err = collector.New(collector.Options{Table: table, Out: a.batches, Log: a.log, Metrics: m, Forwarder: a.forwarder})
 	if err != nil {
 		return err
 	}
@@ -267,9 +284,39 @@ func (a *Aggregator) loadServerCerts() (*certs.Bundle, error) {
 	return b, nil
 }
 
+// setupFastPath switches Proxy mode to its fast path when flowCollector,
+// sending IPFIX, is the only consumer of records: the collectors then
+// forward what they can as encoded records, and the sink copies them.
+func (a *Aggregator) setupFastPath(p *proxy.Proxy, table *ipfixmap.Table) error {
+	cfg := a.cfg
+	if !cfg.Sluice.Proxy.FastPath || a.fcSink == nil || len(a.sinks) != 1 ||
+		cfg.FlowCollector.RecordFormat == config.FormatJSON || cfg.FlowStreamService.Enable {
+		return nil
+	}
+	fw, err := proxy.NewForwarding(p, table, a.fcExporter)
+	if err != nil || fw == nil {
+		return err
+	}
+	ex := a.fcExporter
+	dropped := a.sinkMetrics.Dropped.WithLabelValues(config.SinkFlowCollector, sink.ReasonEncodeError)
+	encodeErr := func(err error) {
+		dropped.Inc()
+		a.log.Error("cannot encode a record", "sink", config.SinkFlowCollector, "err", err)
+	}
+	a.forwarder = fw.NewForwarder
+	a.encBuf = ring.New[ipfix.EncodedRecord](cfg.RecordBufferSize)
+	a.encSink, a.sinks = a.fcSink, nil
+	a.mode = func(in <-chan collector.Batch, _ *ring.Buffer[*flow.Flow]) {
+		p.RunEncoded(context.Background(), in, a.encBuf, ex, encodeErr)
+		a.encBuf.Close()
+	}
+	return nil
+}
+
 func (a *Aggregator) setupSinks(table *ipfixmap.Table) error {
 	cfg := a.cfg
 	m := sink.NewMetrics(a.reg)
+	a.sinkMetrics = m
 	if cfg.FlowCollector.Enable {
 		s, err := a.flowCollectorSink(table, m)
 		if err != nil {
@@ -321,6 +368,7 @@ func (a *Aggregator) flowCollectorSink(table *ipfixmap.Table, m *sink.Metrics) (
 	if err != nil {
 		return nil, cfg.KeyError("flowCollector", err)
 	}
+	a.fcSink, a.fcExporter = s, ex
 	return s, nil
 }
 
@@ -399,6 +447,15 @@ func (a *Aggregator) Run(ctx context.Context) error {
 			_ = s.Run(sinkCtx, c)
 		}()
 	}
+	if a.encSink != nil {
+		c := a.encBuf.Consumer()
+		stages.Add(1)
+		go func() {
+			defer stages.Done()
+			defer c.Close()
+			_ = a.encSink.RunEncoded(sinkCtx, c)
+		}()
+	}
 	stages.Add(1)
 	go func() {
 		defer stages.Done()
@@ -462,7 +519,7 @@ func (a *Aggregator) Run(ctx context.Context) error {
 	a.api.SetReady(true)
 	a.log.Info("aggregator running", "mode", a.cfg.Mode, "transport", a.cfg.AggregatorTransportProtocol,
 		"ipfix", a.Addrs().IPFIX+a.Addrs().UDP, "grpc", a.Addrs().GRPC, "flowStream", a.Addrs().FlowStream,
-		"api", a.Addrs().API, "sinks", len(a.sinks))
+		"api", a.Addrs().API, "sinks", len(a.sinks), "proxyFastPath", a.encSink != nil)
 
 	var runErr error
 	select {

@@ -21,6 +21,24 @@ import (
 // Batch is the records of one message.
 type Batch struct {
 	Flows []*flow.Flow
+	// Encoded are records a Forwarder already turned into export records
+	// (Proxy mode's fast path); they are not in Flows.
+	Encoded []ipfix.EncodedRecord
+}
+
+// Len is the number of records in the batch.
+func (b *Batch) Len() int { return len(b.Flows) + len(b.Encoded) }
+
+// A Forwarder turns decoded IPFIX data records straight into export
+// records, without a flow record in between: Proxy mode's fast path, for
+// records whose export is their own fields plus a few more. Each session
+// has its own (see Options.Forwarder), used from that session's goroutine.
+type Forwarder interface {
+	// Forward appends r, as an export record, to out, with its octets
+	// appended to arena (out's records may alias arena's earlier backing
+	// arrays), and reports true. On false, r is normalized into a flow
+	// record instead, and arena and out are returned unchanged.
+	Forward(r *ipfix.Record, o *flow.Origin, arena []byte, out []ipfix.EncodedRecord) ([]byte, []ipfix.EncodedRecord, bool)
 }
 
 // Options configures every listener of a Collector.
@@ -35,6 +53,10 @@ type Options struct {
 	// MaxSessions bounds concurrent TCP/TLS sessions and gRPC connections
 	// (together), and remembered UDP peers; default 10000.
 	MaxSessions int
+	// Forwarder, when set, makes the IPFIX sessions' Forwarder: records
+	// it takes are handed on encoded (Batch.Encoded); the others are
+	// normalized as usual. gRPC records are always normalized.
+	Forwarder func() Forwarder
 	// GRPC tunes the gRPC collector.
 	GRPC GRPCOptions
 	// HandshakeTimeout bounds a TLS handshake; default 10 s.
@@ -122,6 +144,8 @@ type session struct {
 	ipfix     *ipfix.Session
 	dec       *ipfix.Decoder
 	norm      *ipfixmap.Normalizer
+	fwd       Forwarder
+	arenas    *ipfix.ArenaPool
 	m         *Metrics
 	records   prometheus.Counter
 	skewU     prometheus.Counter
@@ -141,6 +165,9 @@ func newSession(o *Options, transport string, exporter netip.Addr, ttl time.Dura
 	s.ipfix = ipfix.NewSession(ipfix.SessionOptions{Registry: o.Table.Registry(), TemplateTTL: ttl})
 	s.dec = ipfix.NewDecoder(s.ipfix)
 	s.norm = ipfixmap.NewNormalizer(o.Table)
+	if o.Forwarder != nil {
+		s.fwd = o.Forwarder()
+	}
 	addr := exporter.String()
 	s.records = o.Metrics.Records.WithLabelValues(transport, addr)
 	s.skewU = o.Metrics.SkewUnknown.WithLabelValues(addr)
@@ -160,9 +187,30 @@ func (s *session) decode(msg []byte, now time.Time) (Batch, error) {
 	h := s.dec.Header()
 	origin := flow.Origin{ExportTime: h.Time(), ObservationDomainID: h.ObservationDomainID, Exporter: s.exporter, Transport: s.transport}
 	var skew ipfixmap.Skew
+	var arena *ipfix.Arena
 	for i := uint32(0); s.dec.Next(); i++ {
-		if s.dec.Record().Template.IsOptions() {
+		r := s.dec.Record()
+		if r.Template.IsOptions() {
 			continue // exporter metadata (softflowd's meteringProcessId...), not a flow
+		}
+		if s.fwd != nil {
+			if arena == nil {
+				// Export records are a little longer than received ones
+				// (the Proxy elements), so this rarely grows.
+				arena = s.arenas.Get(len(msg) + len(msg)/4 + 256)
+				if cap(arena.Recs) == 0 {
+					// Room for as many records as 100-octet ones would make.
+					arena.Recs = make([]ipfix.EncodedRecord, 0, len(msg)/100+1)
+				}
+				b.Encoded = arena.Recs
+			}
+			var ok bool
+			if arena.Buf, b.Encoded, ok = s.fwd.Forward(r, &origin, arena.Buf, b.Encoded); ok {
+				k := s.norm.Skew(r.Template)
+				skew.Unknown += k.Unknown
+				skew.Missing += k.Missing
+				continue
+			}
 		}
 		if len(s.slab) == 0 {
 			// Records are carved from slabs: one allocation per slabSize
@@ -174,12 +222,22 @@ func (s *session) decode(msg []byte, now time.Time) (Batch, error) {
 		s.slab = s.slab[1:]
 		f.Origin = origin
 		f.Origin.SequenceNumber = h.SequenceNumber + i
-		k := s.norm.Normalize(s.dec.Record(), f)
+		k := s.norm.Normalize(r, f)
 		skew.Unknown += k.Unknown
 		skew.Missing += k.Missing
 		b.Flows = append(b.Flows, f)
 	}
-	s.records.Add(float64(len(b.Flows)))
+	if arena != nil {
+		for i := range b.Encoded {
+			b.Encoded[i].Arena = arena
+		}
+		arena.Recs = b.Encoded[:0]
+		if len(b.Encoded) == 0 {
+			b.Encoded = nil // the arena goes back to the pool now
+		}
+		arena.Hold(len(b.Encoded)) // last: after it, the arena may be reused
+	}
+	s.records.Add(float64(b.Len()))
 	if skew.Unknown > 0 {
 		s.skewU.Add(float64(skew.Unknown))
 	}
@@ -214,7 +272,7 @@ func (s *session) countTemplates() {
 
 // send hands a batch on, blocking (TCP) until there is room or ctx ends.
 func send(ctx context.Context, out chan<- Batch, b Batch) bool {
-	if len(b.Flows) == 0 {
+	if b.Len() == 0 {
 		return true
 	}
 	select {

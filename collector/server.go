@@ -30,6 +30,8 @@ type Server struct {
 	mu   sync.Mutex
 	refs map[netip.Addr]int
 	gen  map[netip.Addr]uint64
+	// arenas hold the forwarded records of every session (Options.Forwarder).
+	arenas ipfix.ArenaPool
 }
 
 // New returns a server with o (defaults filled in).
@@ -43,7 +45,9 @@ func New(o Options) (*Server, error) {
 
 func (s *Server) openSession(transport string, exporter netip.Addr, ttl time.Duration) *session {
 	s.hold(exporter)
-	return newSession(&s.o, transport, exporter, ttl)
+	sess := newSession(&s.o, transport, exporter, ttl)
+	sess.arenas = &s.arenas
+	return sess
 }
 
 func (s *Server) closeSession(sess *session) { s.release(sess.exporter) }
@@ -247,13 +251,13 @@ func (s *Server) ServeUDP(ctx context.Context, conn *net.UDPConn) error {
 			p.logged = true // once per peer: a broken exporter sends many
 			s.o.Log.Warn("malformed IPFIX datagram: the records before the defect are kept, the rest is dropped (further ones from this peer are only counted)", "transport", "udp", "peer", from.String(), "err", derr)
 		}
-		if len(b.Flows) == 0 {
+		if b.Len() == 0 {
 			continue
 		}
 		select {
 		case s.o.Out <- b:
 		default:
-			dropped.Add(float64(len(b.Flows)))
+			dropped.Add(float64(b.Len()))
 		}
 	}
 }

@@ -306,6 +306,11 @@ type ProxyOptions struct {
 	// PassThroughUnknown forwards information elements Sluice does not know
 	// to the collector instead of dropping them.
 	PassThroughUnknown bool `yaml:"passThroughUnknown"`
+	// FastPath forwards IPFIX records whose export is their own fields
+	// plus Proxy mode's by copying their octets, without a flow record in
+	// between. It applies when flowCollector is the only consumer of
+	// records and sends IPFIX, and flowCollector.includeK8sUIDs is off.
+	FastPath bool `yaml:"fastPath"`
 }
 
 // AggregateOptions is the `sluice.aggregate` section.
@@ -358,7 +363,7 @@ func Default() *Aggregator {
 			APIAddress:   ":10348",
 			// Antrea's FlowStreamService port.
 			FlowStreamAddress: ":14740",
-			Proxy:             ProxyOptions{PassThroughUnknown: true},
+			Proxy:             ProxyOptions{PassThroughUnknown: true, FastPath: true},
 			Aggregate:         AggregateOptions{MaxFlows: 1000000, ExportOneSided: true},
 		},
 	}

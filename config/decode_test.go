@@ -106,6 +106,7 @@ func TestDefaultValues(t *testing.T) {
 		{"sluice.tls", a.Sluice.TLS, ServerTLS{}},
 		{"sluice.collectorTLS", a.Sluice.CollectorTLS, FileTLS{}},
 		{"sluice.proxy.passThroughUnknown", a.Sluice.Proxy.PassThroughUnknown, true},
+		{"sluice.proxy.fastPath", a.Sluice.Proxy.FastPath, true},
 		{"sluice.aggregate.maxFlows", a.Sluice.Aggregate.MaxFlows, 1000000},
 		{"sluice.aggregate.exportOneSided", a.Sluice.Aggregate.ExportOneSided, true},
 	}
@@ -404,7 +405,7 @@ flowLogger:
   maxBackups: 0
   compress: no
 sluice:
-  proxy: {passThroughUnknown: false}
+  proxy: {passThroughUnknown: false, fastPath: false}
   aggregate: {exportOneSided: off}
 aggregatorTransportProtocol: UDP
 `
@@ -415,7 +416,7 @@ aggregatorTransportProtocol: UDP
 	if a.FlowCollector.IncludeK8sNames || a.FlowCollector.TemplateRefreshTimeout.Duration != 0 ||
 		a.FlowCollector.ObservationDomainID == nil || *a.FlowCollector.ObservationDomainID != 0 ||
 		a.FlowLogger.MaxBackups != 0 || a.FlowLogger.Compress ||
-		a.Sluice.Proxy.PassThroughUnknown || a.Sluice.Aggregate.ExportOneSided {
+		a.Sluice.Proxy.PassThroughUnknown || a.Sluice.Proxy.FastPath || a.Sluice.Aggregate.ExportOneSided {
 		t.Errorf("explicit values lost: %+v", a)
 	}
 	if a.AggregatorTransportProtocol != TransportUDP {

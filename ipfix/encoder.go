@@ -760,3 +760,47 @@ func uint32FromAddr4(a netip.Addr) uint32 {
 	b := a.As4()
 	return binary.BigEndian.Uint32(b[:])
 }
+
+// AddEncoded adds a record that is already encoded for t (see
+// EncodedRecord) to the message being built for domain, as End would:
+// in a data set of t, moved to the next message if it makes this one too
+// large. Its length is checked against t's smallest record, not its
+// values: the caller vouches for them.
+func (e *Encoder) AddEncoded(domain uint32, t *Template, data []byte) error {
+	if len(data) < t.minLen {
+		return fmt.Errorf("ipfix: an encoded record of %d octets is shorter than template %d allows (%d)", len(data), t.ID, t.minLen)
+	}
+	if headerLen+setHeaderLen+len(data) > e.max {
+		return fmt.Errorf("data record of template %d (%d octets): %w", t.ID, len(data), ErrTooLarge)
+	}
+	a := e.Begin(domain, t)
+	if a.i >= failBit {
+		return a.End()
+	}
+	// The buffer holds twice a message (see NewEncoder), so a record that
+	// fits in a message always fits behind the one being built.
+	copy(e.b[a.n:], data)
+	a.n += len(data)
+	a.i = len(e.ops)
+	return a.End()
+}
+
+// EncodeRecord builds one data record of t outside any message and
+// returns its octets, for a caller that forwards EncodedRecords: write
+// must write every field and End the builder. The returned slice is valid
+// until the encoder's next use; the encoder's message state is left
+// empty. Use an Encoder that does nothing else.
+func (e *Encoder) EncodeRecord(t *Template, write func(RecordBuilder) error) ([]byte, error) {
+	e.Discard()
+	if err := write(e.Begin(0, t)); err != nil {
+		e.Discard()
+		return nil, err
+	}
+	if e.setStart < 0 || e.records != 1 {
+		e.Discard()
+		return nil, errors.New("ipfix: EncodeRecord: write did not end exactly one record")
+	}
+	rec := e.buf[e.setStart+setHeaderLen:]
+	e.Discard()
+	return rec, nil
+}

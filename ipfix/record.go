@@ -231,3 +231,31 @@ func beUint(b []byte) uint64 {
 func (r *Record) Clone() *Record {
 	return &Record{Template: r.Template, data: bytes.Clone(r.data), spans: slices.Clone(r.spans)}
 }
+
+// Encoded returns the octets of fields i through j-1 exactly as they were
+// received, length prefixes included, or nil if the range is not within
+// the record. A forwarder copies runs of fields with it instead of reading
+// and re-writing each value.
+func (r *Record) Encoded(i, j int) []byte {
+	if i < 0 || j > len(r.spans) || i >= j {
+		return nil
+	}
+	start := 0
+	if i > 0 {
+		s := r.spans[i-1]
+		start = int(s.off) + int(s.len)
+	}
+	s := r.spans[j-1]
+	return r.data[start : int(s.off)+int(s.len)]
+}
+
+// EncodedRecord is one data record already encoded for Template: its field
+// values in template order as they go on the wire (variable-length ones
+// with their length prefixes), without a set header.
+type EncodedRecord struct {
+	Template *Template
+	Data     []byte
+	// Arena, when set, holds Data and is released by the consumer once it
+	// has copied it (see Arena).
+	Arena *Arena
+}

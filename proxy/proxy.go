@@ -12,6 +12,8 @@ import (
 	"sluice/collector"
 	"sluice/enrich"
 	"sluice/flow"
+	"sluice/flow/ipfixmap"
+	"sluice/ipfix"
 	"sluice/ring"
 )
 
@@ -53,6 +55,49 @@ func (p *Proxy) Run(ctx context.Context, in <-chan collector.Batch, out *ring.Bu
 	}
 }
 
+// RunEncoded is Run for an export that is IPFIX only (see Forwarding):
+// batches carry records the collector's forwarders encoded already, and
+// flow records, which are enriched here and written with ex; out receives
+// export records only. encodeErr hears of a flow record that cannot be
+// written (it is dropped). ex is this goroutine's from now on.
+func (p *Proxy) RunEncoded(ctx context.Context, in <-chan collector.Batch, out *ring.Buffer[ipfix.EncodedRecord],
+	ex *ipfixmap.Exporter, encodeErr func(error)) {
+	// An encoder that never sends: it only builds records (EncodeRecord).
+	enc, err := ipfix.NewEncoder(ipfix.EncoderOptions{}, func([]byte) error { return nil })
+	if err != nil {
+		panic(err) // the default options are valid
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case b, ok := <-in:
+			if !ok {
+				return
+			}
+			recs := b.Encoded
+			var arena []byte
+			for _, f := range b.Flows {
+				p.Process(f)
+				t, _, err := ex.Template(f)
+				if err != nil {
+					encodeErr(err)
+					continue
+				}
+				data, err := enc.EncodeRecord(t, func(rb ipfix.RecordBuilder) error { return ex.Write(rb, t, f) })
+				if err != nil {
+					encodeErr(err)
+					continue
+				}
+				start := len(arena)
+				arena = append(arena, data...)
+				recs = append(recs, ipfix.EncodedRecord{Template: t, Data: arena[start:len(arena):len(arena)]})
+			}
+			out.Produce(recs...)
+		}
+	}
+}
+
 // Process enriches one record in place: flow direction, the Pod metadata
 // an inter-node half lacks, labels, UIDs and the cluster ID.
 func (p *Proxy) Process(f *flow.Flow) {
@@ -84,11 +129,16 @@ func (p *Proxy) Process(f *flow.Flow) {
 // leaves the cluster; ingress when it holds only the destination Pod
 // (inter-node) or the flow enters the cluster; unknown otherwise.
 func Direction(f *flow.Flow) uint8 {
-	src, dst := f.SourcePodName != "", f.DestinationPodName != ""
+	return direction(f.FlowType, f.SourcePodName != "", f.DestinationPodName != "")
+}
+
+// direction is Direction for a record of flowType naming a source and a
+// destination Pod or not.
+func direction(flowType uint8, src, dst bool) uint8 {
 	switch {
-	case f.FlowType == flow.FlowTypeInterNode && src && !dst, f.FlowType == flow.FlowTypeToExternal && src:
+	case flowType == flow.FlowTypeInterNode && src && !dst, flowType == flow.FlowTypeToExternal && src:
 		return flow.DirectionEgress
-	case f.FlowType == flow.FlowTypeInterNode && dst && !src, f.FlowType == flow.FlowTypeFromExternal && dst:
+	case flowType == flow.FlowTypeInterNode && dst && !src, flowType == flow.FlowTypeFromExternal && dst:
 		return flow.DirectionIngress
 	}
 	return flow.DirectionUnknown

@@ -211,3 +211,18 @@ func PutValues(b ipfix.RecordBuilder, els []*Element, f *flow.Flow) ipfix.Record
 	}
 	return b
 }
+
+// Base is the export template of an IP family (4 or 6) without
+// passed-through elements: what a record with nothing to pass through is
+// written as.
+func (e *Exporter) Base(family int) *ipfix.Template {
+	fi := byte(0)
+	if family == 6 {
+		fi = 1
+	}
+	return e.templates[string([]byte{fi, 0})]
+}
+
+// PassThrough reports whether the exporter passes unknown elements
+// through.
+func (e *Exporter) PassThrough() bool { return e.passThrough }

@@ -105,6 +105,10 @@ func (n *Normalizer) plan(t *ipfix.Template) *plan {
 	return p
 }
 
+// Skew is the skew of records of template t, as Normalize reports it, for
+// records that are forwarded without being normalized.
+func (n *Normalizer) Skew(t *ipfix.Template) Skew { return n.plan(t).skew }
+
 // Normalize fills f from r, setting presence for every field the record
 // carries, and returns the record's skew. f must be zero or reset; its
 // Origin is left to the caller.

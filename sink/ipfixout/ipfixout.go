@@ -72,7 +72,19 @@ type Sink struct {
 	lastFlush time.Time
 	// announced holds the templates sent on the current connection.
 	announced map[*ipfix.Template]bool
-	jsonBuf   []byte
+	// known are the templates to announce on a new connection when
+	// records come encoded (RunEncoded): the Exporter's, as New found
+	// them, and those records have brought since. The Exporter itself is
+	// then the producer's, not the sink's to read.
+	known    []*ipfix.Template
+	knownSet map[*ipfix.Template]bool
+	encoded  bool
+	// arena and arenaUsed are the Arena of the last encoded records
+	// copied and how many of them are not released yet: released in sums,
+	// when the next record is of another Arena or the sink goes idle.
+	arena     *ipfix.Arena
+	arenaUsed int
+	jsonBuf  []byte
 	// for JSON: records are rendered from their IPFIX form, so the two
 	// formats always carry the same elements and values.
 	json       *flowjson.Renderer
@@ -134,6 +146,11 @@ func New(o Options) (*Sink, error) {
 	}
 	if o.JSON {
 		s.json = flowjson.New(o.Exporter)
+	}
+	s.known = append(s.known, o.Exporter.Templates()...)
+	s.knownSet = map[*ipfix.Template]bool{}
+	for _, t := range s.known {
+		s.knownSet[t] = true
 	}
 	m := o.Metrics
 	s.exported = m.Exported.WithLabelValues(o.Name)
@@ -226,7 +243,11 @@ func (s *Sink) announce() error {
 		return nil
 	}
 	clear(s.announced)
-	for _, t := range s.o.Exporter.Templates() {
+	templates := s.known
+	if !s.encoded {
+		templates = s.o.Exporter.Templates()
+	}
+	for _, t := range templates {
 		s.announceOne(t)
 	}
 	return s.enc.Flush()
@@ -235,6 +256,24 @@ func (s *Sink) announce() error {
 // Run sends what c yields until ctx ends or the buffer closes, then
 // flushes what it holds.
 func (s *Sink) Run(ctx context.Context, c *ring.Consumer[*flow.Flow]) error {
+	return run(ctx, s, c, s.send, nil)
+}
+
+// RunEncoded is Run for records that come already encoded for the
+// Exporter's templates (Proxy mode's fast path, see proxy.Forwarding):
+// they are copied into messages as they are. Not with JSON.
+func (s *Sink) RunEncoded(ctx context.Context, c *ring.Consumer[ipfix.EncodedRecord]) error {
+	if s.o.JSON {
+		return errors.New("ipfixout: encoded records cannot be sent as JSON")
+	}
+	s.encoded = true
+	return run(ctx, s, c, s.sendEncoded, s.releaseArena)
+}
+
+// run is the loop of Run and RunEncoded: connect (with backoff), take
+// what c yields, send each item with send, flush on the clock. idle, when
+// set, runs before waiting for more items.
+func run[T any](ctx context.Context, s *Sink, c *ring.Consumer[T], send func(T), idle func()) error {
 	defer func() {
 		s.flush()
 		if s.conn != nil {
@@ -243,7 +282,9 @@ func (s *Sink) Run(ctx context.Context, c *ring.Consumer[*flow.Flow]) error {
 		}
 	}()
 	backoff := s.o.MinBackoff
-	var pending []*flow.Flow
+	// pending are the items of buf not sent yet; buf is reused for every
+	// Next, so that taking items allocates nothing.
+	var buf, pending []T
 	var lost uint64
 	for {
 		if s.closedByPeer() {
@@ -267,9 +308,13 @@ func (s *Sink) Run(ctx context.Context, c *ring.Consumer[*flow.Flow]) error {
 			backoff = s.o.MinBackoff
 		}
 		if len(pending) == 0 {
+			if idle != nil {
+				idle()
+			}
 			wctx, cancel := context.WithTimeout(ctx, s.o.FlushInterval)
 			var ok bool
-			pending, ok = c.Next(wctx, pending[:0], 512)
+			buf, ok = c.Next(wctx, buf[:0], 512)
+			pending = buf
 			waited := wctx.Err() != nil
 			cancel()
 			if c.Lost > lost {
@@ -286,7 +331,7 @@ func (s *Sink) Run(ctx context.Context, c *ring.Consumer[*flow.Flow]) error {
 			}
 		}
 		for len(pending) > 0 && s.conn != nil && !s.closedByPeer() {
-			s.send(pending[0])
+			send(pending[0])
 			pending = pending[1:]
 		}
 		// A steady trickle never leaves Next idle for a whole interval:
@@ -343,6 +388,42 @@ func (s *Sink) send(f *flow.Flow) {
 		s.encodeErrs.Inc()
 		s.o.Log.Error("cannot encode a record", "sink", s.o.Name, "err", err)
 	}
+}
+
+func (s *Sink) sendEncoded(r ipfix.EncodedRecord) {
+	// The record is copied (or dropped) below either way.
+	if r.Arena != s.arena {
+		s.releaseArena()
+		s.arena = r.Arena
+	}
+	s.arenaUsed++
+	t := r.Template
+	if !s.announced[t] {
+		if !s.knownSet[t] {
+			s.knownSet[t] = true
+			s.known = append(s.known, t)
+		}
+		if !s.announceOne(t) {
+			s.encodeErrs.Inc()
+			return
+		}
+	}
+	if err := s.enc.AddEncoded(s.o.ObservationDomainID, t, r.Data); err != nil {
+		if s.conn == nil {
+			s.sendErrs.Inc() // as in send
+			return
+		}
+		s.encodeErrs.Inc()
+		s.o.Log.Error("cannot send an encoded record", "sink", s.o.Name, "err", err)
+	}
+}
+
+// releaseArena releases the encoded records copied since the last call.
+func (s *Sink) releaseArena() {
+	if s.arena != nil && s.arenaUsed > 0 {
+		s.arena.Release(s.arenaUsed)
+	}
+	s.arena, s.arenaUsed = nil, 0
 }
 
 // announceOne adds t to the message being built, once per connection. A

@@ -1,0 +1,448 @@
+package proxy
+
+import (
+	"encoding/binary"
+	"fmt"
+	"net/netip"
+	"time"
+
+	"sluice/collector"
+	"sluice/enrich"
+	"sluice/flow"
+	"sluice/flow/ipfixmap"
+	"sluice/ipfix"
+)
+
+// Forwarding is Proxy mode's fast path. Most received records are exported
+// as their own fields plus the few Proxy mode adds, so a record whose
+// template allows it is forwarded by copying runs of its octets into an
+// export record and writing only what the proxy decides (the other side's
+// Pod names, labels, cluster ID, flow direction, the original exporter),
+// without a flow record in between. The result is the same, octet for
+// octet, as normalizing the record, enriching it with Process and
+// writing it with the Exporter, which is what records of other templates
+// still do (see TestForwardMatchesProcess).
+//
+// A Forwarding is shared by the collector's sessions; each session has its
+// own forwarder (NewForwarder), which keeps its plans per template.
+type Forwarding struct {
+	p     *Proxy
+	table *ipfixmap.Table
+	// base are the export templates by family index (4 → 0, 6 → 1).
+	base        [2]*ipfix.Template
+	passThrough bool
+	// cluster is the clusterId value encoded, nil when none is set.
+	cluster []byte
+}
+
+// NewForwarding prepares the fast path for p's records exported through
+// ex. It returns nil when no record could take it: with UIDs on, which
+// the fast path does not fill.
+func NewForwarding(p *Proxy, table *ipfixmap.Table, ex *ipfixmap.Exporter) (*Forwarding, error) {
+	if p.o.UIDs {
+		return nil, nil
+	}
+	fw := &Forwarding{p: p, table: table, passThrough: ex.PassThrough()}
+	for fi, family := range []int{4, 6} {
+		if fw.base[fi] = ex.Base(family); fw.base[fi] == nil {
+			return nil, fmt.Errorf("proxy: the exporter has no IPv%d template", family)
+		}
+	}
+	if c := p.o.ClusterID; c != "" {
+		if len(c) > 0xffff {
+			return nil, fmt.Errorf("proxy: the cluster ID is %d octets long, more than a record can carry", len(c))
+		}
+		fw.cluster = appendVar(nil, c)
+	}
+	return fw, nil
+}
+
+// NewForwarder returns a forwarder for one collector session.
+func (fw *Forwarding) NewForwarder() collector.Forwarder {
+	return &forwarder{fw: fw, plans: map[*ipfix.Template]*fplan{}, egress: map[string][]byte{}}
+}
+
+// What an export field's value comes from.
+const (
+	opCopy      = iota // octets of received fields a..b-1
+	opZero             // a zero octets: a fixed-length value the record lacks
+	opEmpty            // an empty variable-length value the record lacks
+	opPod              // a Pod's namespace, name or Node (side a, which b), received field c
+	opLabels           // side a's Pod labels, received field c
+	opCluster          // the cluster ID, received field c
+	opEgressIP         // egressIP as the exporter writes it, received field c
+	opDomain           // originalObservationDomainId
+	opExporter4        // originalExporterIPv4Address
+	opExporter6        // originalExporterIPv6Address
+	opDirection        // flowDirection
+)
+
+// Which Pod string an opPod writes.
+const (
+	podNamespace = iota
+	podName
+	podNode
+)
+
+// fixedLen is the length of the value an op writes itself, for the ops
+// whose value has one.
+func fixedLen(kind uint8) (uint16, bool) {
+	switch kind {
+	case opDomain, opExporter4:
+		return 4, true
+	case opExporter6:
+		return 16, true
+	case opDirection:
+		return 1, true
+	}
+	return 0, false
+}
+
+type fop struct {
+	kind    uint8
+	a, b, c int
+}
+
+// fplan is how records of one received template are forwarded; ok false
+// sends them the normal way.
+type fplan struct {
+	ok  bool
+	out *ipfix.Template
+	ops []fop
+	// Received fields the proxy reads, -1 when absent.
+	srcIP, dstIP, start, flowType int
+	pod                           [2][3]int // side (source, destination) × podNamespace..podNode
+}
+
+type forwarder struct {
+	fw       *Forwarding
+	plans    map[*ipfix.Template]*fplan
+	last     *ipfix.Template
+	lastPlan *fplan
+	// egress caches egressIP values as received → as exported: a cluster
+	// has few Egress IPs, and parsing one allocates.
+	egress map[string][]byte
+}
+
+// maxPlans bounds a session's plans; templates replaced over a long
+// session leave stale ones behind, and the cache is cleared when full.
+const maxPlans = 1024
+
+func (f *forwarder) plan(t *ipfix.Template) *fplan {
+	if t == f.last {
+		return f.lastPlan
+	}
+	p, ok := f.plans[t]
+	if !ok {
+		if len(f.plans) >= maxPlans {
+			clear(f.plans)
+		}
+		p = f.fw.plan(t)
+		f.plans[t] = p
+	}
+	f.last, f.lastPlan = t, p
+	return p
+}
+
+// plan works out how records of t are forwarded.
+func (fw *Forwarding) plan(t *ipfix.Template) *fplan {
+	p := &fplan{srcIP: -1, dstIP: -1, start: -1, flowType: -1}
+	for s := range p.pod {
+		p.pod[s] = [3]int{-1, -1, -1}
+	}
+	if t.IsOptions() {
+		return p
+	}
+	// What the proxy reads, and the record's family (that of its source
+	// address, as for flow.Flow.IsIPv6).
+	family := 4
+	for i := range t.Fields {
+		el, ok := fw.table.Lookup(t.Fields[i].Key())
+		if !ok || t.Fields[i].Type != el.IE.Type {
+			continue
+		}
+		switch el.Field {
+		case flow.SourceIP:
+			p.srcIP = i
+			family = el.Family
+		case flow.DestinationIP:
+			p.dstIP = i
+		case flow.FlowType:
+			p.flowType = i
+		case flow.StartTime:
+			p.start = i
+		case flow.SourcePodNamespace:
+			p.pod[0][podNamespace] = i
+		case flow.SourcePodName:
+			p.pod[0][podName] = i
+		case flow.SourceNodeName:
+			p.pod[0][podNode] = i
+		case flow.DestinationPodNamespace:
+			p.pod[1][podNamespace] = i
+		case flow.DestinationPodName:
+			p.pod[1][podName] = i
+		case flow.DestinationNodeName:
+			p.pod[1][podNode] = i
+		}
+	}
+	out := fw.base[0]
+	if family == 6 {
+		out = fw.base[1]
+	}
+	src, ok := fw.table.CopyPlan(t, out, fw.passThrough)
+	if !ok {
+		return p
+	}
+	p.out = out
+	for j := range out.Fields {
+		of := &out.Fields[j]
+		op := fop{kind: opCopy, a: src[j], b: src[j] + 1, c: src[j]}
+		k := of.Key()
+		el, _ := fw.table.Lookup(k)
+		switch {
+		case k == ipfix.ElementKey{ID: 405}:
+			op.kind = opDomain
+		case k == ipfix.ElementKey{ID: 403}:
+			op.kind = opExporter4
+		case k == ipfix.ElementKey{ID: 404}:
+			op.kind = opExporter6
+		case el == nil:
+			return p // the export has an element the table does not map
+		case el.Field == flow.FlowDirection:
+			op.kind = opDirection
+		case el.Field == flow.SourcePodLabels:
+			op.kind, op.a = opLabels, 0
+		case el.Field == flow.DestinationPodLabels:
+			op.kind, op.a = opLabels, 1
+		case el.Field == flow.ClusterID:
+			op.kind = opCluster
+		case el.Field == flow.EgressIP:
+			op.kind = opEgressIP
+		case el.Field == flow.SourcePodNamespace, el.Field == flow.SourcePodName, el.Field == flow.SourceNodeName,
+			el.Field == flow.DestinationPodNamespace, el.Field == flow.DestinationPodName, el.Field == flow.DestinationNodeName:
+			op.kind = opPod
+			op.a, op.b = podSide(el.Field)
+		case src[j] < 0 && of.Variable():
+			op.kind = opEmpty
+		case src[j] < 0:
+			op.kind, op.a = opZero, int(of.Length)
+		}
+		if want, fixed := fixedLen(op.kind); fixed && of.Length != want {
+			return p // cannot happen with Sluice's registry; the normal path would say why
+		}
+		// Runs of fields received in export order are one copy.
+		if n := len(p.ops); n > 0 && op.kind == opCopy && p.ops[n-1].kind == opCopy && p.ops[n-1].b == op.a {
+			p.ops[n-1].b = op.b
+			continue
+		}
+		if n := len(p.ops); n > 0 && op.kind == opZero && p.ops[n-1].kind == opZero {
+			p.ops[n-1].a += op.a
+			continue
+		}
+		p.ops = append(p.ops, op)
+	}
+	p.ok = true
+	return p
+}
+
+func podSide(f flow.Field) (side, which int) {
+	switch f {
+	case flow.SourcePodNamespace:
+		return 0, podNamespace
+	case flow.SourcePodName:
+		return 0, podName
+	case flow.SourceNodeName:
+		return 0, podNode
+	case flow.DestinationPodNamespace:
+		return 1, podNamespace
+	case flow.DestinationPodName:
+		return 1, podName
+	}
+	return 1, podNode
+}
+
+// Forward implements collector.Forwarder.
+func (f *forwarder) Forward(r *ipfix.Record, o *flow.Origin, arena []byte, out []ipfix.EncodedRecord) ([]byte, []ipfix.EncodedRecord, bool) {
+	p := f.plan(r.Template)
+	if !p.ok {
+		return arena, out, false
+	}
+	px := f.fw.p
+	flowType := uint8(0)
+	if p.flowType >= 0 {
+		v, _ := r.Uint(p.flowType)
+		flowType = uint8(v)
+	}
+	// The record's Pod strings, then Process's decisions on them: FillPods
+	// for an inter-Node record, then the direction and labels of the
+	// result.
+	var strs [2][3][]byte
+	for s := range p.pod {
+		for w, i := range p.pod[s] {
+			if i >= 0 {
+				strs[s][w] = r.Bytes(i)
+			}
+		}
+	}
+	var pods [2]*enrich.Pod
+	var fill [2]bool
+	if px.o.Store != nil && (px.o.PodLabels || flowType == flow.FlowTypeInterNode) {
+		var start time.Time
+		if p.start >= 0 {
+			start, _ = r.Time(p.start)
+		}
+		for s, i := range [2]int{p.srcIP, p.dstIP} {
+			if i >= 0 {
+				a, _ := r.Addr(i)
+				pods[s] = px.pod(a, start)
+			}
+		}
+		if flowType == flow.FlowTypeInterNode {
+			fill[0] = len(strs[0][podName]) == 0 && pods[0] != nil
+			fill[1] = len(strs[1][podName]) == 0 && pods[1] != nil
+		}
+	}
+	// The Pod names after FillPods.
+	var has [2]bool
+	for s := range has {
+		has[s] = len(strs[s][podName]) > 0
+		if fill[s] {
+			has[s] = pods[s].Name != ""
+		}
+	}
+	start := len(arena)
+	for _, op := range p.ops {
+		switch op.kind {
+		case opCopy:
+			arena = append(arena, r.Encoded(op.a, op.b)...)
+		case opZero:
+			arena = append(arena, make([]byte, op.a)...)
+		case opEmpty:
+			arena = append(arena, 0)
+		case opPod:
+			if !fill[op.a] {
+				arena = appendVarBytes(arena, strs[op.a][op.b])
+				break
+			}
+			pod := pods[op.a]
+			switch op.b {
+			case podNamespace:
+				arena = appendVar(arena, pod.Namespace)
+			case podName:
+				arena = appendVar(arena, pod.Name)
+			default:
+				if node := strs[op.a][podNode]; len(node) == 0 && pod.NodeName != "" {
+					arena = appendVar(arena, pod.NodeName)
+				} else {
+					arena = appendVarBytes(arena, node)
+				}
+			}
+		case opLabels:
+			if !px.o.PodLabels {
+				arena = appendReceived(arena, r, op.c)
+				break
+			}
+			// As labels(): only for the Pod the record names (after
+			// FillPods, which names it after the Pod itself).
+			s, pod := op.a, pods[op.a]
+			if pod == nil || !has[s] || !fill[s] &&
+				(string(strs[s][podName]) != pod.Name || string(strs[s][podNamespace]) != pod.Namespace) {
+				arena = append(arena, 0)
+				break
+			}
+			l := pod.LabelsJSON()
+			if len(l) > 0xffff {
+				return arena[:start], out, false // the normal path reports it
+			}
+			arena = appendVar(arena, l)
+		case opCluster:
+			if f.fw.cluster != nil {
+				arena = append(arena, f.fw.cluster...)
+			} else {
+				arena = appendReceived(arena, r, op.c)
+			}
+		case opEgressIP:
+			arena = f.appendEgressIP(arena, r, op.c)
+		case opDomain:
+			arena = binary.BigEndian.AppendUint32(arena, o.ObservationDomainID)
+		case opExporter4:
+			a := o.Exporter.Unmap()
+			if a.Is4() {
+				b := a.As4()
+				arena = append(arena, b[:]...)
+			} else {
+				arena = append(arena, 0, 0, 0, 0)
+			}
+		case opExporter6:
+			a := o.Exporter.Unmap()
+			var b [16]byte
+			if a.Is6() {
+				b = a.As16()
+			}
+			arena = append(arena, b[:]...)
+		case opDirection:
+			arena = append(arena, direction(flowType, has[0], has[1]))
+		}
+	}
+	rec := arena[start:len(arena):len(arena)]
+	return arena, append(out, ipfix.EncodedRecord{Template: p.out, Data: rec}), true
+}
+
+// appendVar appends s as a variable-length value (RFC 7011 §7), as the
+// encoder writes one.
+func appendVar(b []byte, s string) []byte {
+	if len(s) < 255 {
+		b = append(b, byte(len(s)))
+	} else {
+		b = append(b, 255, byte(len(s)>>8), byte(len(s)))
+	}
+	return append(b, s...)
+}
+
+func appendVarBytes(b, s []byte) []byte {
+	if len(s) < 255 {
+		b = append(b, byte(len(s)))
+	} else {
+		b = append(b, 255, byte(len(s)>>8), byte(len(s)))
+	}
+	return append(b, s...)
+}
+
+// appendReceived appends received variable-length field i as the encoder
+// would write it, or an empty value when the record lacks it.
+func appendReceived(b []byte, r *ipfix.Record, i int) []byte {
+	if i < 0 {
+		return append(b, 0)
+	}
+	return appendVarBytes(b, r.Bytes(i))
+}
+
+// maxEgress bounds a forwarder's cache of egressIP values.
+const maxEgress = 256
+
+// appendEgressIP appends egressIP as the exporter writes it: the address
+// in its canonical form, empty when the record lacks one or it does not
+// parse.
+func (f *forwarder) appendEgressIP(b []byte, r *ipfix.Record, i int) []byte {
+	if i < 0 {
+		return append(b, 0)
+	}
+	v := r.Bytes(i)
+	if len(v) == 0 {
+		return append(b, 0)
+	}
+	if enc, ok := f.egress[string(v)]; ok {
+		return append(b, enc...)
+	}
+	var enc []byte
+	if a, err := netip.ParseAddr(string(v)); err != nil {
+		enc = []byte{0}
+	} else {
+		enc = appendVar(nil, a.String())
+	}
+	if len(f.egress) >= maxEgress {
+		clear(f.egress)
+	}
+	f.egress[string(v)] = enc
+	return append(b, enc...)
+}

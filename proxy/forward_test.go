@@ -1,0 +1,301 @@
+package proxy_test
+
+import (
+	"bytes"
+	"fmt"
+	"math/rand/v2"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	"sluice/enrich"
+	"sluice/flow"
+	"sluice/flow/ipfixmap"
+	"sluice/ipfix"
+	"sluice/proxy"
+)
+
+// fwTemplate is a received template to try the fast path on, and whether
+// it must take it (with pass-through on and off).
+type fwTemplate struct {
+	name             string
+	fields           []ipfix.Field
+	fastPT, fastNoPT bool
+}
+
+func fwTemplates(t *testing.T, rng *rand.Rand) []fwTemplate {
+	reg := ipfix.DefaultRegistry()
+	fields := func(names ...string) []ipfix.Field {
+		var fs []ipfix.Field
+		for _, n := range names {
+			ie, ok := reg.ByName(n)
+			if !ok {
+				t.Fatalf("no element %s", n)
+			}
+			fs = append(fs, ipfix.Field{IE: ie})
+		}
+		return fs
+	}
+	agent := func(v string, family int) []string {
+		names, err := ipfixmap.AgentElements(v, family)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return names
+	}
+	var out []fwTemplate
+	for _, v := range ipfixmap.AgentVersions() {
+		for _, fam := range []int{4, 6} {
+			legacy := v == "v1.15" || v == "v2.0" // appProtocolName, httpVals
+			out = append(out, fwTemplate{fmt.Sprintf("agent %s IPv%d", v, fam), fields(agent(v, fam)...), !legacy, true})
+		}
+	}
+	v27 := agent("v2.7", 4)
+	out = append(out,
+		fwTemplate{"v2.7 + what Proxy mode adds, sent by the exporter", fields(append(slicesClone(v27),
+			"flowDirection", "sourcePodLabels", "destinationPodLabels", "clusterId",
+			"originalObservationDomainId", "originalExporterIPv4Address")...), true, true},
+		fwTemplate{"v2.7 + UIDs (not exported with UIDs off)", fields(append(slicesClone(v27), "sourcePodUUID", "destinationNodeUUID")...), true, true},
+		fwTemplate{"flowStartMilliseconds for flowStartSeconds", fields(append([]string{"flowStartMilliseconds"}, v27[1:]...)...), false, false},
+		fwTemplate{"start in seconds and milliseconds", fields(append(slicesClone(v27), "flowStartMilliseconds")...), false, false},
+		fwTemplate{"mixed families", fields(append(slicesClone(v27[:11]), append([]string{"destinationIPv6Address"}, v27[12:]...)...)...), false, false},
+		fwTemplate{"an element twice", fields(append(slicesClone(v27), "sourcePodName")...), false, false},
+		fwTemplate{"no addresses at all", fields("flowStartSeconds", "flowEndSeconds", "sourcePodName", "flowType"), true, true},
+	)
+	// A reduced-size counter.
+	red := fields(v27...)
+	red[9].Length = 4 // octetDeltaCount
+	out = append(out, fwTemplate{"reduced-size octetDeltaCount", red, false, false})
+	// The future: two Antrea elements and one of another enterprise that
+	// Sluice does not know.
+	fut := fields(v27...)
+	for _, x := range []ipfix.Field{{EnterpriseID: ipfix.EnterpriseAntrea, ID: 173, Length: 4}, {EnterpriseID: ipfix.EnterpriseAntrea, ID: 174, Length: ipfix.VariableLength}, {EnterpriseID: 99, ID: 7, Length: 2}} {
+		x.IE = &ipfix.InfoElement{Name: fmt.Sprintf("%d:%d", x.EnterpriseID, x.ID), EnterpriseID: x.EnterpriseID, ID: x.ID, Type: ipfix.OctetArray, Length: x.Length}
+		fut = append(fut, x)
+	}
+	out = append(out, fwTemplate{"future exporter", fut, false, true})
+	// Random subsets of v2.7 in random orders.
+	for i := range 40 {
+		names := slicesClone(agent("v2.7", 4+2*(i%2)))
+		rng.Shuffle(len(names), func(a, b int) { names[a], names[b] = names[b], names[a] })
+		var keep []string
+		for _, n := range names {
+			if rng.IntN(10) < 7 || strings.HasPrefix(n, "source") && strings.HasSuffix(n, "Address") {
+				keep = append(keep, n)
+			}
+		}
+		out = append(out, fwTemplate{fmt.Sprintf("random subset %d", i), fields(keep...), true, true})
+	}
+	return out
+}
+
+func slicesClone(s []string) []string { return append([]string(nil), s...) }
+
+var (
+	fwPodIPs = []string{"10.244.1.5", "10.244.2.7", "10.244.3.9", "fd00::5", "fd00::7", "fd00::9"}
+	fwOther  = []string{"10.0.0.1", "0.0.0.0", "192.168.7.7", "fd00::1", "::", "2001:db8::1"}
+	fwNames  = []string{"", "", "cart-1", "db-0", "web-2", "shop", "node-a", "node-b", "ESTABLISHED", "名前", strings.Repeat("x", 300)}
+	fwEgress = []string{"", "", "10.1.2.3", "FD00::1", "fd00::1", "not-an-ip", "010.1.2.3", "::ffff:10.1.2.3"}
+)
+
+// fwStore knows Pods at the first addresses of fwPodIPs, one without
+// labels, one on no Node.
+func fwStore() enrich.Store {
+	t0 := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
+	ip := netip.MustParseAddr
+	return enrich.NewStatic([]enrich.Pod{
+		{Namespace: "shop", Name: "cart-1", NodeName: "node-a", Labels: map[string]string{"app": "cart", "tier": "web"},
+			IPs: []netip.Addr{ip("10.244.1.5"), ip("fd00::5")}, Created: t0},
+		{Namespace: "shop", Name: "db-0", NodeName: "node-b", IPs: []netip.Addr{ip("10.244.2.7"), ip("fd00::7")}, Created: t0},
+		{Namespace: "ops", Name: "web-2", Labels: map[string]string{"app": strings.Repeat("w", 60)},
+			IPs: []netip.Addr{ip("10.244.3.9"), ip("fd00::9")}, Created: t0},
+	}, nil, nil)
+}
+
+// fwWrite writes a random record of t: values drawn so that Pods are
+// often known, names often empty, and every kind of value appears.
+func fwWrite(rng *rand.Rand, b ipfix.RecordBuilder, t *ipfix.Template) error {
+	pick := func(s []string) string { return s[rng.IntN(len(s))] }
+	for i := range t.Fields {
+		f := &t.Fields[i]
+		switch f.Type {
+		case ipfix.Unsigned8, ipfix.Unsigned16, ipfix.Unsigned32, ipfix.Unsigned64:
+			v := rng.Uint64()
+			if f.IE.Name == "flowType" {
+				v = uint64(rng.IntN(6))
+			} else if f.Length < 8 {
+				v &= 1<<(8*f.Length) - 1
+			}
+			b = b.Uint(v)
+		case ipfix.IPv4Address, ipfix.IPv6Address:
+			var a netip.Addr
+			for !a.IsValid() || a.Is4() != (f.Type == ipfix.IPv4Address) {
+				a = netip.MustParseAddr(pick(append(fwPodIPs, fwOther...)))
+			}
+			b = b.Addr(a)
+		case ipfix.DateTimeSeconds:
+			b = b.Time(time.Unix(1_767_000_000+rng.Int64N(1000), 0))
+		case ipfix.DateTimeMilliseconds:
+			b = b.Time(time.UnixMilli(1_767_000_000_000 + rng.Int64N(1_000_000)))
+		case ipfix.String:
+			if f.IE.Name == "egressIP" {
+				b = b.String(pick(fwEgress))
+			} else {
+				b = b.String(pick(fwNames))
+			}
+		default:
+			n := int(f.Length)
+			if f.Variable() {
+				n = rng.IntN(5)
+			}
+			v := make([]byte, n)
+			for j := range v {
+				v[j] = byte(rng.Uint32())
+			}
+			b = b.Bytes(v)
+		}
+	}
+	return b.End()
+}
+
+// TestForwardMatchesProcess checks the fast path against the normal one:
+// for every received template and option the fast path takes, each
+// forwarded record is the same template and the same octets as the record
+// normalized, enriched by Process and written by the Exporter.
+func TestForwardMatchesProcess(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 11))
+	table, err := ipfixmap.NewTable(ipfix.DefaultRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	templates := fwTemplates(t, rng)
+	origins := []flow.Origin{
+		{ObservationDomainID: 7, Exporter: netip.MustParseAddr("192.0.2.1")},
+		{ObservationDomainID: 0xfeedbeef, Exporter: netip.MustParseAddr("2001:db8::9")},
+		{ObservationDomainID: 1, Exporter: netip.MustParseAddr("::ffff:192.0.2.4")},
+		{ObservationDomainID: 2},
+	}
+	compared := 0
+	for _, pt := range []bool{true, false} {
+		for _, labels := range []bool{true, false} {
+			for _, cluster := range []string{"", "c-9"} {
+				for _, st := range []enrich.Store{nil, fwStore()} {
+					opts := proxy.Options{Store: st, PodLabels: labels, ClusterID: cluster}
+					name := fmt.Sprintf("passThrough=%v labels=%v cluster=%q store=%v", pt, labels, cluster, st != nil)
+					compared += fwCompare(t, name, rng, table, templates, origins, opts, pt)
+				}
+			}
+		}
+	}
+	if compared < 50_000 {
+		t.Errorf("only %d records compared", compared)
+	}
+}
+
+func fwCompare(t *testing.T, name string, rng *rand.Rand, table *ipfixmap.Table, templates []fwTemplate,
+	origins []flow.Origin, opts proxy.Options, passThrough bool) int {
+	t.Helper()
+	ex, err := ipfixmap.NewExporter(table, ipfixmap.ExportOptions{Names: true, Proxy: true}, passThrough, ipfix.MinDataSetID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := proxy.New(opts)
+	fw, err := proxy.NewForwarding(p, table, ex)
+	if err != nil || fw == nil {
+		t.Fatalf("%s: NewForwarding: %v, %v", name, fw, err)
+	}
+	fwd := fw.NewForwarder()
+	norm := ipfixmap.NewNormalizer(table)
+	rb, err := ipfix.NewEncoder(ipfix.EncoderOptions{}, func([]byte) error { return nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	var msgs [][]byte
+	enc, err := ipfix.NewEncoder(ipfix.EncoderOptions{}, func(m []byte) error { msgs = append(msgs, bytes.Clone(m)); return nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	compared := 0
+	for ti, tt := range templates {
+		tmpl, err := ipfix.NewTemplate(uint16(300+ti), tt.fields)
+		if err != nil {
+			t.Fatalf("%s: %s: %v", tt.name, name, err)
+		}
+		if err := enc.AddTemplate(1, tmpl); err != nil {
+			t.Fatal(err)
+		}
+		for range 80 {
+			if err := fwWrite(rng, enc.Begin(1, tmpl), tmpl); err != nil {
+				t.Fatalf("%s: %v", tt.name, err)
+			}
+		}
+		if err := enc.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		sess := ipfix.NewSession(ipfix.SessionOptions{})
+		dec := ipfix.NewDecoder(sess)
+		fast, slow := 0, 0
+		for _, m := range msgs {
+			if err := dec.Reset(m, time.Now()); err != nil {
+				t.Fatal(err)
+			}
+			for dec.Next() {
+				r := dec.Record()
+				o := origins[rng.IntN(len(origins))]
+				_, got, ok := fwd.Forward(r, &o, nil, nil)
+				if !ok {
+					slow++
+					continue
+				}
+				fast++
+				var f flow.Flow
+				norm.Normalize(r, &f)
+				f.Origin = o
+				p.Process(&f)
+				wt, _, err := ex.Template(&f)
+				if err != nil {
+					t.Fatal(err)
+				}
+				want, err := rb.EncodeRecord(wt, func(b ipfix.RecordBuilder) error { return ex.Write(b, wt, &f) })
+				if err != nil {
+					t.Fatalf("%s, %s: the normal path fails: %v", name, tt.name, err)
+				}
+				if len(got) != 1 || got[0].Template != wt || !bytes.Equal(got[0].Data, want) {
+					t.Fatalf("%s, %s: the fast path differs:\nfast   %x (template %d)\nnormal %x (template %d)\nrecord %+v",
+						name, tt.name, got[0].Data, got[0].Template.ID, want, wt.ID, f)
+				}
+				compared++
+			}
+			if err := dec.Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		msgs = msgs[:0]
+		wantFast := tt.fastNoPT
+		if passThrough {
+			wantFast = tt.fastPT
+		}
+		if wantFast && slow > 0 || !wantFast && fast > 0 {
+			t.Errorf("%s, %s: %d records took the fast path, %d the normal one", name, tt.name, fast, slow)
+		}
+	}
+	return compared
+}
+
+// TestForwardingNotWithUIDs: the fast path does not fill UIDs, so with
+// them on there is none.
+func TestForwardingNotWithUIDs(t *testing.T) {
+	table, err := ipfixmap.NewTable(ipfix.DefaultRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ex, err := ipfixmap.NewExporter(table, ipfixmap.ExportOptions{Names: true, UIDs: true, Proxy: true}, true, ipfix.MinDataSetID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fw, err := proxy.NewForwarding(proxy.New(proxy.Options{Store: fwStore(), UIDs: true}), table, ex)
+	if err != nil || fw != nil {
+		t.Errorf("NewForwarding with UIDs: %v, %v; want none", fw, err)
+	}
+}
