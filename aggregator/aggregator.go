@@ -139,7 +139,7 @@ func (a *Aggregator) init() error {
 	var px *proxy.Proxy
 	if cfg.Mode == config.ModeProxy {
 		p := proxy.New(proxy.Options{Store: store, PodLabels: cfg.RecordContents.PodLabels,
-			UIDs: cfg.FlowCollector.IncludeK8sUIDs, ClusterID: cfg.ClusterID})
+			UIDs: cfg.FlowCollector.IncludeK8sUIDs, ClusterID: cfg.ClusterID, Metrics: proxy.NewMetrics(a.reg)})
 		px = p
 		a.mode = func(in <-chan collector.Batch, out *ring.Buffer[*flow.Flow]) { p.Run(context.Background(), in, out) }
 	} else {

@@ -143,8 +143,15 @@ func metrics(t *testing.T, api string) string {
 // TestProxyOverMutualTLS: an exporter with the generated client
 // certificate sends Antrea v2.7 records over TLS; the collector receives
 // them with the Proxy-mode elements; a client without a certificate is
-// refused and counted.
+// refused and counted. The same, record for record, on the fast path
+// (the default) and without it.
 func TestProxyOverMutualTLS(t *testing.T) {
+	for _, fast := range []bool{true, false} {
+		t.Run(fmt.Sprintf("fastPath=%v", fast), func(t *testing.T) { testProxyOverMutualTLS(t, fast) })
+	}
+}
+
+func testProxyOverMutualTLS(t *testing.T, fast bool) {
 	dir := t.TempDir()
 	coll := newCollectorStub(t)
 	inv := filepath.Join(dir, "inventory.yaml")
@@ -160,7 +167,8 @@ sluice:
   apiAddress: "127.0.0.1:0"
   inventory: %s
   tls: {certDir: %s}
-`, coll.ln.Addr(), inv, filepath.Join(dir, "certs")))
+  proxy: {fastPath: %v}
+`, coll.ln.Addr(), inv, filepath.Join(dir, "certs"), fast))
 	addrs := a.Addrs()
 
 	bundle, err := certs.Ensure(filepath.Join(dir, "certs"), certs.Options{})
@@ -218,6 +226,7 @@ sluice:
 		`sluice_collector_records_received_total{exporter="127.0.0.1",transport="tls"} 20`,
 		`sluice_sink_records_exported_total{sink="flowCollector"} 20`,
 		`sluice_collector_sessions_open{transport="tls"} 1`,
+		map[bool]string{true: `sluice_proxy_records_total{path="copied"} 20`, false: `sluice_proxy_records_total{path="rebuilt"} 20`}[fast],
 	} {
 		if !strings.Contains(m, want) {
 			t.Errorf("metrics lack %s", want)

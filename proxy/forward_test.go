@@ -249,21 +249,8 @@ func fwCompare(t *testing.T, name string, rng *rand.Rand, table *ipfixmap.Table,
 					continue
 				}
 				fast++
-				var f flow.Flow
-				norm.Normalize(r, &f)
-				f.Origin = o
-				p.Process(&f)
-				wt, _, err := ex.Template(&f)
-				if err != nil {
-					t.Fatal(err)
-				}
-				want, err := rb.EncodeRecord(wt, func(b ipfix.RecordBuilder) error { return ex.Write(b, wt, &f) })
-				if err != nil {
-					t.Fatalf("%s, %s: the normal path fails: %v", name, tt.name, err)
-				}
-				if len(got) != 1 || got[0].Template != wt || !bytes.Equal(got[0].Data, want) {
-					t.Fatalf("%s, %s: the fast path differs:\nfast   %x (template %d)\nnormal %x (template %d)\nrecord %+v",
-						name, tt.name, got[0].Data, got[0].Template.ID, want, wt.ID, f)
+				if err := fwCheck(r, o, got, norm, p, ex, rb); err != nil {
+					t.Fatalf("%s, %s: %v", name, tt.name, err)
 				}
 				compared++
 			}
@@ -281,6 +268,109 @@ func fwCompare(t *testing.T, name string, rng *rand.Rand, table *ipfixmap.Table,
 		}
 	}
 	return compared
+}
+
+// fwCheck compares the fast path's record got with what the normal path
+// makes of r.
+func fwCheck(r *ipfix.Record, o flow.Origin, got []ipfix.EncodedRecord, norm *ipfixmap.Normalizer, p *proxy.Proxy,
+	ex *ipfixmap.Exporter, rb *ipfix.Encoder) error {
+	var f flow.Flow
+	norm.Normalize(r, &f)
+	f.Origin = o
+	p.Process(&f)
+	wt, _, err := ex.Template(&f)
+	if err != nil {
+		return err
+	}
+	want, err := rb.EncodeRecord(wt, func(b ipfix.RecordBuilder) error { return ex.Write(b, wt, &f) })
+	if err != nil {
+		return fmt.Errorf("the normal path fails: %w", err)
+	}
+	if len(got) != 1 || got[0].Template != wt || !bytes.Equal(got[0].Data, want) {
+		return fmt.Errorf("the fast path differs:\nfast   %x (template %d)\nnormal %x (template %d)\nrecord %+v",
+			got[0].Data, got[0].Template.ID, want, wt.ID, f)
+	}
+	return nil
+}
+
+// FuzzForward feeds the fast path whatever records a message decodes to:
+// it must not panic, and what it forwards must be what the normal path
+// makes of the record.
+func FuzzForward(f *testing.F) {
+	rng := rand.New(rand.NewPCG(3, 5))
+	tt := fwTemplates(&testing.T{}, rng)
+	for i, x := range tt[:12] {
+		tmpl, err := ipfix.NewTemplate(uint16(256+i), x.fields)
+		if err != nil {
+			f.Fatal(err)
+		}
+		var msg []byte
+		enc, err := ipfix.NewEncoder(ipfix.EncoderOptions{}, func(m []byte) error { msg = append(msg, m...); return nil })
+		if err != nil {
+			f.Fatal(err)
+		}
+		if err := enc.AddTemplate(1, tmpl); err != nil {
+			f.Fatal(err)
+		}
+		for range 2 {
+			if err := fwWrite(rng, enc.Begin(1, tmpl), tmpl); err != nil {
+				f.Fatal(err)
+			}
+		}
+		if err := enc.Flush(); err != nil {
+			f.Fatal(err)
+		}
+		f.Add(msg)
+	}
+	table, err := ipfixmap.NewTable(ipfix.DefaultRegistry())
+	if err != nil {
+		f.Fatal(err)
+	}
+	ex, err := ipfixmap.NewExporter(table, ipfixmap.ExportOptions{Names: true, Proxy: true}, true, ipfix.MinDataSetID)
+	if err != nil {
+		f.Fatal(err)
+	}
+	p := proxy.New(proxy.Options{Store: fwStore(), PodLabels: true, ClusterID: "c-9"})
+	fw, err := proxy.NewForwarding(p, table, ex)
+	if err != nil {
+		f.Fatal(err)
+	}
+	rb, err := ipfix.NewEncoder(ipfix.EncoderOptions{}, func([]byte) error { return nil })
+	if err != nil {
+		f.Fatal(err)
+	}
+	o := flow.Origin{ObservationDomainID: 9, Exporter: netip.MustParseAddr("192.0.2.1")}
+	f.Fuzz(func(t *testing.T, stream []byte) {
+		fwd := fw.NewForwarder()
+		norm := ipfixmap.NewNormalizer(table)
+		dec := ipfix.NewDecoder(ipfix.NewSession(ipfix.SessionOptions{}))
+		// The stream is cut into messages by their length fields. Records
+		// can be a single octet: at most a few hundred are checked, so
+		// that an execution stays short.
+		checked := 0
+		for len(stream) >= 4 && checked < 300 {
+			n := int(stream[2])<<8 | int(stream[3])
+			if n < 4 || n > len(stream) {
+				return
+			}
+			msg := stream[:n]
+			stream = stream[n:]
+			if dec.Reset(msg, time.Unix(1_767_000_000, 0)) != nil {
+				return
+			}
+			for checked < 300 && dec.Next() {
+				checked++
+				r := dec.Record()
+				_, got, ok := fwd.Forward(r, &o, nil, nil)
+				if !ok {
+					continue
+				}
+				if err := fwCheck(r, o, got, norm, p, ex, rb); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+	})
 }
 
 // TestForwardingNotWithUIDs: the fast path does not fill UIDs, so with

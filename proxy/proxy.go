@@ -9,6 +9,8 @@ import (
 	"net/netip"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"sluice/collector"
 	"sluice/enrich"
 	"sluice/flow"
@@ -28,13 +30,42 @@ type Options struct {
 	UIDs bool
 	// ClusterID is stamped on every record.
 	ClusterID string
+	// Metrics are where records are counted; nil for series of its own.
+	Metrics *Metrics
+}
+
+// Metrics are Proxy mode's series.
+type Metrics struct {
+	// Records counts records forwarded, by path: "copied" by the fast
+	// path (Forwarding), "rebuilt" as flow records.
+	Records *prometheus.CounterVec
+}
+
+// NewMetrics creates Proxy mode's series and registers them with reg when
+// it is not nil.
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{Records: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_proxy_records_total",
+		Help: "Records forwarded in Proxy mode, by path: copied (the fast path) or rebuilt (as flow records)."}, []string{"path"})}
+	if reg != nil {
+		reg.MustRegister(m.Records)
+	}
+	return m
 }
 
 // Proxy enriches records.
-type Proxy struct{ o Options }
+type Proxy struct {
+	o               Options
+	copied, rebuilt prometheus.Counter
+}
 
 // New returns a Proxy.
-func New(o Options) *Proxy { return &Proxy{o: o} }
+func New(o Options) *Proxy {
+	m := o.Metrics
+	if m == nil {
+		m = NewMetrics(nil)
+	}
+	return &Proxy{o: o, copied: m.Records.WithLabelValues("copied"), rebuilt: m.Records.WithLabelValues("rebuilt")}
+}
 
 // Run enriches the batches from in and produces their records to out
 // until in is closed or ctx ends.
@@ -50,6 +81,7 @@ func (p *Proxy) Run(ctx context.Context, in <-chan collector.Batch, out *ring.Bu
 			for _, f := range b.Flows {
 				p.Process(f)
 			}
+			p.rebuilt.Add(float64(len(b.Flows)))
 			out.Produce(b.Flows...)
 		}
 	}
@@ -93,6 +125,8 @@ func (p *Proxy) RunEncoded(ctx context.Context, in <-chan collector.Batch, out *
 				arena = append(arena, data...)
 				recs = append(recs, ipfix.EncodedRecord{Template: t, Data: arena[start:len(arena):len(arena)]})
 			}
+			p.copied.Add(float64(len(b.Encoded)))
+			p.rebuilt.Add(float64(len(recs) - len(b.Encoded)))
 			out.Produce(recs...)
 		}
 	}

@@ -84,7 +84,7 @@ type Sink struct {
 	// when the next record is of another Arena or the sink goes idle.
 	arena     *ipfix.Arena
 	arenaUsed int
-	jsonBuf  []byte
+	jsonBuf   []byte
 	// for JSON: records are rendered from their IPFIX form, so the two
 	// formats always carry the same elements and values.
 	json       *flowjson.Renderer
