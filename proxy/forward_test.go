@@ -2,18 +2,23 @@ package proxy_test
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"math/rand/v2"
 	"net/netip"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
 
+	"sluice/collector"
 	"sluice/enrich"
 	"sluice/flow"
 	"sluice/flow/ipfixmap"
 	"sluice/ipfix"
+	"sluice/ipfix/ipfixtest"
 	"sluice/proxy"
+	"sluice/ring"
 )
 
 // fwTemplate is a received template to try the fast path on, and whether
@@ -387,5 +392,122 @@ func TestForwardingNotWithUIDs(t *testing.T) {
 	fw, err := proxy.NewForwarding(proxy.New(proxy.Options{Store: fwStore(), UIDs: true}), table, ex)
 	if err != nil || fw != nil {
 		t.Errorf("NewForwarding with UIDs: %v, %v; want none", fw, err)
+	}
+}
+
+// TestFastPathMemoryDoesNotGrowWithConnections is the memory test of
+// proxy_test.go for the fast path: a million distinct connections,
+// decoded, forwarded into pooled arenas, through RunEncoded and a ring to a
+// consumer that releases them; the heap afterwards holds only what the
+// bounded ring retains.
+func TestFastPathMemoryDoesNotGrowWithConnections(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a million records")
+	}
+	table, err := ipfixmap.NewTable(ipfix.DefaultRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ex, err := ipfixmap.NewExporter(table, ipfixmap.ExportOptions{Names: true, Proxy: true}, true, ipfix.MinDataSetID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := proxy.New(proxy.Options{Store: fwStore(), PodLabels: true, ClusterID: "c"})
+	fw, err := proxy.NewForwarding(p, table, ex)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := make(chan collector.Batch, 16)
+	out := ring.New[ipfix.EncodedRecord](1024)
+	c := out.Consumer()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		p.RunEncoded(context.Background(), in, out, ex, func(err error) { t.Error(err) })
+	}()
+	consumed := make(chan int)
+	go func() {
+		n := 0
+		var buf []ipfix.EncodedRecord
+		for {
+			var ok bool
+			buf, ok = c.Next(context.Background(), buf[:0], 256)
+			if !ok {
+				break
+			}
+			for _, r := range buf {
+				r.Arena.Release(1)
+			}
+			n += len(buf)
+		}
+		consumed <- n + int(c.Lost)
+	}()
+	tmpl, err := ipfixtest.Template(ipfix.DefaultRegistry(), 256, ipfixtest.AntreaV27IPv4())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var msg []byte
+	enc, err := ipfix.NewEncoder(ipfix.EncoderOptions{}, func(m []byte) error { msg = append(msg[:0], m...); return nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	dec := ipfix.NewDecoder(ipfix.NewSession(ipfix.SessionOptions{}))
+	enc.AddTemplate(1, tmpl)
+	enc.Flush()
+	if err := dec.Reset(msg, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	for dec.Next() {
+	}
+	fwd := fw.NewForwarder()
+	var pool ipfix.ArenaPool
+	o := flow.Origin{ObservationDomainID: 1, Exporter: netip.MustParseAddr("192.0.2.1")}
+	heap := func() uint64 {
+		runtime.GC()
+		var m runtime.MemStats
+		runtime.ReadMemStats(&m)
+		return m.HeapAlloc
+	}
+	before := heap()
+	const total = 1_000_000
+	for i := 0; i < total; i += 100 {
+		for j := range 100 {
+			f := ipfixtest.SampleFlow(i + j)
+			k := i + j
+			f.Src = netip.AddrFrom4([4]byte{10, byte(k >> 16), byte(k >> 8), byte(k)})
+			f.SrcPort = uint16(k)
+			if err := ipfixtest.WriteAntreaV27(enc, 1, tmpl, f); err != nil {
+				t.Fatal(err)
+			}
+		}
+		enc.Flush()
+		if err := dec.Reset(msg, time.Now()); err != nil {
+			t.Fatal(err)
+		}
+		a := pool.Get(len(msg) * 2)
+		var b collector.Batch
+		for dec.Next() {
+			var ok bool
+			if a.Buf, b.Encoded, ok = fwd.Forward(dec.Record(), &o, a.Buf, b.Encoded); !ok {
+				t.Fatal("a v2.7 record did not take the fast path")
+			}
+		}
+		for r := range b.Encoded {
+			b.Encoded[r].Arena = a
+		}
+		a.Hold(len(b.Encoded))
+		in <- b
+	}
+	close(in)
+	<-done
+	out.Close()
+	if n := <-consumed; n != total {
+		t.Fatalf("consumed+lost %d, want %d", n, total)
+	}
+	after := heap()
+	growth := int64(after) - int64(before)
+	t.Logf("heap before %d, after %d: %+d bytes for %d connections", before, after, growth, total)
+	if growth > 4<<20 {
+		t.Fatalf("heap grew by %d bytes over a million connections", growth)
 	}
 }
