@@ -112,6 +112,10 @@ type fplan struct {
 	// Received fields the proxy reads, -1 when absent.
 	srcIP, dstIP, start, flowType int
 	pod                           [2][3]int // side (source, destination) × podNamespace..podNode
+	// v6 are the received IPv6 address fields the export carries: an
+	// IPv4-mapped address in one makes the normal path write another
+	// family's template or zeros, so such a record takes that path.
+	v6 []int
 }
 
 type forwarder struct {
@@ -195,6 +199,11 @@ func (fw *Forwarding) plan(t *ipfix.Template) *fplan {
 	}
 	p.out = out
 	for j := range out.Fields {
+		if src[j] >= 0 && t.Fields[src[j]].Type == ipfix.IPv6Address {
+			p.v6 = append(p.v6, src[j])
+		}
+	}
+	for j := range out.Fields {
 		of := &out.Fields[j]
 		op := fop{kind: opCopy, a: src[j], b: src[j] + 1, c: src[j]}
 		k := of.Key()
@@ -266,6 +275,11 @@ func (f *forwarder) Forward(r *ipfix.Record, o *flow.Origin, arena []byte, out [
 	p := f.plan(r.Template)
 	if !p.ok {
 		return arena, out, false
+	}
+	for _, i := range p.v6 {
+		if b := r.Bytes(i); len(b) == 16 && netip.AddrFrom16([16]byte(b)).Is4In6() {
+			return arena, out, false
+		}
 	}
 	px := f.fw.p
 	flowType := uint8(0)

@@ -99,7 +99,7 @@ func slicesClone(s []string) []string { return append([]string(nil), s...) }
 
 var (
 	fwPodIPs = []string{"10.244.1.5", "10.244.2.7", "10.244.3.9", "fd00::5", "fd00::7", "fd00::9"}
-	fwOther  = []string{"10.0.0.1", "0.0.0.0", "192.168.7.7", "fd00::1", "::", "2001:db8::1"}
+	fwOther  = []string{"10.0.0.1", "0.0.0.0", "192.168.7.7", "fd00::1", "::", "2001:db8::1", "::ffff:10.244.1.5", "::ffff:10.9.9.9"}
 	fwNames  = []string{"", "", "cart-1", "db-0", "web-2", "shop", "node-a", "node-b", "ESTABLISHED", "名前", strings.Repeat("x", 300)}
 	fwEgress = []string{"", "", "10.1.2.3", "FD00::1", "fd00::1", "not-an-ip", "010.1.2.3", "::ffff:10.1.2.3"}
 )
@@ -230,7 +230,7 @@ func fwCompare(t *testing.T, name string, rng *rand.Rand, table *ipfixmap.Table,
 		if err := enc.AddTemplate(1, tmpl); err != nil {
 			t.Fatal(err)
 		}
-		for range 80 {
+		for range 100 {
 			if err := fwWrite(rng, enc.Begin(1, tmpl), tmpl); err != nil {
 				t.Fatalf("%s: %v", tt.name, err)
 			}
@@ -238,9 +238,12 @@ func fwCompare(t *testing.T, name string, rng *rand.Rand, table *ipfixmap.Table,
 		if err := enc.Flush(); err != nil {
 			t.Fatal(err)
 		}
+		wantFast := tt.fastNoPT
+		if passThrough {
+			wantFast = tt.fastPT
+		}
 		sess := ipfix.NewSession(ipfix.SessionOptions{})
 		dec := ipfix.NewDecoder(sess)
-		fast, slow := 0, 0
 		for _, m := range msgs {
 			if err := dec.Reset(m, time.Now()); err != nil {
 				t.Fatal(err)
@@ -249,11 +252,14 @@ func fwCompare(t *testing.T, name string, rng *rand.Rand, table *ipfixmap.Table,
 				r := dec.Record()
 				o := origins[rng.IntN(len(origins))]
 				_, got, ok := fwd.Forward(r, &o, nil, nil)
+				// An IPv4-mapped address in an IPv6 field sends a record
+				// the normal way (see fplan.v6).
+				if want := wantFast && !mappedV6(r); ok != want {
+					t.Fatalf("%s, %s: fast path %v, want %v", name, tt.name, ok, want)
+				}
 				if !ok {
-					slow++
 					continue
 				}
-				fast++
 				if err := fwCheck(r, o, got, norm, p, ex, rb); err != nil {
 					t.Fatalf("%s, %s: %v", name, tt.name, err)
 				}
@@ -264,15 +270,20 @@ func fwCompare(t *testing.T, name string, rng *rand.Rand, table *ipfixmap.Table,
 			}
 		}
 		msgs = msgs[:0]
-		wantFast := tt.fastNoPT
-		if passThrough {
-			wantFast = tt.fastPT
-		}
-		if wantFast && slow > 0 || !wantFast && fast > 0 {
-			t.Errorf("%s, %s: %d records took the fast path, %d the normal one", name, tt.name, fast, slow)
-		}
 	}
 	return compared
+}
+
+// mappedV6 reports whether r has an IPv4-mapped address in an IPv6 field.
+func mappedV6(r *ipfix.Record) bool {
+	for i := range r.NumFields() {
+		if r.Field(i).Type == ipfix.IPv6Address {
+			if a, err := r.Addr(i); err == nil && a.Is4In6() {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // fwCheck compares the fast path's record got with what the normal path
