@@ -519,7 +519,7 @@ func (a *Aggregator) Run(ctx context.Context) error {
 	a.api.SetReady(true)
 	a.log.Info("aggregator running", "mode", a.cfg.Mode, "transport", a.cfg.AggregatorTransportProtocol,
 		"ipfix", a.Addrs().IPFIX+a.Addrs().UDP, "grpc", a.Addrs().GRPC, "flowStream", a.Addrs().FlowStream,
-		"api", a.Addrs().API, "sinks", len(a.sinks), "proxyFastPath", a.encSink != nil)
+		"api", a.Addrs().API, "sinks", a.numSinks(), "proxyFastPath", a.encSink != nil)
 
 	var runErr error
 	select {
@@ -552,6 +552,14 @@ func (a *Aggregator) Run(ctx context.Context) error {
 	}
 	a.log.Info("aggregator stopped")
 	return runErr
+}
+
+// numSinks counts the sinks, the fast path's included.
+func (a *Aggregator) numSinks() int {
+	if a.encSink != nil {
+		return len(a.sinks) + 1
+	}
+	return len(a.sinks)
 }
 
 func (a *Aggregator) closeListeners() {

@@ -232,6 +232,11 @@ sluice:
 			t.Errorf("metrics lack %s", want)
 		}
 	}
+	var rm map[string]any
+	getJSON(t, "http://"+addrs.API+"/recordmetrics", &rm)
+	if rm["numRecordsExported"] != float64(20) || rm["numRecordsReceived"] != float64(20) {
+		t.Errorf("/recordmetrics: %v, want 20 received and exported", rm)
+	}
 	resp, err := http.Get("http://" + addrs.API + "/readyz")
 	if err != nil || resp.StatusCode != 200 {
 		t.Errorf("readyz: %v %v", resp, err)

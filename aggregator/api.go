@@ -41,8 +41,12 @@ func (a *Aggregator) recordMetrics() api.RecordMetrics {
 			}
 		}
 	}
+	exported := a.buf.Produced()
+	if a.encBuf != nil { // Proxy mode's fast path: records go through encBuf
+		exported += a.encBuf.Produced()
+	}
 	rm := api.RecordMetrics{
-		NumRecordsExported: int64(a.buf.Produced()),
+		NumRecordsExported: int64(exported),
 		NumRecordsReceived: int64(sums["sluice_collector_records_received_total"]),
 		NumRecordsDropped:  int64(sums["sluice_sink_records_dropped_total"] + sums["sluice_collector_records_dropped_total"]),
 		NumConnToCollector: int64(sums["sluice_collector_sessions_open"]),

@@ -195,8 +195,9 @@ func (s *session) decode(msg []byte, now time.Time) (Batch, error) {
 		}
 		if s.fwd != nil {
 			if arena == nil {
-				// Export records are a little longer than received ones
-				// (the Proxy elements), so this rarely grows.
+				// Export records are longer than received ones by the
+				// Proxy elements (and labels, when on); this is room for
+				// most messages, and the arena grows for the others.
 				arena = s.arenas.Get(len(msg) + len(msg)/4 + 256)
 				if cap(arena.Recs) == 0 {
 					// Room for as many records as 100-octet ones would make.
@@ -279,6 +280,16 @@ func send(ctx context.Context, out chan<- Batch, b Batch) bool {
 	case out <- b:
 		return true
 	case <-ctx.Done():
+		b.drop()
 		return false
+	}
+}
+
+// drop gives back the arena of a batch that is not handed on, so that it
+// is reused rather than collected (under overload, when drops happen,
+// allocating is the last thing wanted).
+func (b *Batch) drop() {
+	if len(b.Encoded) > 0 && b.Encoded[0].Arena != nil {
+		b.Encoded[0].Arena.Release(len(b.Encoded))
 	}
 }

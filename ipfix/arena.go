@@ -30,14 +30,18 @@ type ArenaPool struct {
 	p sync.Pool
 }
 
-// Get returns an empty Arena with room for at least n octets.
+// Get returns an empty Arena with room for at least n octets. An arena
+// much larger than that is not handed out for it: every record held pins
+// its whole arena, so a small message (a UDP datagram) in a large arena
+// would make memory grow with the records held rather than their size.
 func (p *ArenaPool) Get(n int) *Arena {
 	a, _ := p.p.Get().(*Arena)
 	if a == nil {
 		a = &Arena{pool: p}
 	}
-	if cap(a.Buf) < n {
+	if cap(a.Buf) < n || cap(a.Buf) > 2*n+4096 {
 		a.Buf = make([]byte, 0, n)
+		a.Recs = nil
 	}
 	a.Buf, a.Recs = a.Buf[:0], a.Recs[:0]
 	return a
@@ -53,10 +57,12 @@ func (a *Arena) Hold(n int) {
 	a.left.Store(int64(n))
 }
 
-// Release says that n of a's records have been consumed; after the last,
-// a goes back to its pool.
-func (a *Arena) Release(n int) {
+// Release says that n of a's records have been consumed (or dropped);
+// after the last, a goes back to its pool, and Release reports true.
+func (a *Arena) Release(n int) bool {
 	if a.left.Add(-int64(n)) == 0 {
 		a.pool.p.Put(a)
+		return true
 	}
+	return false
 }

@@ -193,6 +193,7 @@ func (d *Decoder) nextRecord() bool {
 	if rest < t.minLen {
 		return false
 	}
+	d.rec.longPrefix = false
 	if t.fixedLen >= 0 {
 		d.rec.data = d.msg[d.recOff : d.recOff+t.fixedLen]
 		d.rec.spans = t.fixed
@@ -222,6 +223,9 @@ func (d *Decoder) nextRecord() bool {
 				}
 				l = int(binary.BigEndian.Uint16(b[p:]))
 				p += 2
+				if l < 255 {
+					d.rec.longPrefix = true
+				}
 			}
 		}
 		if len(b)-p < l {

@@ -17,7 +17,16 @@ type Record struct {
 	Template *Template
 	data     []byte
 	spans    []span
+	// longPrefix: a value under 255 octets came with the three-octet
+	// length prefix.
+	longPrefix bool
 }
+
+// MinimalLengths reports whether every variable-length value of the
+// record has the shortest length prefix, as Encoder writes them: one
+// octet below 255 octets of value. RFC 7011 §7 also allows three for any
+// length, which a forwarder that copies octets may want to know.
+func (r *Record) MinimalLengths() bool { return !r.longPrefix }
 
 // NumFields is the number of fields in the record.
 func (r *Record) NumFields() int { return len(r.spans) }
@@ -229,7 +238,7 @@ func beUint(b []byte) uint64 {
 // Clone returns a copy of r that owns its bytes, for keeping a record
 // beyond the next call to Next or Reset.
 func (r *Record) Clone() *Record {
-	return &Record{Template: r.Template, data: bytes.Clone(r.data), spans: slices.Clone(r.spans)}
+	return &Record{Template: r.Template, data: bytes.Clone(r.data), spans: slices.Clone(r.spans), longPrefix: r.longPrefix}
 }
 
 // Encoded returns the octets of fields i through j-1 exactly as they were

@@ -37,7 +37,7 @@ type Forwarding struct {
 
 // NewForwarding prepares the fast path for p's records exported through
 // ex. It returns nil when no record could take it: with UIDs on, which
-// the fast path does not fill.
+// the fast path does not fill, or a cluster ID too long for a record.
 func NewForwarding(p *Proxy, table *ipfixmap.Table, ex *ipfixmap.Exporter) (*Forwarding, error) {
 	if p.o.UIDs {
 		return nil, nil
@@ -50,7 +50,7 @@ func NewForwarding(p *Proxy, table *ipfixmap.Table, ex *ipfixmap.Exporter) (*For
 	}
 	if c := p.o.ClusterID; c != "" {
 		if len(c) > 0xffff {
-			return nil, fmt.Errorf("proxy: the cluster ID is %d octets long, more than a record can carry", len(c))
+			return nil, nil // more than a record can carry: the normal path reports it
 		}
 		fw.cluster = appendVar(nil, c)
 	}
@@ -276,6 +276,12 @@ func (f *forwarder) Forward(r *ipfix.Record, o *flow.Origin, arena []byte, out [
 	if !p.ok {
 		return arena, out, false
 	}
+	// Copied runs keep the received length prefixes: the encoder's, one
+	// octet below 255, unless the exporter wrote a short value's length
+	// in three (RFC 7011 §7 allows it); such a record goes the normal way.
+	if !r.MinimalLengths() {
+		return arena, out, false
+	}
 	for _, i := range p.v6 {
 		if b := r.Bytes(i); len(b) == 16 && netip.AddrFrom16([16]byte(b)).Is4In6() {
 			return arena, out, false
@@ -453,6 +459,9 @@ func (f *forwarder) appendEgressIP(b []byte, r *ipfix.Record, i int) []byte {
 		enc = []byte{0}
 	} else {
 		enc = appendVar(nil, a.String())
+	}
+	if len(v) > 64 {
+		return append(b, enc...) // not an address anyway: not worth a cache entry
 	}
 	if len(f.egress) >= maxEgress {
 		clear(f.egress)

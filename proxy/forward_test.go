@@ -522,3 +522,78 @@ func TestFastPathMemoryDoesNotGrowWithConnections(t *testing.T) {
 		t.Fatalf("heap grew by %d bytes over a million connections", growth)
 	}
 }
+
+// TestForwardLongLengthPrefix: a short value whose length the exporter
+// wrote in three octets (RFC 7011 §7 allows it) sends its record the
+// normal way, which writes the prefix in one; a record without one is
+// copied. Both give the same octets as the normal path.
+func TestForwardLongLengthPrefix(t *testing.T) {
+	reg := ipfix.DefaultRegistry()
+	table, err := ipfixmap.NewTable(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ex, err := ipfixmap.NewExporter(table, ipfixmap.ExportOptions{Names: true, Proxy: true}, true, ipfix.MinDataSetID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := proxy.New(proxy.Options{ClusterID: "c-9"})
+	fw, err := proxy.NewForwarding(p, table, ex)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fwd := fw.NewForwarder()
+	rb, _ := ipfix.NewEncoder(ipfix.EncoderOptions{}, func([]byte) error { return nil })
+	// Template 256: sourceIPv4Address, tcpState, flowType.
+	ip, _ := reg.ByName("sourceIPv4Address")
+	st, _ := reg.ByName("tcpState")
+	ft, _ := reg.ByName("flowType")
+	tmpl, err := ipfix.TemplateOf(256, ip, st, ft)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tm []byte
+	enc, _ := ipfix.NewEncoder(ipfix.EncoderOptions{}, func(b []byte) error { tm = append(tm, b...); return nil })
+	enc.AddTemplate(1, tmpl)
+	enc.Flush()
+	// A message by hand: header, then a data set of two records, the
+	// first with tcpState's 11 octets announced in three.
+	m := []byte{0, 10, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 1} // length set below
+	data := []byte{1, 0, 0, 0}                                   // set 256, length set below
+	data = append(data, 10, 244, 1, 5, 0xff, 0, 11)
+	data = append(data, "ESTABLISHED"...)
+	data = append(data, 2)
+	data = append(data, 10, 244, 1, 6, 11)
+	data = append(data, "ESTABLISHED"...)
+	data = append(data, 2)
+	data[3] = byte(len(data))
+	m = append(m, data...)
+	m[3] = byte(len(m))
+	dec := ipfix.NewDecoder(ipfix.NewSession(ipfix.SessionOptions{}))
+	for _, msg := range [][]byte{tm, m} {
+		if err := dec.Reset(msg, time.Now()); err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for dec.Next() {
+			r := dec.Record()
+			o := flow.Origin{ObservationDomainID: 1}
+			_, got, ok := fwd.Forward(r, &o, nil, nil)
+			if ok != (n == 1) {
+				t.Errorf("record %d (long prefix: %v): fast path %v", n, n == 0, ok)
+			}
+			if ok {
+				if err := fwCheck(r, o, got, ipfixmap.NewNormalizer(table), p, ex, rb); err != nil {
+					t.Error(err)
+				}
+			}
+			n++
+		}
+		if err := dec.Err(); err != nil {
+			t.Fatal(err)
+		}
+		if len(msg) == len(m) && n != 2 {
+			t.Fatalf("decoded %d records, want 2", n)
+		}
+	}
+}

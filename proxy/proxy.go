@@ -126,7 +126,7 @@ func (p *Proxy) RunEncoded(ctx context.Context, in <-chan collector.Batch, out *
 				recs = append(recs, ipfix.EncodedRecord{Template: t, Data: arena[start:len(arena):len(arena)]})
 			}
 			p.copied.Add(float64(len(b.Encoded)))
-			p.rebuilt.Add(float64(len(recs) - len(b.Encoded)))
+			p.rebuilt.Add(float64(len(b.Flows))) // as Run: those that fail to encode too
 			out.Produce(recs...)
 		}
 	}
