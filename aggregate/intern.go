@@ -223,9 +223,16 @@ func (t *strtab) addAddrSlow(a netip.Addr) uint32 {
 
 // release drops a reference to id.
 func (t *strtab) release(id uint32) {
-	if id == 0 {
-		return
+	if id != 0 {
+		t.unref(id)
 	}
+}
+
+// unref is release of a non-zero id; kept out of line so that release,
+// mostly of id 0, inlines.
+//
+//go:noinline
+func (t *strtab) unref(id uint32) {
 	r := &t.refs[id]
 	r.n--
 	if r.n == 0 {
@@ -253,12 +260,16 @@ func (t *strtab) drop(id uint32) {
 
 // set replaces the id at *p with one for s (s non-empty).
 func (t *strtab) set(p *uint32, s string) {
-	if t.strs[*p] == s {
+	old := *p
+	if old == 0 {
+		*p = t.addSlow(s)
 		return
 	}
-	id := t.add(s)
-	t.release(*p)
-	*p = id
+	if t.strs[old] == s {
+		return
+	}
+	*p = t.addSlow(s)
+	t.unref(old)
 }
 
 func (t *strtab) setUID(p *uint32, u flow.UID) {
@@ -270,10 +281,18 @@ func (t *strtab) setUID(p *uint32, u flow.UID) {
 	*p = id
 }
 
+// setAddr replaces the id at *p with one for a.
 func (t *strtab) setAddr(p *uint32, a netip.Addr) {
-	id := t.addAddr(a)
-	t.release(*p)
-	*p = id
+	old := *p
+	if old != 0 && a.IsValid() {
+		// Most often the same address again (both Nodes report the
+		// Service): no reference to take and give back.
+		if c := &t.addrs[addrSlot(a)]; c.id == old && c.a == a && t.refs[old].gen == c.gen {
+			return
+		}
+	}
+	*p = t.addAddr(a)
+	t.release(old)
 }
 
 func (t *strtab) str(id uint32) string { return t.strs[id] }
