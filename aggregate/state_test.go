@@ -334,3 +334,32 @@ func TestKeyAddrWords(t *testing.T) {
 		t.Errorf("no addresses: %+v", k)
 	}
 }
+
+// setAddr keeps an unchanged address's id (and its one reference), and
+// replaces a changed one, also when the new address is cached under
+// another id.
+func TestSetAddr(t *testing.T) {
+	tab := newStrtab()
+	a1, a2 := netip.MustParseAddr("10.96.0.10"), netip.MustParseAddr("2001:db8::10")
+	var p uint32
+	tab.setAddr(&p, a2)
+	id := p
+	tab.setAddr(&p, a2)
+	if p != id || tab.refs[id].n != 1 || tab.addr(p) != a2 {
+		t.Fatalf("same address again: id %d (was %d), %d references", p, id, tab.refs[id].n)
+	}
+	q := tab.addAddr(a1) // cached, under another id than p's
+	tab.setAddr(&p, a1)
+	if tab.addr(p) != a1 || p != q || tab.refs[q].n != 2 || tab.live() != 1 {
+		t.Fatalf("to %v: %v (id %d, cached %d), %d live", a1, tab.addr(p), p, q, tab.live())
+	}
+	tab.setAddr(&p, a2)
+	if tab.addr(p) != a2 || tab.refs[q].n != 1 || tab.live() != 2 {
+		t.Fatalf("back to %v: %v, %d live", a2, tab.addr(p), tab.live())
+	}
+	tab.setAddr(&p, netip.Addr{})
+	tab.release(q)
+	if p != 0 || tab.live() != 0 {
+		t.Fatalf("no address: id %d, %d live", p, tab.live())
+	}
+}
