@@ -247,15 +247,15 @@ func (s *Store) Add(now time.Time, f *flow.Flow, emit func(*flow.Flow)) {
 	}
 	var k key
 	if ingressHalf {
-		k = makeKey(f.ProxySnatIP, f.DestinationIP, f.ProxySnatPort, f.DestinationPort, f.Protocol)
+		k.set(f.ProxySnatIP, f.DestinationIP, f.ProxySnatPort, f.DestinationPort, f.Protocol)
 	} else {
-		k = makeKey(f.SourceIP, f.DestinationIP, f.SourcePort, f.DestinationPort, f.Protocol)
+		k.set(f.SourceIP, f.DestinationIP, f.SourcePort, f.DestinationPort, f.Protocol)
 	}
 	h := s.seed.hash(&k)
 
-	i, ok := s.lookup(h, &k)
+	i, slot, ok := s.lookup(h, &k)
 	if !ok {
-		s.create(nowNs, h, &k, f, corr, sd, ingressHalf, emit)
+		s.create(nowNs, h, slot, &k, f, corr, sd, ingressHalf, emit)
 		return
 	}
 	e := s.slab.at(i)
@@ -280,26 +280,31 @@ func (s *Store) sameNode(e *entry, sd side) bool {
 	return sd == sideSrc && e.flags&fSideSrc != 0 || sd == sideDst && e.flags&fSideDst != 0
 }
 
-func (s *Store) lookup(h uint32, k *key) (uint32, bool) {
+// lookup finds the flow of key k (hash h). When there is none, it returns
+// the empty slot that ended the search, where the flow goes.
+func (s *Store) lookup(h uint32, k *key) (i, slot uint32, ok bool) {
 	x := &s.idx
 	for p := h & x.mask; ; p = (p + 1) & x.mask {
 		v := x.slots[p]
 		if v == 0 {
-			return 0, false
+			return 0, p, false
 		}
 		if uint32(v>>32) == h {
 			i := uint32(v) - 1
-			if s.slab.at(i).key == *k {
-				return i, true
+			if s.slab.at(i).key.eq(k) {
+				return i, 0, true
 			}
 		}
 	}
 }
 
-// create stores the first record of a flow (§3.3).
-func (s *Store) create(nowNs int64, h uint32, k *key, f *flow.Flow, corr bool, sd side, ingressHalf bool, emit func(*flow.Flow)) {
+// create stores the first record of a flow (§3.3); slot is the index slot
+// lookup found for it.
+func (s *Store) create(nowNs int64, h, slot uint32, k *key, f *flow.Flow, corr bool, sd side, ingressHalf bool, emit func(*flow.Flow)) {
 	if s.n >= s.maxFlows {
 		s.evictOldest(emit)
+		// Removal shifts slots back: look for the slot again.
+		slot = s.idx.free(h)
 	}
 	i := s.slab.alloc()
 	e := s.slab.at(i)
@@ -399,7 +404,7 @@ func (s *Store) create(nowNs int64, h uint32, k *key, f *flow.Flow, corr bool, s
 			e.flags |= fCorrFilled
 		}
 	}
-	s.idx.insert(h, i)
+	s.idx.insertAt(h, i, slot)
 	s.schedule(i, e, min(e.active, e.inactive))
 	s.pushIdle(i, e)
 	s.n++

@@ -1,8 +1,10 @@
 package aggregate
 
 import (
+	"encoding/binary"
 	"net/netip"
 	"strings"
+	"unsafe"
 
 	"sluice/flow"
 )
@@ -12,16 +14,34 @@ import (
 // holds 4-octet ids instead. Ids are reference-counted and reused once no
 // entry holds them, so the table follows the live set (Pods come and go).
 // Id 0 is the empty value.
+//
+// Three caches sit in front of the map, each mapping a value to the id it
+// was last interned as:
+//   - same, by the string's header (data pointer and length): a
+//     collector's strings are shared per session, so the same header
+//     arrives again and again, and a hit compares no octets;
+//   - cache, by a cheap hash of the content, for strings that are equal
+//     but not shared;
+//   - addrs, by the address value, for addresses (no conversion to
+//     octets).
+//
+// A freed id may be reused for another value, so same and addrs remember
+// the generation of the id they hold and hit only while it is current
+// (drop bumps it); cache entries are cleared by drop instead.
 type strtab struct {
 	ids  map[string]uint32
 	strs []string
-	refs []uint32
+	refs []ref
 	free []uint32
-	// cache maps a cheap hash of a value to the value last interned with
-	// that hash, as the caller gave it (a collector's strings are shared
-	// per session, so a hit often compares equal pointers), and its id: a
-	// hit skips the map. Freed ids are removed from it.
+
+	same  [sameSize]sameCached
 	cache [cacheSize]cached
+	addrs [addrCacheSize]addrCached
+}
+
+// ref is an id's reference count and generation.
+type ref struct {
+	n, gen uint32
 }
 
 type cached struct {
@@ -29,10 +49,51 @@ type cached struct {
 	id uint32
 }
 
-const cacheSize = 1 << 12
+// sameCached holds the caller's string itself: while it is held its octets
+// cannot be reused for another string, so an equal header means equal
+// content.
+type sameCached struct {
+	s       string
+	id, gen uint32
+}
+
+type addrCached struct {
+	a       netip.Addr
+	id, gen uint32
+}
+
+const (
+	sameBits      = 12
+	sameSize      = 1 << sameBits
+	cacheSize     = 1 << 12
+	addrCacheBits = 10
+	addrCacheSize = 1 << addrCacheBits
+)
 
 func newStrtab() strtab {
-	return strtab{ids: map[string]uint32{}, strs: []string{""}, refs: []uint32{0}}
+	return strtab{ids: map[string]uint32{}, strs: []string{""}, refs: []ref{{}}}
+}
+
+// sameSlot is the identity cache's slot for a string header.
+func sameSlot(s string) uint32 {
+	h := (uint64(uintptr(unsafe.Pointer(unsafe.StringData(s)))) ^ uint64(len(s))<<48) * 0x9e3779b97f4a7c15
+	return uint32(h >> (64 - sameBits))
+}
+
+// addrSlot is the address cache's slot for a.
+// An IPv4 address is read as 4 octets: As16 copies its result in one
+// 16-octet move from two 8-octet stores, which stalls store forwarding.
+func addrSlot(a netip.Addr) uint32 {
+	var h uint64
+	if a.Is4() {
+		b := a.As4()
+		h = uint64(binary.NativeEndian.Uint32(b[:]))
+	} else {
+		b := a.As16()
+		h = binary.NativeEndian.Uint64(b[:8])*0xc2b2ae3d27d4eb4f ^ binary.NativeEndian.Uint64(b[8:])
+	}
+	h *= 0x9e3779b97f4a7c15
+	return uint32(h >> (64 - addrCacheBits))
 }
 
 // quick is a cheap hash of s for the cache: its length and its first and
@@ -68,9 +129,23 @@ func (t *strtab) add(s string) uint32 {
 }
 
 func (t *strtab) addSlow(s string) uint32 {
+	c := &t.same[sameSlot(s)]
+	if unsafe.StringData(c.s) == unsafe.StringData(s) && len(c.s) == len(s) {
+		if r := &t.refs[c.id]; r.gen == c.gen {
+			r.n++
+			return c.id
+		}
+	}
+	id := t.addContent(s)
+	*c = sameCached{s, id, t.refs[id].gen}
+	return id
+}
+
+// addContent is add past the identity cache.
+func (t *strtab) addContent(s string) uint32 {
 	c := &t.cache[quick(s)]
 	if c.s == s {
-		t.refs[c.id]++
+		t.refs[c.id].n++
 		return c.id
 	}
 	id, ok := t.ids[s]
@@ -78,7 +153,7 @@ func (t *strtab) addSlow(s string) uint32 {
 		id = t.newID(strings.Clone(s))
 		t.ids[t.strs[id]] = id
 	}
-	t.refs[id]++
+	t.refs[id].n++
 	*c = cached{s, id}
 	return id
 }
@@ -87,7 +162,7 @@ func (t *strtab) addSlow(s string) uint32 {
 func (t *strtab) addBytes(b []byte) uint32 {
 	c := &t.cache[quick(string(b))]
 	if c.s == string(b) {
-		t.refs[c.id]++
+		t.refs[c.id].n++
 		return c.id
 	}
 	id, ok := t.ids[string(b)]
@@ -95,7 +170,7 @@ func (t *strtab) addBytes(b []byte) uint32 {
 		id = t.newID(string(b))
 		t.ids[t.strs[id]] = id
 	}
-	t.refs[id]++
+	t.refs[id].n++
 	*c = cached{t.strs[id], id}
 	return id
 }
@@ -108,7 +183,7 @@ func (t *strtab) newID(s string) uint32 {
 		return id
 	}
 	t.strs = append(t.strs, s)
-	t.refs = append(t.refs, 0)
+	t.refs = append(t.refs, ref{})
 	return uint32(len(t.strs) - 1)
 }
 
@@ -127,21 +202,40 @@ func (t *strtab) addAddr(a netip.Addr) uint32 {
 }
 
 func (t *strtab) addAddrSlow(a netip.Addr) uint32 {
+	c := &t.addrs[addrSlot(a)]
+	if c.a == a {
+		if r := &t.refs[c.id]; r.gen == c.gen {
+			r.n++
+			return c.id
+		}
+	}
+	var id uint32
 	if a.Is4() {
 		b := a.As4()
-		return t.addBytes(b[:])
+		id = t.addBytes(b[:])
+	} else {
+		b := a.As16()
+		id = t.addBytes(b[:])
 	}
-	b := a.As16()
-	return t.addBytes(b[:])
+	*c = addrCached{a, id, t.refs[id].gen}
+	return id
 }
 
 // release drops a reference to id.
 func (t *strtab) release(id uint32) {
-	if id == 0 {
-		return
+	if id != 0 {
+		t.unref(id)
 	}
-	t.refs[id]--
-	if t.refs[id] == 0 {
+}
+
+// unref is release of a non-zero id; kept out of line so that release,
+// mostly of id 0, inlines.
+//
+//go:noinline
+func (t *strtab) unref(id uint32) {
+	r := &t.refs[id]
+	r.n--
+	if r.n == 0 {
 		t.drop(id)
 	}
 }
@@ -151,6 +245,14 @@ func (t *strtab) drop(id uint32) {
 	if c := &t.cache[quick(s)]; c.id == id {
 		*c = cached{}
 	}
+	// Entries of same and addrs naming id are stale from now on. Should
+	// the generation wrap around, entries from the previous round could
+	// look current again: clear them all.
+	t.refs[id].gen++
+	if t.refs[id].gen == 0 {
+		t.same = [sameSize]sameCached{}
+		t.addrs = [addrCacheSize]addrCached{}
+	}
 	delete(t.ids, s)
 	t.strs[id] = ""
 	t.free = append(t.free, id)
@@ -158,12 +260,16 @@ func (t *strtab) drop(id uint32) {
 
 // set replaces the id at *p with one for s (s non-empty).
 func (t *strtab) set(p *uint32, s string) {
-	if t.strs[*p] == s {
+	old := *p
+	if old == 0 {
+		*p = t.addSlow(s)
 		return
 	}
-	id := t.add(s)
-	t.release(*p)
-	*p = id
+	if t.strs[old] == s {
+		return
+	}
+	*p = t.addSlow(s)
+	t.unref(old)
 }
 
 func (t *strtab) setUID(p *uint32, u flow.UID) {
@@ -175,10 +281,18 @@ func (t *strtab) setUID(p *uint32, u flow.UID) {
 	*p = id
 }
 
+// setAddr replaces the id at *p with one for a.
 func (t *strtab) setAddr(p *uint32, a netip.Addr) {
-	id := t.addAddr(a)
-	t.release(*p)
-	*p = id
+	old := *p
+	if old != 0 && a.IsValid() {
+		// Most often the same address again (both Nodes report the
+		// Service): no reference to take and give back.
+		if c := &t.addrs[addrSlot(a)]; c.id == old && c.a == a && t.refs[old].gen == c.gen {
+			return
+		}
+	}
+	*p = t.addAddr(a)
+	t.release(old)
 }
 
 func (t *strtab) str(id uint32) string { return t.strs[id] }

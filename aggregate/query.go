@@ -44,8 +44,9 @@ func (s *Store) Records(q Query) ([]*flow.Flow, int) {
 		}
 	}
 	if q.exact() {
-		k := makeKey(q.SrcIP, q.DstIP, q.SrcPort, q.DstPort, q.Proto)
-		if i, ok := s.lookup(s.seed.hash(&k), &k); ok {
+		var k key
+		k.set(q.SrcIP, q.DstIP, q.SrcPort, q.DstPort, q.Proto)
+		if i, _, ok := s.lookup(s.seed.hash(&k), &k); ok {
 			take(s.slab.at(i))
 			return out, 1
 		}

@@ -24,30 +24,47 @@ const (
 	keyDstIs4
 )
 
-func addrWords(a netip.Addr) [2]uint64 {
+// addrWords returns a's words. An IPv4 address takes a path of its own
+// to the IPv4-mapped form's words: As16 copies its result in one 16-octet
+// move from two 8-octet stores, which defeats the processor's store
+// forwarding and stalls. (Two results, not an array, so that they come
+// back in registers.)
+func addrWords(a netip.Addr) (hi, lo uint64) {
+	if a.Is4() {
+		b := a.As4()
+		return 0, 0xffff<<32 | uint64(binary.BigEndian.Uint32(b[:]))
+	}
 	b := a.As16()
-	return [2]uint64{binary.BigEndian.Uint64(b[:8]), binary.BigEndian.Uint64(b[8:])}
+	return binary.BigEndian.Uint64(b[:8]), binary.BigEndian.Uint64(b[8:])
 }
 
-func makeKey(src, dst netip.Addr, sport, dport uint16, proto uint8) key {
-	var k key
+// set makes k the key of a flow (in place: a returned key would be copied
+// through memory).
+func (k *key) set(src, dst netip.Addr, sport, dport uint16, proto uint8) {
 	var fl uint64
+	k.src, k.dst = [2]uint64{}, [2]uint64{}
 	if src.IsValid() {
-		k.src = addrWords(src)
+		k.src[0], k.src[1] = addrWords(src)
 		fl |= keySrcValid
 		if src.Is4() {
 			fl |= keySrcIs4
 		}
 	}
 	if dst.IsValid() {
-		k.dst = addrWords(dst)
+		k.dst[0], k.dst[1] = addrWords(dst)
 		fl |= keyDstValid
 		if dst.Is4() {
 			fl |= keyDstIs4
 		}
 	}
 	k.rest = uint64(sport)<<48 | uint64(dport)<<32 | uint64(proto)<<24 | fl
-	return k
+}
+
+// eq reports whether k and o are equal, word by word (== on the struct
+// calls the runtime's memequal).
+func (k *key) eq(o *key) bool {
+	return k.rest == o.rest && k.src[1] == o.src[1] && k.dst[1] == o.dst[1] &&
+		k.src[0] == o.src[0] && k.dst[0] == o.dst[0]
 }
 
 func keyAddr(w [2]uint64, valid, is4 bool) netip.Addr {
@@ -254,20 +271,33 @@ func (x *index) init() {
 }
 
 func (x *index) insert(h, i uint32) {
+	x.insertAt(h, i, x.free(h))
+}
+
+// insertAt inserts index i, whose key hashes to h, at slot p: the first
+// empty slot of h's probe run (see free).
+func (x *index) insertAt(h, i, p uint32) {
+	v := uint64(h)<<32 | uint64(i+1)
 	if (x.n+1)*4 > len(x.slots)*3 {
 		x.grow()
+		x.put(v)
+	} else {
+		x.slots[p] = v
 	}
-	x.put(uint64(h)<<32 | uint64(i+1))
 	x.n++
 }
 
-func (x *index) put(v uint64) {
-	for p := uint32(v>>32) & x.mask; ; p = (p + 1) & x.mask {
-		if x.slots[p] == 0 {
-			x.slots[p] = v
-			return
-		}
+// free is the first empty slot from h's home slot on.
+func (x *index) free(h uint32) uint32 {
+	p := h & x.mask
+	for x.slots[p] != 0 {
+		p = (p + 1) & x.mask
 	}
+	return p
+}
+
+func (x *index) put(v uint64) {
+	x.slots[x.free(uint32(v>>32))] = v
 }
 
 func (x *index) grow() {

@@ -1,7 +1,11 @@
 package aggregate
 
 import (
+	"encoding/binary"
+	"math"
 	"math/rand/v2"
+	"net/netip"
+	"strings"
 	"testing"
 	"time"
 	"unsafe"
@@ -150,6 +154,90 @@ func TestInternRefcount(t *testing.T) {
 	if tab.str(d) != "other" || tab.str(e) != "web-1" || d == e {
 		t.Fatalf("reused ids: %d=%q %d=%q", d, tab.str(d), e, tab.str(e))
 	}
+	tab.release(d)
+	tab.release(e)
+
+	// The identity cache: the same string header freed, its id reused for
+	// another value, then the header again.
+	name := strings.Repeat("pod-", 3) // not a constant: its own octets
+	x := tab.add(name)
+	tab.release(x) // freed
+	y := tab.add(strings.Repeat("svc-", 3))
+	if y != x {
+		t.Fatalf("id %d not reused (got %d): the test needs it", x, y)
+	}
+	if z := tab.add(name); z == y || tab.str(z) != name || tab.str(y) != "svc-svc-svc-" {
+		t.Fatalf("identity cache handed out a reused id: %d=%q %d=%q", z, tab.str(z), y, tab.str(y))
+	} else {
+		tab.release(z)
+	}
+	tab.release(y)
+	// Same data pointer, another length: another value, also when both
+	// fall in the same slot.
+	long := strings.Repeat("x", 1<<14) + "y"
+	n := len(long) - 1
+	for n > 0 && sameSlot(long[:n]) != sameSlot(long) {
+		n--
+	}
+	if n == 0 {
+		t.Fatal("no prefix in the same slot: the test needs one")
+	}
+	if p, q := tab.add(long), tab.add(long[:n]); p == q || tab.str(q) != long[:n] {
+		t.Fatalf("whole and prefix of %d octets: ids %d and %d", n, p, q)
+	} else {
+		tab.release(p)
+		tab.release(q)
+	}
+
+	// The address cache, likewise.
+	a1, a2 := netip.MustParseAddr("10.0.0.1"), netip.MustParseAddr("10.0.0.2")
+	x = tab.addAddr(a1)
+	tab.release(x)
+	y = tab.addAddr(a2)
+	if y != x {
+		t.Fatalf("id %d not reused (got %d): the test needs it", x, y)
+	}
+	if z := tab.addAddr(a1); z == y || tab.addr(z) != a1 || tab.addr(y) != a2 {
+		t.Fatalf("address cache handed out a reused id: %d=%v %d=%v", z, tab.addr(z), y, tab.addr(y))
+	} else {
+		tab.release(z)
+	}
+	tab.release(y)
+	// An IPv4 address and its IPv4-mapped IPv6 form are different values.
+	m := netip.AddrFrom16(a1.As16())
+	if p, q := tab.addAddr(a1), tab.addAddr(m); p == q || tab.addr(q) != m {
+		t.Fatalf("%v and %v: ids %d and %d", a1, m, p, q)
+	} else {
+		tab.release(p)
+		tab.release(q)
+	}
+
+	if tab.live() != 0 {
+		t.Fatalf("%d live after releasing all", tab.live())
+	}
+
+	// A generation that wraps around must not make a cached id current
+	// again (a new table: the id's generation starts at 0).
+	tab = newStrtab()
+	x = tab.add(name)
+	tab.release(x)
+	tab.refs[x].gen = math.MaxUint32 // as after 2^32-1 more reuses
+	if y = tab.add("other"); y != x {
+		t.Fatalf("id %d not reused (got %d): the test needs it", x, y)
+	}
+	tab.release(y) // generation back to the cached one's
+	if y = tab.add("third"); y != x || tab.refs[x].gen != 0 {
+		t.Fatalf("id %d, generation %d: the test needs %d and 0", y, tab.refs[y].gen, x)
+	}
+	if z := tab.add(name); tab.str(z) != name {
+		t.Fatalf("after wrapping: %d=%q", z, tab.str(z))
+	} else {
+		tab.release(z)
+	}
+	tab.release(y)
+	if tab.live() != 0 {
+		t.Fatalf("%d live after releasing all", tab.live())
+	}
 }
 
 // Adding records allocates nothing per record in steady state (the
@@ -177,3 +265,101 @@ func TestAddAllocations(t *testing.T) {
 }
 
 var entrySize = unsafe.Sizeof(entry{})
+
+// A new flow past MaxFlows evicts another first, and the eviction shifts
+// index slots back: the slot the look-up found for the new flow may be
+// taken or moved by then. With the index about 70% full, probe runs are
+// long and shared, so a stale slot would leave flows unreachable or
+// overwrite another's.
+func TestEvictionKeepsIndexConsistent(t *testing.T) {
+	const limit = 700 // of 1024 slots; the index grows past 768
+	s, k := testStore(Options{MaxFlows: limit})
+	f := srcRec(0, 1, counts{pkts: 1})
+	f.FlowType = flow.FlowTypeIntraNode
+	keyOf := func(n int) key {
+		var kk key
+		benchConn(f, n)
+		kk.set(f.SourceIP, f.DestinationIP, f.SourcePort, f.DestinationPort, f.Protocol)
+		return kk
+	}
+	for n := range 5000 {
+		benchConn(f, n)
+		s.Add(at(1), f, k.emit)
+		if n%37 != 0 && n != 4999 {
+			continue
+		}
+		if s.idx.n != s.Len() || s.Len() != min(n+1, limit) {
+			t.Fatalf("after %d flows: index %d, store %d", n+1, s.idx.n, s.Len())
+		}
+		occupied := 0
+		for _, v := range s.idx.slots {
+			if v != 0 {
+				occupied++
+			}
+		}
+		if occupied != s.idx.n {
+			t.Fatalf("after %d flows: %d slots occupied, %d flows", n+1, occupied, s.idx.n)
+		}
+		for m := max(0, n+1-limit); m <= n; m++ {
+			kk := keyOf(m)
+			if _, _, ok := s.lookup(s.seed.hash(&kk), &kk); !ok {
+				t.Fatalf("after %d flows: flow %d unreachable", n+1, m)
+			}
+		}
+	}
+	if len(s.idx.slots) != minIndexSlots {
+		t.Errorf("index grew to %d slots", len(s.idx.slots))
+	}
+}
+
+// The key's words are those of an address's 16-octet form whatever path
+// addrWords takes, and give the address back.
+func TestKeyAddrWords(t *testing.T) {
+	for _, s := range []string{"10.1.2.3", "255.255.255.255", "0.0.0.0", "::ffff:10.1.2.3", "2001:db8::1", "::"} {
+		a := netip.MustParseAddr(s)
+		b := a.As16()
+		hi, lo := addrWords(a)
+		if hi != binary.BigEndian.Uint64(b[:8]) || lo != binary.BigEndian.Uint64(b[8:]) {
+			t.Errorf("%v: words %#x %#x", a, hi, lo)
+		}
+		var k key
+		k.set(a, a, 1, 2, 6)
+		if k.srcAddr() != a || k.dstAddr() != a || k.sport() != 1 || k.dport() != 2 || k.proto() != 6 {
+			t.Errorf("%v: key gives back %v %v", a, k.srcAddr(), k.dstAddr())
+		}
+	}
+	var k key
+	k.set(netip.Addr{}, netip.Addr{}, 0, 0, 0)
+	if k.srcAddr().IsValid() || k.dstAddr().IsValid() || k != (key{}) {
+		t.Errorf("no addresses: %+v", k)
+	}
+}
+
+// setAddr keeps an unchanged address's id (and its one reference), and
+// replaces a changed one, also when the new address is cached under
+// another id.
+func TestSetAddr(t *testing.T) {
+	tab := newStrtab()
+	a1, a2 := netip.MustParseAddr("10.96.0.10"), netip.MustParseAddr("2001:db8::10")
+	var p uint32
+	tab.setAddr(&p, a2)
+	id := p
+	tab.setAddr(&p, a2)
+	if p != id || tab.refs[id].n != 1 || tab.addr(p) != a2 {
+		t.Fatalf("same address again: id %d (was %d), %d references", p, id, tab.refs[id].n)
+	}
+	q := tab.addAddr(a1) // cached, under another id than p's
+	tab.setAddr(&p, a1)
+	if tab.addr(p) != a1 || p != q || tab.refs[q].n != 2 || tab.live() != 1 {
+		t.Fatalf("to %v: %v (id %d, cached %d), %d live", a1, tab.addr(p), p, q, tab.live())
+	}
+	tab.setAddr(&p, a2)
+	if tab.addr(p) != a2 || tab.refs[q].n != 1 || tab.live() != 2 {
+		t.Fatalf("back to %v: %v, %d live", a2, tab.addr(p), tab.live())
+	}
+	tab.setAddr(&p, netip.Addr{})
+	tab.release(q)
+	if p != 0 || tab.live() != 0 {
+		t.Fatalf("no address: id %d, %d live", p, tab.live())
+	}
+}
