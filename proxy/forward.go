@@ -175,18 +175,10 @@ func (fw *Forwarding) plan(t *ipfix.Template) *fplan {
 			p.flowType = i
 		case flow.StartTime:
 			p.start = i
-		case flow.SourcePodNamespace:
-			p.pod[0][podNamespace] = i
-		case flow.SourcePodName:
-			p.pod[0][podName] = i
-		case flow.SourceNodeName:
-			p.pod[0][podNode] = i
-		case flow.DestinationPodNamespace:
-			p.pod[1][podNamespace] = i
-		case flow.DestinationPodName:
-			p.pod[1][podName] = i
-		case flow.DestinationNodeName:
-			p.pod[1][podNode] = i
+		case flow.SourcePodNamespace, flow.SourcePodName, flow.SourceNodeName,
+			flow.DestinationPodNamespace, flow.DestinationPodName, flow.DestinationNodeName:
+			s, w := podSide(el.Field)
+			p.pod[s][w] = i
 		}
 	}
 	out := fw.base[0]
@@ -227,8 +219,7 @@ func (fw *Forwarding) plan(t *ipfix.Template) *fplan {
 			op.kind = opCluster
 		case el.Field == flow.EgressIP:
 			op.kind = opEgressIP
-		case el.Field == flow.SourcePodNamespace, el.Field == flow.SourcePodName, el.Field == flow.SourceNodeName,
-			el.Field == flow.DestinationPodNamespace, el.Field == flow.DestinationPodName, el.Field == flow.DestinationNodeName:
+		case isPodField(el.Field):
 			op.kind = opPod
 			op.a, op.b = podSide(el.Field)
 		case src[j] < 0 && of.Variable():
@@ -254,6 +245,18 @@ func (fw *Forwarding) plan(t *ipfix.Template) *fplan {
 	return p
 }
 
+// isPodField reports whether f is one of the Pod strings FillPods fills.
+func isPodField(f flow.Field) bool {
+	switch f {
+	case flow.SourcePodNamespace, flow.SourcePodName, flow.SourceNodeName,
+		flow.DestinationPodNamespace, flow.DestinationPodName, flow.DestinationNodeName:
+		return true
+	}
+	return false
+}
+
+// podSide says which side (0 source, 1 destination) and which string
+// (podNamespace, podName, podNode) a Pod field is.
 func podSide(f flow.Field) (side, which int) {
 	switch f {
 	case flow.SourcePodNamespace:

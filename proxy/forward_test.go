@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/netip"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -473,13 +472,7 @@ func TestFastPathMemoryDoesNotGrowWithConnections(t *testing.T) {
 	fwd := fw.NewForwarder()
 	var pool ipfix.ArenaPool
 	o := flow.Origin{ObservationDomainID: 1, Exporter: netip.MustParseAddr("192.0.2.1")}
-	heap := func() uint64 {
-		runtime.GC()
-		var m runtime.MemStats
-		runtime.ReadMemStats(&m)
-		return m.HeapAlloc
-	}
-	before := heap()
+	before := heapAlloc()
 	const total = 1_000_000
 	for i := 0; i < total; i += 100 {
 		for j := range 100 {
@@ -509,18 +502,7 @@ func TestFastPathMemoryDoesNotGrowWithConnections(t *testing.T) {
 		a.Hold(len(b.Encoded))
 		in <- b
 	}
-	close(in)
-	<-done
-	out.Close()
-	if n := <-consumed; n != total {
-		t.Fatalf("consumed+lost %d, want %d", n, total)
-	}
-	after := heap()
-	growth := int64(after) - int64(before)
-	t.Logf("heap before %d, after %d: %+d bytes for %d connections", before, after, growth, total)
-	if growth > 4<<20 {
-		t.Fatalf("heap grew by %d bytes over a million connections", growth)
-	}
+	endMemoryRun(t, in, done, out.Close, consumed, before, total)
 }
 
 // TestForwardLongLengthPrefix: a short value whose length the exporter

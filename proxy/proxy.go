@@ -70,6 +70,18 @@ func New(o Options) *Proxy {
 // Run enriches the batches from in and produces their records to out
 // until in is closed or ctx ends.
 func (p *Proxy) Run(ctx context.Context, in <-chan collector.Batch, out *ring.Buffer[*flow.Flow]) {
+	receive(ctx, in, func(b collector.Batch) {
+		for _, f := range b.Flows {
+			p.Process(f)
+		}
+		p.rebuilt.Add(float64(len(b.Flows)))
+		out.Produce(b.Flows...)
+	})
+}
+
+// receive hands each batch from in to handle until in is closed or ctx
+// ends.
+func receive(ctx context.Context, in <-chan collector.Batch, handle func(collector.Batch)) {
 	for {
 		select {
 		case <-ctx.Done():
@@ -78,11 +90,7 @@ func (p *Proxy) Run(ctx context.Context, in <-chan collector.Batch, out *ring.Bu
 			if !ok {
 				return
 			}
-			for _, f := range b.Flows {
-				p.Process(f)
-			}
-			p.rebuilt.Add(float64(len(b.Flows)))
-			out.Produce(b.Flows...)
+			handle(b)
 		}
 	}
 }
@@ -99,37 +107,29 @@ func (p *Proxy) RunEncoded(ctx context.Context, in <-chan collector.Batch, out *
 	if err != nil {
 		panic(err) // the default options are valid
 	}
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case b, ok := <-in:
-			if !ok {
-				return
+	receive(ctx, in, func(b collector.Batch) {
+		recs := b.Encoded
+		var arena []byte
+		for _, f := range b.Flows {
+			p.Process(f)
+			t, _, err := ex.Template(f)
+			if err != nil {
+				encodeErr(err)
+				continue
 			}
-			recs := b.Encoded
-			var arena []byte
-			for _, f := range b.Flows {
-				p.Process(f)
-				t, _, err := ex.Template(f)
-				if err != nil {
-					encodeErr(err)
-					continue
-				}
-				data, err := enc.EncodeRecord(t, func(rb ipfix.RecordBuilder) error { return ex.Write(rb, t, f) })
-				if err != nil {
-					encodeErr(err)
-					continue
-				}
-				start := len(arena)
-				arena = append(arena, data...)
-				recs = append(recs, ipfix.EncodedRecord{Template: t, Data: arena[start:len(arena):len(arena)]})
+			data, err := enc.EncodeRecord(t, func(rb ipfix.RecordBuilder) error { return ex.Write(rb, t, f) })
+			if err != nil {
+				encodeErr(err)
+				continue
 			}
-			p.copied.Add(float64(len(b.Encoded)))
-			p.rebuilt.Add(float64(len(b.Flows))) // as Run: those that fail to encode too
-			out.Produce(recs...)
+			start := len(arena)
+			arena = append(arena, data...)
+			recs = append(recs, ipfix.EncodedRecord{Template: t, Data: arena[start:len(arena):len(arena)]})
 		}
-	}
+		p.copied.Add(float64(len(b.Encoded)))
+		p.rebuilt.Add(float64(len(b.Flows))) // as Run: those that fail to encode too
+		out.Produce(recs...)
+	})
 }
 
 // Process enriches one record in place: flow direction, the Pod metadata
