@@ -28,7 +28,7 @@ type fwTemplate struct {
 	fastPT, fastNoPT bool
 }
 
-func fwTemplates(t *testing.T, rng *rand.Rand) []fwTemplate {
+func fwTemplates(t testing.TB, rng *rand.Rand) []fwTemplate {
 	reg := ipfix.DefaultRegistry()
 	fields := func(names ...string) []ipfix.Field {
 		var fs []ipfix.Field
@@ -313,7 +313,7 @@ func fwCheck(r *ipfix.Record, o flow.Origin, got []ipfix.EncodedRecord, norm *ip
 // makes of the record.
 func FuzzForward(f *testing.F) {
 	rng := rand.New(rand.NewPCG(3, 5))
-	tt := fwTemplates(&testing.T{}, rng)
+	tt := fwTemplates(f, rng)
 	for i, x := range tt[:12] {
 		tmpl, err := ipfix.NewTemplate(uint16(256+i), x.fields)
 		if err != nil {

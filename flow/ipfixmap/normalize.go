@@ -22,6 +22,10 @@ type Normalizer struct {
 	table    *Table
 	expected [2]map[ipfix.ElementKey]bool // by family: 4, 6
 	plans    map[*ipfix.Template]*plan
+	// last and lastPlan skip the map for runs of records of one template,
+	// the common case (Normalize and Skew run per record).
+	last     *ipfix.Template
+	lastPlan *plan
 	intern   *Interner
 }
 
@@ -56,7 +60,11 @@ func NewNormalizer(table *Table) *Normalizer {
 }
 
 func (n *Normalizer) plan(t *ipfix.Template) *plan {
+	if t == n.last {
+		return n.lastPlan
+	}
 	if p, ok := n.plans[t]; ok {
+		n.last, n.lastPlan = t, p
 		return p
 	}
 	if len(n.plans) >= maxPlans {
@@ -102,6 +110,7 @@ func (n *Normalizer) plan(t *ipfix.Template) *plan {
 		}
 	}
 	n.plans[t] = p
+	n.last, n.lastPlan = t, p
 	return p
 }
 
