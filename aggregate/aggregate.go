@@ -22,7 +22,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"sluice/collector"
 	"sluice/enrich"
 	"sluice/flow"
 	"sluice/ring"
@@ -60,18 +59,11 @@ type Options struct {
 	// (sluice.aggregate.exportOneSided, true in the default configuration).
 	ExportOneSided bool
 
-	// Enrich resolves Pods and Nodes for flows that skipped correlation
-	// (denied inter-Node flows, one-sided flows), labels and UIDs; nil
-	// disables look-ups.
-	Enrich enrich.Store
-	// PodLabels adds sourcePodLabels/destinationPodLabels
-	// (recordContents.podLabels).
-	PodLabels bool
-	// UIDs fills missing Pod, Node, Service and Egress Node UIDs
-	// (flowCollector.includeK8sUIDs).
-	UIDs bool
-	// ClusterID is stamped on every exported record.
-	ClusterID string
+	// Enricher completes exported records: the Pods of flows that skipped
+	// correlation (denied inter-Node flows, one-sided flows), labels, UIDs
+	// and the cluster ID, by the rules Proxy mode uses too; nil adds
+	// nothing.
+	Enricher *enrich.Enricher
 
 	// Clock is what Run reads the time from; default time.Now.
 	Clock func() time.Time
@@ -827,7 +819,7 @@ func (s *Store) touch(i uint32, e *entry) {
 // Run aggregates the batches from in and produces exported records to out,
 // ticking every tick (DefaultTick if 0). When in is closed it flushes
 // every flow (Flush) and returns; when ctx ends it returns at once.
-func (s *Store) Run(ctx context.Context, in <-chan collector.Batch, out *ring.Buffer[*flow.Flow], tick time.Duration) {
+func (s *Store) Run(ctx context.Context, in <-chan flow.Batch, out *ring.Buffer[*flow.Flow], tick time.Duration) {
 	if tick <= 0 {
 		tick = DefaultTick
 	}

@@ -1,11 +1,8 @@
 package aggregate
 
 import (
-	"net/netip"
-	"strings"
 	"time"
 
-	"sluice/enrich"
 	"sluice/flow"
 )
 
@@ -112,88 +109,10 @@ func (s *Store) snapshot(e *entry) *flow.Flow {
 	return f
 }
 
-// enrich completes an exported record from the Kubernetes store: the Pods
-// of a flow that skipped correlation (lookup), labels, UIDs, cluster ID.
+// enrich completes an exported record from the Kubernetes store; lookup
+// names the Pods of a flow that skipped correlation.
 func (s *Store) enrich(f *flow.Flow, lookup bool) {
-	st := s.o.Enrich
-	var srcPod, dstPod *enrich.Pod
-	if st != nil && (lookup || s.o.PodLabels || s.o.UIDs) {
-		srcPod, dstPod = pod(st, f.SourceIP, f.StartTime), pod(st, f.DestinationIP, f.StartTime)
-	}
-	if lookup {
-		enrich.FillPods(f, srcPod, dstPod)
-	}
-	if s.o.PodLabels {
-		f.SourcePodLabels = labels(srcPod, f.SourcePodNamespace, f.SourcePodName)
-		f.DestinationPodLabels = labels(dstPod, f.DestinationPodNamespace, f.DestinationPodName)
-		f.Present.Set(flow.SourcePodLabels)
-		f.Present.Set(flow.DestinationPodLabels)
-	}
-	if s.o.UIDs && st != nil {
-		fillUIDs(st, f, srcPod, dstPod)
-	}
-	if s.o.ClusterID != "" {
-		f.ClusterID = s.o.ClusterID
-		f.Present.Set(flow.ClusterID)
-	}
-}
-
-func pod(st enrich.Store, ip netip.Addr, at time.Time) *enrich.Pod {
-	if !ip.IsValid() {
-		return nil
-	}
-	if p, ok := st.PodByIP(ip, at); ok {
-		return p
-	}
-	return nil
-}
-
-// labels is the labels JSON of the record's Pod: "" when the record names
-// no Pod or the Pod is not known (or not the same one), "{}" for a Pod
-// without labels.
-func labels(p *enrich.Pod, namespace, name string) string {
-	if name == "" || p == nil || p.Name != name || p.Namespace != namespace {
-		return ""
-	}
-	return p.LabelsJSON()
-}
-
-// fillUIDs sets the UIDs the record lacks: Pods (when the store's Pod is
-// the record's), Nodes, the destination Service and the Egress Node.
-func fillUIDs(st enrich.Store, f *flow.Flow, src, dst *enrich.Pod) {
-	set := func(field flow.Field, u *flow.UID, text string) {
-		if *u != (flow.UID{}) {
-			return
-		}
-		if v, ok := flow.ParseUID(text); ok {
-			*u = v
-			f.Present.Set(field)
-		}
-	}
-	if src != nil && src.Name == f.SourcePodName && src.Namespace == f.SourcePodNamespace {
-		set(flow.SourcePodUID, &f.SourcePodUID, src.UID)
-	}
-	if dst != nil && dst.Name == f.DestinationPodName && dst.Namespace == f.DestinationPodNamespace {
-		set(flow.DestinationPodUID, &f.DestinationPodUID, dst.UID)
-	}
-	node := func(field flow.Field, u *flow.UID, name string) {
-		if name == "" {
-			return
-		}
-		if n, ok := st.NodeByName(name); ok {
-			set(field, u, n.UID)
-		}
-	}
-	node(flow.SourceNodeUID, &f.SourceNodeUID, f.SourceNodeName)
-	node(flow.DestinationNodeUID, &f.DestinationNodeUID, f.DestinationNodeName)
-	node(flow.EgressNodeUID, &f.EgressNodeUID, f.EgressNodeName)
-	// destinationServicePortName is "namespace/service:port".
-	if pn := f.DestinationServicePortName; pn != "" {
-		ns, rest, ok := strings.Cut(pn, "/")
-		if name, _, _ := strings.Cut(rest, ":"); ok && name != "" {
-			if svc, ok := st.ServiceByName(ns, name); ok {
-				set(flow.DestinationServiceUID, &f.DestinationServiceUID, svc.UID)
-			}
-		}
+	if s.o.Enricher != nil {
+		s.o.Enricher.Enrich(f, lookup)
 	}
 }

@@ -3,38 +3,16 @@ package aggregate
 import (
 	"context"
 	"fmt"
-	"net/netip"
 
 	"sluice/flow"
 )
-
-// Query selects tracked flows for the flow-record API. Unset fields match
-// anything; with all five set, the flow is found by its key.
-type Query struct {
-	SrcIP, DstIP     netip.Addr
-	Proto            uint8
-	SrcPort, DstPort uint16
-	// Limit caps the records returned (the count of matches is still
-	// complete); 0 means no cap.
-	Limit int
-}
-
-func (q *Query) exact() bool {
-	return q.SrcIP.IsValid() && q.DstIP.IsValid() && q.Proto != 0 && q.SrcPort != 0 && q.DstPort != 0
-}
-
-func (q *Query) matches(src, dst netip.Addr, sport, dport uint16, proto uint8) bool {
-	return (!q.SrcIP.IsValid() || q.SrcIP == src) && (!q.DstIP.IsValid() || q.DstIP == dst) &&
-		(q.Proto == 0 || q.Proto == proto) && (q.SrcPort == 0 || q.SrcPort == sport) &&
-		(q.DstPort == 0 || q.DstPort == dport)
-}
 
 // Records returns a snapshot of each flow q selects, the most recently
 // updated first, and how many flows matched. The snapshots carry what an
 // export would (counters since the last export, per-Node views, Pod
 // metadata) without exporting anything. Call it from the Store's
 // goroutine; Query does so for other goroutines.
-func (s *Store) Records(q Query) ([]*flow.Flow, int) {
+func (s *Store) Records(q flow.Query) ([]*flow.Flow, int) {
 	var out []*flow.Flow
 	take := func(e *entry) {
 		if q.Limit <= 0 || len(out) < q.Limit {
@@ -43,7 +21,7 @@ func (s *Store) Records(q Query) ([]*flow.Flow, int) {
 			out = append(out, f)
 		}
 	}
-	if q.exact() {
+	if q.Exact() {
 		var k key
 		k.set(q.SrcIP, q.DstIP, q.SrcPort, q.DstPort, q.Proto)
 		if i, _, ok := s.lookup(s.seed.hash(&k), &k); ok {
@@ -60,7 +38,7 @@ func (s *Store) Records(q Query) ([]*flow.Flow, int) {
 		if e.flags&fSrcIP != 0 {
 			src, sport = s.strs.addr(e.str[sSrcIP]), e.srcPort
 		}
-		if q.matches(src, e.key.dstAddr(), sport, e.key.dport(), e.key.proto()) {
+		if q.Matches(src, e.key.dstAddr(), sport, e.key.dport(), e.key.proto()) {
 			n++
 			take(e)
 		}
@@ -70,7 +48,7 @@ func (s *Store) Records(q Query) ([]*flow.Flow, int) {
 }
 
 type queryReq struct {
-	q     Query
+	q     flow.Query
 	flows []*flow.Flow
 	n     int
 	done  chan struct{}
@@ -79,7 +57,7 @@ type queryReq struct {
 // Query runs Records in the goroutine of Run, for any goroutine. It fails
 // when ctx ends first (Run not running, or busy beyond the caller's
 // patience).
-func (s *Store) Query(ctx context.Context, q Query) ([]*flow.Flow, int, error) {
+func (s *Store) Query(ctx context.Context, q flow.Query) ([]*flow.Flow, int, error) {
 	r := &queryReq{q: q, done: make(chan struct{})}
 	select {
 	case s.queries <- r:

@@ -3,16 +3,16 @@ package aggregate
 import (
 	"context"
 	"net/netip"
+	"sluice/enrich"
 	"testing"
 	"time"
 
-	"sluice/collector"
 	"sluice/flow"
 	"sluice/ring"
 )
 
 func TestRecords(t *testing.T) {
-	s := New(Options{ClusterID: "c1"})
+	s := New(Options{Enricher: enrich.NewEnricher(enrich.EnricherOptions{ClusterID: "c1"})})
 	var k sink
 	// Three flows: the test connection (correlated), the same from another
 	// source port (one side only), and a UDP intra-Node flow.
@@ -28,16 +28,16 @@ func TestRecords(t *testing.T) {
 
 	cases := []struct {
 		name  string
-		q     Query
+		q     flow.Query
 		ports []uint16 // source ports of the records, most recent first
 	}{
-		{"all", Query{}, []uint16{40000, 40001, 40000}},
-		{"by protocol", Query{Proto: 17}, []uint16{40000}},
-		{"by destination port", Query{DstPort: 8080}, []uint16{40001, 40000}},
-		{"by source address", Query{SrcIP: clientIP}, []uint16{40000, 40001, 40000}},
-		{"by an address nobody has", Query{DstIP: netip.MustParseAddr("192.0.2.1")}, nil},
-		{"exact", Query{SrcIP: clientIP, DstIP: serverIP, Proto: 6, SrcPort: 40001, DstPort: 8080}, []uint16{40001}},
-		{"exact, absent", Query{SrcIP: clientIP, DstIP: serverIP, Proto: 6, SrcPort: 9, DstPort: 8080}, nil},
+		{"all", flow.Query{}, []uint16{40000, 40001, 40000}},
+		{"by protocol", flow.Query{Proto: 17}, []uint16{40000}},
+		{"by destination port", flow.Query{DstPort: 8080}, []uint16{40001, 40000}},
+		{"by source address", flow.Query{SrcIP: clientIP}, []uint16{40000, 40001, 40000}},
+		{"by an address nobody has", flow.Query{DstIP: netip.MustParseAddr("192.0.2.1")}, nil},
+		{"exact", flow.Query{SrcIP: clientIP, DstIP: serverIP, Proto: 6, SrcPort: 40001, DstPort: 8080}, []uint16{40001}},
+		{"exact, absent", flow.Query{SrcIP: clientIP, DstIP: serverIP, Proto: 6, SrcPort: 9, DstPort: 8080}, nil},
 	}
 	for _, c := range cases {
 		got, n := s.Records(c.q)
@@ -54,12 +54,12 @@ func TestRecords(t *testing.T) {
 			}
 		}
 	}
-	got, n := s.Records(Query{Limit: 1})
+	got, n := s.Records(flow.Query{Limit: 1})
 	if n != 3 || len(got) != 1 {
 		t.Errorf("limit 1: %d records of %d matches", len(got), n)
 	}
 	// The correlated flow shows both Pods and its per-Node counters.
-	got, _ = s.Records(Query{SrcPort: 40000, Proto: 6})
+	got, _ = s.Records(flow.Query{SrcPort: 40000, Proto: 6})
 	if f := got[0]; f.SourcePodName != "client" || f.DestinationPodName != "server" ||
 		f.Aggregation.StatsFromSource.PacketTotalCount != 4 || f.Aggregation.StatsFromDestination.OctetTotalCount != 400 {
 		t.Errorf("correlated record %+v %+v", f, f.Aggregation)
@@ -85,16 +85,16 @@ func TestRecords(t *testing.T) {
 
 func TestQueryThroughRun(t *testing.T) {
 	s := New(Options{})
-	in := make(chan collector.Batch, 1)
+	in := make(chan flow.Batch, 1)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { s.Run(ctx, in, ring.New[*flow.Flow](8), time.Hour); close(done) }()
-	in <- collector.Batch{Flows: []*flow.Flow{srcRec(0, 10, counts{pkts: 1})}}
+	in <- flow.Batch{Flows: []*flow.Flow{srcRec(0, 10, counts{pkts: 1})}}
 	qctx, qcancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer qcancel()
 	var n int
 	for n == 0 && qctx.Err() == nil {
-		_, n, _ = s.Query(qctx, Query{})
+		_, n, _ = s.Query(qctx, flow.Query{})
 	}
 	if n != 1 {
 		t.Fatalf("query through Run saw %d flows", n)
@@ -104,7 +104,7 @@ func TestQueryThroughRun(t *testing.T) {
 	// With Run gone, a query gives up with its context.
 	short, c2 := context.WithTimeout(context.Background(), 20*time.Millisecond)
 	defer c2()
-	if _, _, err := s.Query(short, Query{}); err == nil {
+	if _, _, err := s.Query(short, flow.Query{}); err == nil {
 		t.Error("a query with Run stopped did not fail")
 	}
 }

@@ -2,6 +2,7 @@ package aggregate
 
 import (
 	"net/netip"
+	"sluice/enrich"
 	"testing"
 	"time"
 
@@ -27,7 +28,7 @@ func TestCorrelationBothOrders(t *testing.T) {
 		{"destination first", dstRec(0, 10, dstC), srcRec(0, 10, srcC), [4]uint64{100, 10000, 100, 10000}, 8000},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			s, k := testStore(Options{Enrich: pods()})
+			s, k := testStore(Options{Enricher: enrich.NewEnricher(enrich.EnricherOptions{Store: pods()})})
 			s.Add(at(10), tc.first, k.emit)
 			s.Tick(at(11), k.emit)
 			none(t, k.take()) // waiting for the other side
@@ -142,7 +143,7 @@ func TestDeniedFlows(t *testing.T) {
 		{"ingress reject", deny(dstRec(0, 10, c), true, flow.ActionReject)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			s, k := testStore(Options{Enrich: pods()})
+			s, k := testStore(Options{Enricher: enrich.NewEnricher(enrich.EnricherOptions{Store: pods()})})
 			s.Add(at(10), tc.rec, k.emit)
 			s.Tick(at(11), k.emit)
 			f := one(t, k.take())
@@ -168,7 +169,7 @@ func TestDeniedFlows(t *testing.T) {
 		})
 	}
 	t.Run("ingress drop", func(t *testing.T) {
-		s, k := testStore(Options{Enrich: pods()})
+		s, k := testStore(Options{Enricher: enrich.NewEnricher(enrich.EnricherOptions{Store: pods()})})
 		s.Add(at(10), deny(dstRec(0, 10, c), true, flow.ActionDrop), k.emit)
 		s.Tick(at(11), k.emit)
 		none(t, k.take())
@@ -211,7 +212,7 @@ func TestSingleNodeFlows(t *testing.T) {
 	}{{"intra-node", intra}, {"to external", toExt}, {"from external, one node", fromExt}} {
 		t.Run(tc.name, func(t *testing.T) {
 			rec := mark(tc.rec)
-			s, k := testStore(Options{Enrich: pods()})
+			s, k := testStore(Options{Enricher: enrich.NewEnricher(enrich.EnricherOptions{Store: pods()})})
 			s.Add(at(4), rec, k.emit)
 			s.Tick(at(5), k.emit)
 			f := one(t, k.take())
@@ -296,7 +297,7 @@ func TestOneSided(t *testing.T) {
 	for _, export := range []bool{true, false} {
 		name := map[bool]string{true: "exported", false: "dropped"}[export]
 		t.Run(name, func(t *testing.T) {
-			s, k := testStore(Options{Enrich: pods(), ExportOneSided: export})
+			s, k := testStore(Options{ExportOneSided: export, Enricher: enrich.NewEnricher(enrich.EnricherOptions{Store: pods()})})
 			s.Add(at(10), srcRec(0, 10, counts{5, 500, 5, 500, 0, 0, 0, 0}), k.emit)
 			// Records from the same Node do not complete it.
 			s.Add(at(20), srcRec(0, 20, counts{7, 700, 2, 200, 0, 0, 0, 0}), k.emit)
@@ -643,7 +644,7 @@ func TestMaxFlowsEviction(t *testing.T) {
 	}
 
 	// A flow still waiting for its other side is evicted one-sided.
-	s2, k2 := testStore(Options{MaxFlows: 1, ExportOneSided: true, Enrich: pods()})
+	s2, k2 := testStore(Options{MaxFlows: 1, ExportOneSided: true, Enricher: enrich.NewEnricher(enrich.EnricherOptions{Store: pods()})})
 	s2.Add(at(1), srcRec(0, 1, counts{pkts: 1}), k2.emit)
 	s2.Add(at(2), rec(9, 2), k2.emit)
 	if f := one(t, k2.take()); f.SourcePodName != "client" || f.DestinationPodName != "server" {
@@ -720,7 +721,7 @@ func TestInvalidRecords(t *testing.T) {
 
 // Labels, UIDs and the cluster ID are added at export.
 func TestExportEnrichment(t *testing.T) {
-	s, k := testStore(Options{Enrich: pods(), PodLabels: true, UIDs: true, ClusterID: "c1"})
+	s, k := testStore(Options{Enricher: enrich.NewEnricher(enrich.EnricherOptions{Store: pods(), PodLabels: true, UIDs: true, ClusterID: "c1"})})
 	s.Add(at(10), srcRec(0, 10, counts{}), k.emit)
 	s.Add(at(10), dstRec(0, 10, counts{}), k.emit)
 	s.Tick(at(11), k.emit)
@@ -739,7 +740,7 @@ func TestExportEnrichment(t *testing.T) {
 	}
 
 	// Without the switches, nothing is added.
-	s, k = testStore(Options{Enrich: pods()})
+	s, k = testStore(Options{Enricher: enrich.NewEnricher(enrich.EnricherOptions{Store: pods()})})
 	s.Add(at(10), srcRec(0, 10, counts{}), k.emit)
 	s.Add(at(10), dstRec(0, 10, counts{}), k.emit)
 	s.Tick(at(11), k.emit)

@@ -2,11 +2,11 @@ package aggregate
 
 import (
 	"context"
+	"sluice/enrich"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"sluice/collector"
 	"sluice/flow"
 	"sluice/ring"
 )
@@ -14,8 +14,8 @@ import (
 func TestRun(t *testing.T) {
 	var clock atomic.Int64
 	clock.Store(at(10).UnixNano())
-	s := New(Options{Clock: func() time.Time { return time.Unix(0, clock.Load()).UTC() }, ExportOneSided: true, Enrich: pods()})
-	in := make(chan collector.Batch, 4)
+	s := New(Options{Clock: func() time.Time { return time.Unix(0, clock.Load()).UTC() }, ExportOneSided: true, Enricher: enrich.NewEnricher(enrich.EnricherOptions{Store: pods()})})
+	in := make(chan flow.Batch, 4)
 	out := ring.New[*flow.Flow](64)
 	c := out.Consumer()
 	done := make(chan struct{})
@@ -24,7 +24,7 @@ func TestRun(t *testing.T) {
 	intra := srcRec(0, 10, counts{pkts: 3})
 	intra.FlowType = flow.FlowTypeIntraNode
 	intra.SourcePort = 1
-	in <- collector.Batch{Flows: []*flow.Flow{intra, srcRec(0, 10, counts{pkts: 1})}}
+	in <- flow.Batch{Flows: []*flow.Flow{intra, srcRec(0, 10, counts{pkts: 1})}}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	got, ok := c.Next(ctx, nil, 10) // the ticker exports the complete flow
@@ -48,7 +48,7 @@ func TestRun(t *testing.T) {
 
 func TestRunCancel(t *testing.T) {
 	s := New(Options{})
-	in := make(chan collector.Batch)
+	in := make(chan flow.Batch)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { s.Run(ctx, in, ring.New[*flow.Flow](8), 0); close(done) }()

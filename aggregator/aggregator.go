@@ -27,12 +27,12 @@ import (
 	"sluice/enrich"
 	"sluice/flow"
 	"sluice/flow/ipfixmap"
-	"sluice/flowstream"
 	"sluice/ipfix"
 	"sluice/proxy"
 	"sluice/ring"
 	"sluice/sink"
 	"sluice/sink/flowlog"
+	"sluice/sink/flowstream"
 	"sluice/sink/ipfixout"
 )
 
@@ -62,16 +62,16 @@ type Aggregator struct {
 	stream   *flowstream.Server
 	streamLn net.Listener
 	certs    *certs.Bundle
-	batches  chan collector.Batch
+	batches  chan flow.Batch
 	buf      *ring.Buffer[*flow.Flow]
 	// mode turns batches from the collectors into records for the sinks
 	// until the batch channel closes: Proxy or Aggregate.
-	mode  func(in <-chan collector.Batch, out *ring.Buffer[*flow.Flow])
+	mode  func(in <-chan flow.Batch, out *ring.Buffer[*flow.Flow])
 	sinks []sink.Sink
 	// Proxy mode's fast path (see proxy.Forwarding), when it applies:
 	// the collectors' forwarders, the buffer of encoded records, and the
 	// flowCollector sink, which then reads that buffer instead of buf.
-	forwarder func() collector.Forwarder
+	forwarder func() flow.Forwarder
 	encBuf    *ring.Buffer[ipfix.EncodedRecord]
 	encSink   *ipfixout.Sink
 	// fcSink and fcExporter are the flowCollector sink and its exporter.
@@ -138,23 +138,18 @@ func (a *Aggregator) init() error {
 	}
 	var px *proxy.Proxy
 	if cfg.Mode == config.ModeProxy {
-		p := proxy.New(proxy.Options{Store: store, PodLabels: cfg.RecordContents.PodLabels,
-			UIDs: cfg.FlowCollector.IncludeK8sUIDs, ClusterID: cfg.ClusterID, Metrics: proxy.NewMetrics(a.reg)})
+		p := proxy.New(proxy.Options{Metrics: proxy.NewMetrics(a.reg), Enricher: enrich.NewEnricher(enrich.EnricherOptions{Store: store, PodLabels: cfg.RecordContents.PodLabels, UIDs: cfg.FlowCollector.IncludeK8sUIDs, ClusterID: cfg.ClusterID})})
 		px = p
-		a.mode = func(in <-chan collector.Batch, out *ring.Buffer[*flow.Flow]) { p.Run(context.Background(), in, out) }
+		a.mode = func(in <-chan flow.Batch, out *ring.Buffer[*flow.Flow]) { p.Run(context.Background(), in, out) }
 	} else {
-		st := aggregate.New(aggregate.Options{
-			ActiveTimeout: cfg.ActiveFlowRecordTimeout.Duration, InactiveTimeout: cfg.InactiveFlowRecordTimeout.Duration,
-			MaxFlows: cfg.Sluice.Aggregate.MaxFlows, ExportOneSided: cfg.Sluice.Aggregate.ExportOneSided,
-			Enrich: store, PodLabels: cfg.RecordContents.PodLabels, UIDs: cfg.FlowCollector.IncludeK8sUIDs, ClusterID: cfg.ClusterID,
-		})
+		st := aggregate.New(aggregate.Options{ActiveTimeout: cfg.ActiveFlowRecordTimeout.Duration, InactiveTimeout: cfg.InactiveFlowRecordTimeout.Duration, MaxFlows: cfg.Sluice.Aggregate.MaxFlows, ExportOneSided: cfg.Sluice.Aggregate.ExportOneSided, Enricher: enrich.NewEnricher(enrich.EnricherOptions{Store: store, PodLabels: cfg.RecordContents.PodLabels, UIDs: cfg.FlowCollector.IncludeK8sUIDs, ClusterID: cfg.ClusterID})})
 		a.store = st
 		// Closing the channel makes Run export every tracked flow.
-		a.mode = func(in <-chan collector.Batch, out *ring.Buffer[*flow.Flow]) {
+		a.mode = func(in <-chan flow.Batch, out *ring.Buffer[*flow.Flow]) {
 			st.Run(context.Background(), in, out, aggregate.DefaultTick)
 		}
 	}
-	a.batches = make(chan collector.Batch, 64)
+	a.batches = make(chan flow.Batch, 64)
 	a.buf = ring.New[*flow.Flow](cfg.RecordBufferSize)
 
 	if err := a.setupSinks(table); err != nil {
@@ -306,7 +301,7 @@ func (a *Aggregator) setupFastPath(p *proxy.Proxy, table *ipfixmap.Table) error 
 	a.forwarder = fw.NewForwarder
 	a.encBuf = ring.New[ipfix.EncodedRecord](cfg.RecordBufferSize)
 	a.encSink, a.sinks = a.fcSink, nil
-	a.mode = func(in <-chan collector.Batch, _ *ring.Buffer[*flow.Flow]) {
+	a.mode = func(in <-chan flow.Batch, _ *ring.Buffer[*flow.Flow]) {
 		p.RunEncoded(context.Background(), in, a.encBuf, ex, encodeErr)
 		a.encBuf.Close()
 	}

@@ -18,13 +18,13 @@ import (
 	"sluice/aggregator"
 	"sluice/certs"
 	"sluice/config"
+	"sluice/exporter/grpcsend"
 	"sluice/exporter/queue"
 	"sluice/flow"
 	"sluice/flow/flowpb"
 	"sluice/flow/flowproto"
 	"sluice/flow/flowtest"
-	"sluice/flowstream"
-	"sluice/grpcexport"
+	"sluice/sink/flowstream"
 )
 
 // grpcAggregator starts an aggregator in mode with the flow stream service
@@ -45,7 +45,7 @@ sluice:
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := grpcexport.New(grpcexport.Options{Address: a.Addrs().GRPC, TLS: b.ClientTLS("localhost"),
+	s, err := grpcsend.New(grpcsend.Options{Address: a.Addrs().GRPC, TLS: b.ClientTLS("localhost"),
 		Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)
@@ -58,7 +58,7 @@ sluice:
 	return queued{q}, a.Addrs().FlowStream, b
 }
 
-// queued feeds a grpcexport.Sender through a queue of its own.
+// queued feeds a grpcsend.Sender through a queue of its own.
 type queued struct{ q *queue.Queue }
 
 // Send queues copies of flows for the sender.

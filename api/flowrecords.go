@@ -10,7 +10,6 @@ import (
 	"strings"
 	"time"
 
-	"sluice/aggregate"
 	"sluice/flow"
 	"sluice/flow/flowjson"
 )
@@ -29,7 +28,7 @@ const (
 
 // FlowSource answers flow-record queries (Aggregate mode's store).
 type FlowSource interface {
-	Query(ctx context.Context, q aggregate.Query) ([]*flow.Flow, int, error)
+	Query(ctx context.Context, q flow.Query) ([]*flow.Flow, int, error)
 }
 
 // RecordMetrics is the body of GET /recordmetrics, with the reference's
@@ -113,8 +112,8 @@ func (s *Server) HandleRecordMetrics(get func() RecordMetrics) {
 // ParseFlowQuery reads the filters of GET /flowrecords: srcip, dstip,
 // proto (a number or tcp, udp, icmp, icmpv6, sctp), srcport, dstport, and
 // limit (default DefaultFlowRecordsLimit).
-func ParseFlowQuery(v map[string][]string) (aggregate.Query, error) {
-	q := aggregate.Query{Limit: DefaultFlowRecordsLimit}
+func ParseFlowQuery(v map[string][]string) (flow.Query, error) {
+	q := flow.Query{Limit: DefaultFlowRecordsLimit}
 	get := func(k string) string {
 		if x := v[k]; len(x) > 0 {
 			return strings.TrimSpace(x[0])

@@ -18,35 +18,12 @@ import (
 	"sluice/ipfix"
 )
 
-// Batch is the records of one message.
-type Batch struct {
-	Flows []*flow.Flow
-	// Encoded are records a Forwarder already turned into export records
-	// (Proxy mode's fast path); they are not in Flows.
-	Encoded []ipfix.EncodedRecord
-}
-
-// Len is the number of records in the batch.
-func (b *Batch) Len() int { return len(b.Flows) + len(b.Encoded) }
-
-// A Forwarder turns decoded IPFIX data records straight into export
-// records, without a flow record in between: Proxy mode's fast path, for
-// records whose export is their own fields plus a few more. Each session
-// has its own (see Options.Forwarder), used from that session's goroutine.
-type Forwarder interface {
-	// Forward appends r, as an export record, to out, with its octets
-	// appended to arena (out's records may alias arena's earlier backing
-	// arrays), and reports true. On false, r is normalized into a flow
-	// record instead, and arena and out are returned unchanged.
-	Forward(r *ipfix.Record, o *flow.Origin, arena []byte, out []ipfix.EncodedRecord) ([]byte, []ipfix.EncodedRecord, bool)
-}
-
 // Options configures every listener of a Collector.
 type Options struct {
 	Table *ipfixmap.Table
 	// Out receives batches. TCP and TLS readers block on it (backpressure
 	// to the exporter); the UDP reader never blocks and drops instead.
-	Out chan<- Batch
+	Out chan<- flow.Batch
 	Log *slog.Logger
 	// UDPTemplateTTL defaults to ipfix.DefaultUDPTemplateTTL.
 	UDPTemplateTTL time.Duration
@@ -54,9 +31,9 @@ type Options struct {
 	// (together), and remembered UDP peers; default 10000.
 	MaxSessions int
 	// Forwarder, when set, makes the IPFIX sessions' Forwarder: records
-	// it takes are handed on encoded (Batch.Encoded); the others are
+	// it takes are handed on encoded (flow.Batch.Encoded); the others are
 	// normalized as usual. gRPC records are always normalized.
-	Forwarder func() Forwarder
+	Forwarder func() flow.Forwarder
 	// GRPC tunes the gRPC collector.
 	GRPC GRPCOptions
 	// HandshakeTimeout bounds a TLS handshake; default 10 s.
@@ -144,7 +121,7 @@ type session struct {
 	ipfix     *ipfix.Session
 	dec       *ipfix.Decoder
 	norm      *ipfixmap.Normalizer
-	fwd       Forwarder
+	fwd       flow.Forwarder
 	arenas    *ipfix.ArenaPool
 	m         *Metrics
 	records   prometheus.Counter
@@ -177,9 +154,9 @@ func newSession(o *Options, transport string, exporter netip.Addr, ttl time.Dura
 
 // decode turns one message into a batch. On a malformed message the
 // records before the defect are still returned, with the error.
-func (s *session) decode(msg []byte, now time.Time) (Batch, error) {
+func (s *session) decode(msg []byte, now time.Time) (flow.Batch, error) {
 	s.m.Messages.WithLabelValues(s.transport).Inc()
-	var b Batch
+	var b flow.Batch
 	if err := s.dec.Reset(msg, now); err != nil {
 		s.m.DecodeErrors.WithLabelValues(s.transport).Inc()
 		return b, err
@@ -272,7 +249,7 @@ func (s *session) countTemplates() {
 }
 
 // send hands a batch on, blocking (TCP) until there is room or ctx ends.
-func send(ctx context.Context, out chan<- Batch, b Batch) bool {
+func send(ctx context.Context, out chan<- flow.Batch, b flow.Batch) bool {
 	if b.Len() == 0 {
 		return true
 	}
@@ -280,16 +257,7 @@ func send(ctx context.Context, out chan<- Batch, b Batch) bool {
 	case out <- b:
 		return true
 	case <-ctx.Done():
-		b.drop()
+		b.Discard()
 		return false
-	}
-}
-
-// drop gives back the arena of a batch that is not handed on, so that it
-// is reused rather than collected (under overload, when drops happen,
-// allocating is the last thing wanted).
-func (b *Batch) drop() {
-	if len(b.Encoded) > 0 && b.Encoded[0].Arena != nil {
-		b.Encoded[0].Arena.Release(len(b.Encoded))
 	}
 }

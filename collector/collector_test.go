@@ -23,7 +23,7 @@ import (
 
 type harness struct {
 	srv *collector.Server
-	out chan collector.Batch
+	out chan flow.Batch
 	m   *collector.Metrics
 	wg  sync.WaitGroup
 }
@@ -34,7 +34,7 @@ func newHarness(t testing.TB, buffer int) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := &harness{out: make(chan collector.Batch, buffer), m: collector.NewMetrics(prometheus.NewRegistry())}
+	h := &harness{out: make(chan flow.Batch, buffer), m: collector.NewMetrics(prometheus.NewRegistry())}
 	h.srv, err = collector.New(collector.Options{Table: tb, Out: h.out, Metrics: h.m,
 		Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
@@ -196,7 +196,7 @@ func TestExporterSeriesOutliveSessions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := &harness{out: make(chan collector.Batch, 64), m: collector.NewMetrics(prometheus.NewRegistry())}
+	h := &harness{out: make(chan flow.Batch, 64), m: collector.NewMetrics(prometheus.NewRegistry())}
 	const grace = 2 * time.Second
 	h.srv, err = collector.New(collector.Options{Table: tb, Out: h.out, Metrics: h.m, SeriesGrace: grace,
 		Log: slog.New(slog.NewTextHandler(io.Discard, nil))})

@@ -251,7 +251,7 @@ func (e *exportService) Export(stream flowpb.FlowExportService_ExportServer) err
 		// a large request is never held converted all at once.
 		for len(flows) > 0 {
 			k := min(len(flows), grpcBatch)
-			b := Batch{Flows: make([]*flow.Flow, 0, k)}
+			b := flow.Batch{Flows: make([]*flow.Flow, 0, k)}
 			unknown := 0
 			for _, p := range flows[:k] {
 				if len(slab) == 0 {

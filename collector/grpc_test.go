@@ -20,11 +20,12 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 
 	"sluice/certs"
+	"sluice/exporter/grpcsend"
 	"sluice/exporter/queue"
 	"sluice/flow"
 	"sluice/flow/flowpb"
 	"sluice/flow/flowtest"
-	"sluice/grpcexport"
+	"sluice/internal/testkit"
 )
 
 func bundle(t testing.TB) *certs.Bundle {
@@ -66,7 +67,7 @@ func (h *harness) grpcServer(t testing.TB, b *certs.Bundle) (addr string, stop f
 	return ln.Addr().String(), stop
 }
 
-// queued feeds a grpcexport.Sender through a queue of its own.
+// queued feeds a grpcsend.Sender through a queue of its own.
 type queued struct{ q *queue.Queue }
 
 // Send queues copies of flows for the sender.
@@ -76,7 +77,7 @@ func (s queued) Send(flows ...*flow.Flow) {
 	}
 }
 
-func sender(t testing.TB, addr string, b *certs.Bundle, o grpcexport.Options) queued {
+func sender(t testing.TB, addr string, b *certs.Bundle, o grpcsend.Options) queued {
 	t.Helper()
 	o.Address = addr
 	o.TLS = b.ClientTLS("localhost")
@@ -86,7 +87,7 @@ func sender(t testing.TB, addr string, b *certs.Bundle, o grpcexport.Options) qu
 	if o.MinBackoff == 0 {
 		o.MinBackoff = 20 * time.Millisecond
 	}
-	s, err := grpcexport.New(o)
+	s, err := grpcsend.New(o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -112,7 +113,7 @@ func TestGRPCRoundTripEveryField(t *testing.T) {
 	h := newHarness(t, 16)
 	b := bundle(t)
 	addr, _ := h.grpcServer(t, b)
-	s := sender(t, addr, b, grpcexport.Options{BatchSize: 7})
+	s := sender(t, addr, b, grpcsend.Options{BatchSize: 7})
 	var want []*flow.Flow
 	for i := range 50 {
 		f := flowtest.Full(i, i%2 == 0)
@@ -243,7 +244,7 @@ func TestGRPCWireCompatibility(t *testing.T) {
 	addr, _ := h.grpcServer(t, b)
 	// Per-exporter series live while the exporter has a session: this one
 	// keeps them for the checks below.
-	keep := sender(t, addr, b, grpcexport.Options{})
+	keep := sender(t, addr, b, grpcsend.Options{})
 	keep.Send(flowtest.Full(100, false))
 	h.collect(t, 1)
 
@@ -336,9 +337,9 @@ func TestGRPCMessageSizeLimit(t *testing.T) {
 	if _, err := st.CloseAndRecv(); err == nil || !strings.Contains(err.Error(), "ResourceExhausted") {
 		t.Errorf("a 5 MiB message: %v", err)
 	}
-	if n := testutil.ToFloat64(h.m.DecodeErrors.WithLabelValues("grpc")); n != 1 {
-		t.Errorf("decode errors %v, want 1", n)
-	}
+	testkit.WaitFor(t, "one decode error", func() bool {
+		return testutil.ToFloat64(h.m.DecodeErrors.WithLabelValues("grpc")) == 1
+	})
 }
 
 // TestGRPCFlowCountLimit: bytes alone do not bound memory (an empty Flow
@@ -370,7 +371,7 @@ func TestGRPCStopsWithOpenStreams(t *testing.T) {
 	h := newHarness(t, 16)
 	b := bundle(t)
 	addr, stop := h.grpcServer(t, b)
-	s := sender(t, addr, b, grpcexport.Options{})
+	s := sender(t, addr, b, grpcsend.Options{})
 	s.Send(flowtest.Full(1, false))
 	h.collect(t, 1)
 	start := time.Now()
@@ -405,9 +406,10 @@ func TestGRPCMalformedMessageIsCounted(t *testing.T) {
 	if status.Code(err) != codes.Internal {
 		t.Errorf("a malformed request: %v, want Internal", err)
 	}
-	if n := testutil.ToFloat64(h.m.DecodeErrors.WithLabelValues("grpc")); n != 1 {
-		t.Errorf("decode errors %v, want 1", n)
-	}
+	// The server counts after the client has seen the stream end.
+	testkit.WaitFor(t, "one decode error", func() bool {
+		return testutil.ToFloat64(h.m.DecodeErrors.WithLabelValues("grpc")) == 1
+	})
 	sendRaw(t, addr, b, flowtest.Wire(flowtest.Full(1, false), nil, nil))
 	if got := h.collect(t, 1); got[0].SourcePodName != "client-1" {
 		t.Errorf("got %+v", got[0])

@@ -258,7 +258,7 @@ func (s *Server) ServeUDP(ctx context.Context, conn *net.UDPConn) error {
 		case s.o.Out <- b:
 		default:
 			dropped.Add(float64(b.Len()))
-			b.drop()
+			b.Discard()
 		}
 	}
 }

@@ -16,11 +16,11 @@ import (
 
 	"sluice/certs"
 	"sluice/enrich"
+	"sluice/exporter/grpcsend"
 	"sluice/exporter/ipfixsend"
 	"sluice/exporter/queue"
 	"sluice/exporter/source"
 	"sluice/flow"
-	"sluice/grpcexport"
 )
 
 // table is an in-memory connection table whose counters grow at every
@@ -157,7 +157,7 @@ func BenchmarkPollExport50k(b *testing.B) {
 					ObservationDomainID: 1, Log: o.Log, Batch: 4096})
 			case "store+grpc":
 				// As the exporter builds it: default batch size.
-				o.Transport, err = grpcexport.New(grpcexport.Options{Address: grpcDrain(b, bundle.ServerTLS(true)),
+				o.Transport, err = grpcsend.New(grpcsend.Options{Address: grpcDrain(b, bundle.ServerTLS(true)),
 					TLS: bundle.ClientTLS("localhost"), ObservationDomainID: 1, Log: o.Log})
 			}
 			if err != nil {

@@ -22,13 +22,13 @@ import (
 	"sluice/enrich"
 	"sluice/exporter/collectoraddr"
 	"sluice/exporter/connstore"
+	"sluice/exporter/grpcsend"
 	"sluice/exporter/ipfixsend"
 	"sluice/exporter/podmeta"
 	"sluice/exporter/queue"
 	"sluice/exporter/source"
 	"sluice/flow"
 	"sluice/flow/ipfixmap"
-	"sluice/grpcexport"
 )
 
 // Defaults of Options; the timeouts are the reference agent's.
@@ -43,7 +43,7 @@ const (
 
 // Transport sends the queued records to the aggregator, acknowledging them
 // in the queue as they leave: ipfixsend.Sender (IPFIX over TCP, TLS or
-// UDP) or grpcexport.Sender (gRPC).
+// UDP) or grpcsend.Sender (gRPC).
 type Transport interface {
 	Run(ctx context.Context, q *queue.Queue) error
 }
@@ -169,7 +169,7 @@ func (e *Exporter) newTransport() (Transport, error) {
 			tlsConf = tlsConf.Clone()
 			tlsConf.ServerName = name + "." + ns + ".svc"
 		}
-		return grpcexport.New(grpcexport.Options{
+		return grpcsend.New(grpcsend.Options{
 			Address: c.String(), Resolve: resolver(c, o.Store), TLS: tlsConf,
 			ObservationDomainID: ObservationDomain(o.Node), Log: o.Log, Metrics: e.m.transport,
 		})

@@ -28,7 +28,7 @@ import (
 	"sluice/flow"
 	"sluice/flow/flowpb"
 	"sluice/flow/flowproto"
-	"sluice/flowstream"
+	"sluice/sink/flowstream"
 )
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -330,7 +330,7 @@ func TestGRPCRefusesUntrustedExporter(t *testing.T) {
 	// Presented whatever CAs the aggregator names.
 	untrusted.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return &cert, nil }
 	// No connections: a record would keep the stopping exporter waiting
-	// for its drain timeout (grpcexport's tests check that records stay
+	// for its drain timeout (grpcsend's tests check that records stay
 	// queued).
 	e := startExporter(t, "node-1", "10.10.1.0/24", &rounds{r: [][]source.Conn{nil}}, a.Addrs().GRPC, untrusted)
 	eventually(t, "a refused connection", func() bool {

@@ -6,7 +6,6 @@ import (
 	"net/netip"
 	"time"
 
-	"sluice/collector"
 	"sluice/enrich"
 	"sluice/flow"
 	"sluice/flow/ipfixmap"
@@ -26,8 +25,11 @@ import (
 // A Forwarding is shared by the collector's sessions; each session has its
 // own forwarder (NewForwarder), which keeps its plans per template.
 type Forwarding struct {
-	p     *Proxy
-	table *ipfixmap.Table
+	p *Proxy
+	// The enrichment settings, read once: lookups when there is a store
+	// to look in, labels when they are asked for.
+	lookups, labels bool
+	table           *ipfixmap.Table
 	// base are the export templates by family index (4 → 0, 6 → 1).
 	base        [2]*ipfix.Template
 	passThrough bool
@@ -39,16 +41,17 @@ type Forwarding struct {
 // ex. It returns nil when no record could take it: with UIDs on, which
 // the fast path does not fill, or a cluster ID too long for a record.
 func NewForwarding(p *Proxy, table *ipfixmap.Table, ex *ipfixmap.Exporter) (*Forwarding, error) {
-	if p.o.UIDs {
+	o := p.enr.Options()
+	if o.UIDs {
 		return nil, nil
 	}
-	fw := &Forwarding{p: p, table: table, passThrough: ex.PassThrough()}
+	fw := &Forwarding{p: p, lookups: o.Store != nil, labels: o.PodLabels, table: table, passThrough: ex.PassThrough()}
 	for fi, family := range []int{4, 6} {
 		if fw.base[fi] = ex.Base(family); fw.base[fi] == nil {
 			return nil, fmt.Errorf("proxy: the exporter has no IPv%d template", family)
 		}
 	}
-	if c := p.o.ClusterID; c != "" {
+	if c := o.ClusterID; c != "" {
 		if len(c) > 0xffff {
 			return nil, nil // more than a record can carry: the normal path reports it
 		}
@@ -58,7 +61,7 @@ func NewForwarding(p *Proxy, table *ipfixmap.Table, ex *ipfixmap.Exporter) (*For
 }
 
 // NewForwarder returns a forwarder for one collector session.
-func (fw *Forwarding) NewForwarder() collector.Forwarder {
+func (fw *Forwarding) NewForwarder() flow.Forwarder {
 	return &forwarder{fw: fw, plans: map[*ipfix.Template]*fplan{}, egress: map[string][]byte{}}
 }
 
@@ -273,7 +276,7 @@ func podSide(f flow.Field) (side, which int) {
 	return 1, podNode
 }
 
-// Forward implements collector.Forwarder.
+// Forward implements flow.Forwarder.
 func (f *forwarder) Forward(r *ipfix.Record, o *flow.Origin, arena []byte, out []ipfix.EncodedRecord) ([]byte, []ipfix.EncodedRecord, bool) {
 	p := f.plan(r.Template)
 	if !p.ok {
@@ -309,7 +312,7 @@ func (f *forwarder) Forward(r *ipfix.Record, o *flow.Origin, arena []byte, out [
 	}
 	var pods [2]*enrich.Pod
 	var fill [2]bool
-	if px.o.Store != nil && (px.o.PodLabels || flowType == flow.FlowTypeInterNode) {
+	if f.fw.lookups && (f.fw.labels || flowType == flow.FlowTypeInterNode) {
 		var start time.Time
 		if p.start >= 0 {
 			start, _ = r.Time(p.start)
@@ -317,7 +320,7 @@ func (f *forwarder) Forward(r *ipfix.Record, o *flow.Origin, arena []byte, out [
 		for s, i := range [2]int{p.srcIP, p.dstIP} {
 			if i >= 0 {
 				a, _ := r.Addr(i)
-				pods[s] = px.pod(a, start)
+				pods[s] = px.enr.Pod(a, start)
 			}
 		}
 		if flowType == flow.FlowTypeInterNode {
@@ -361,11 +364,11 @@ func (f *forwarder) Forward(r *ipfix.Record, o *flow.Origin, arena []byte, out [
 				}
 			}
 		case opLabels:
-			if !px.o.PodLabels {
+			if !f.fw.labels {
 				arena = appendReceived(arena, r, op.c)
 				break
 			}
-			// As labels(): only for the Pod the record names (after
+			// As enrich.Labels: only for the Pod the record names (after
 			// FillPods, which names it after the Pod itself).
 			s, pod := op.a, pods[op.a]
 			if pod == nil || !has[s] || !fill[s] &&

@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"sluice/collector"
 	"sluice/enrich"
 	"sluice/flow"
 	"sluice/flow/ipfixmap"
@@ -185,7 +184,7 @@ func TestForwardMatchesProcess(t *testing.T) {
 		for _, labels := range []bool{true, false} {
 			for _, cluster := range []string{"", "c-9"} {
 				for _, st := range []enrich.Store{nil, fwStore()} {
-					opts := proxy.Options{Store: st, PodLabels: labels, ClusterID: cluster}
+					opts := proxy.Options{Enricher: enrich.NewEnricher(enrich.EnricherOptions{Store: st, PodLabels: labels, ClusterID: cluster})}
 					name := fmt.Sprintf("passThrough=%v labels=%v cluster=%q store=%v", pt, labels, cluster, st != nil)
 					compared += fwCompare(t, name, rng, table, templates, origins, opts, pt)
 				}
@@ -345,7 +344,7 @@ func FuzzForward(f *testing.F) {
 	if err != nil {
 		f.Fatal(err)
 	}
-	p := proxy.New(proxy.Options{Store: fwStore(), PodLabels: true, ClusterID: "c-9"})
+	p := proxy.New(proxy.Options{Enricher: enrich.NewEnricher(enrich.EnricherOptions{Store: fwStore(), PodLabels: true, ClusterID: "c-9"})})
 	fw, err := proxy.NewForwarding(p, table, ex)
 	if err != nil {
 		f.Fatal(err)
@@ -399,7 +398,7 @@ func TestForwardingNotWithUIDs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fw, err := proxy.NewForwarding(proxy.New(proxy.Options{Store: fwStore(), UIDs: true}), table, ex)
+	fw, err := proxy.NewForwarding(proxy.New(proxy.Options{Enricher: enrich.NewEnricher(enrich.EnricherOptions{Store: fwStore(), UIDs: true})}), table, ex)
 	if err != nil || fw != nil {
 		t.Errorf("NewForwarding with UIDs: %v, %v; want none", fw, err)
 	}
@@ -422,12 +421,12 @@ func TestFastPathMemoryDoesNotGrowWithConnections(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := proxy.New(proxy.Options{Store: fwStore(), PodLabels: true, ClusterID: "c"})
+	p := proxy.New(proxy.Options{Enricher: enrich.NewEnricher(enrich.EnricherOptions{Store: fwStore(), PodLabels: true, ClusterID: "c"})})
 	fw, err := proxy.NewForwarding(p, table, ex)
 	if err != nil {
 		t.Fatal(err)
 	}
-	in := make(chan collector.Batch, 16)
+	in := make(chan flow.Batch, 16)
 	out := ring.New[ipfix.EncodedRecord](1024)
 	c := out.Consumer()
 	done := make(chan struct{})
@@ -489,7 +488,7 @@ func TestFastPathMemoryDoesNotGrowWithConnections(t *testing.T) {
 			t.Fatal(err)
 		}
 		a := pool.Get(len(msg) * 2)
-		var b collector.Batch
+		var b flow.Batch
 		for dec.Next() {
 			var ok bool
 			if a.Buf, b.Encoded, ok = fwd.Forward(dec.Record(), &o, a.Buf, b.Encoded); !ok {
@@ -519,7 +518,7 @@ func TestForwardLongLengthPrefix(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := proxy.New(proxy.Options{ClusterID: "c-9"})
+	p := proxy.New(proxy.Options{Enricher: enrich.NewEnricher(enrich.EnricherOptions{ClusterID: "c-9"})})
 	fw, err := proxy.NewForwarding(p, table, ex)
 	if err != nil {
 		t.Fatal(err)

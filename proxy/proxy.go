@@ -6,12 +6,9 @@ package proxy
 
 import (
 	"context"
-	"net/netip"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"sluice/collector"
 	"sluice/enrich"
 	"sluice/flow"
 	"sluice/flow/ipfixmap"
@@ -19,17 +16,11 @@ import (
 	"sluice/ring"
 )
 
-// Options configures the enrichment.
+// Options configures Proxy mode.
 type Options struct {
-	// Store resolves Pods by IP and time; nil disables look-ups.
-	Store enrich.Store
-	// PodLabels adds sourcePodLabels/destinationPodLabels
-	// (recordContents.podLabels).
-	PodLabels bool
-	// UIDs fills Pod, Node and Service UIDs (flowCollector.includeK8sUIDs).
-	UIDs bool
-	// ClusterID is stamped on every record.
-	ClusterID string
+	// Enricher adds Kubernetes metadata to each record, by the rules
+	// Aggregate mode uses too; nil adds none.
+	Enricher *enrich.Enricher
 	// Metrics are where records are counted; nil for series of its own.
 	Metrics *Metrics
 }
@@ -54,7 +45,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 
 // Proxy enriches records.
 type Proxy struct {
-	o               Options
+	enr             *enrich.Enricher
 	copied, rebuilt prometheus.Counter
 }
 
@@ -64,13 +55,17 @@ func New(o Options) *Proxy {
 	if m == nil {
 		m = NewMetrics(nil)
 	}
-	return &Proxy{o: o, copied: m.Records.WithLabelValues("copied"), rebuilt: m.Records.WithLabelValues("rebuilt")}
+	enr := o.Enricher
+	if enr == nil {
+		enr = enrich.NewEnricher(enrich.EnricherOptions{})
+	}
+	return &Proxy{enr: enr, copied: m.Records.WithLabelValues("copied"), rebuilt: m.Records.WithLabelValues("rebuilt")}
 }
 
 // Run enriches the batches from in and produces their records to out
 // until in is closed or ctx ends.
-func (p *Proxy) Run(ctx context.Context, in <-chan collector.Batch, out *ring.Buffer[*flow.Flow]) {
-	receive(ctx, in, func(b collector.Batch) {
+func (p *Proxy) Run(ctx context.Context, in <-chan flow.Batch, out *ring.Buffer[*flow.Flow]) {
+	receive(ctx, in, func(b flow.Batch) {
 		for _, f := range b.Flows {
 			p.Process(f)
 		}
@@ -81,7 +76,7 @@ func (p *Proxy) Run(ctx context.Context, in <-chan collector.Batch, out *ring.Bu
 
 // receive hands each batch from in to handle until in is closed or ctx
 // ends.
-func receive(ctx context.Context, in <-chan collector.Batch, handle func(collector.Batch)) {
+func receive(ctx context.Context, in <-chan flow.Batch, handle func(flow.Batch)) {
 	for {
 		select {
 		case <-ctx.Done():
@@ -100,14 +95,14 @@ func receive(ctx context.Context, in <-chan collector.Batch, handle func(collect
 // flow records, which are enriched here and written with ex; out receives
 // export records only. encodeErr hears of a flow record that cannot be
 // written (it is dropped). ex is this goroutine's from now on.
-func (p *Proxy) RunEncoded(ctx context.Context, in <-chan collector.Batch, out *ring.Buffer[ipfix.EncodedRecord],
+func (p *Proxy) RunEncoded(ctx context.Context, in <-chan flow.Batch, out *ring.Buffer[ipfix.EncodedRecord],
 	ex *ipfixmap.Exporter, encodeErr func(error)) {
 	// An encoder that never sends: it only builds records (EncodeRecord).
 	enc, err := ipfix.NewEncoder(ipfix.EncoderOptions{}, func([]byte) error { return nil })
 	if err != nil {
 		panic(err) // the default options are valid
 	}
-	receive(ctx, in, func(b collector.Batch) {
+	receive(ctx, in, func(b flow.Batch) {
 		recs := b.Encoded
 		var arena []byte
 		for _, f := range b.Flows {
@@ -132,30 +127,14 @@ func (p *Proxy) RunEncoded(ctx context.Context, in <-chan collector.Batch, out *
 	})
 }
 
-// Process enriches one record in place: flow direction, the Pod metadata
-// an inter-node half lacks, labels, UIDs and the cluster ID.
+// Process enriches one record in place: the Pod metadata an inter-Node
+// half lacks (no correlation will bring the other half's names, so each
+// half is made self-describing), flow direction, then labels, UIDs and the
+// cluster ID.
 func (p *Proxy) Process(f *flow.Flow) {
-	srcPod, dstPod := p.pod(f.SourceIP, f.StartTime), p.pod(f.DestinationIP, f.StartTime)
-	// Each half of an inter-node flow is made self-describing, since no
-	// correlation will bring the other half's names.
-	if f.FlowType == flow.FlowTypeInterNode {
-		enrich.FillPods(f, srcPod, dstPod)
-	}
+	p.enr.Enrich(f, f.FlowType == flow.FlowTypeInterNode)
 	f.FlowDirection = Direction(f)
 	f.Present.Set(flow.FlowDirection)
-	if p.o.PodLabels {
-		f.SourcePodLabels = labels(srcPod, f.SourcePodNamespace, f.SourcePodName)
-		f.DestinationPodLabels = labels(dstPod, f.DestinationPodNamespace, f.DestinationPodName)
-		f.Present.Set(flow.SourcePodLabels)
-		f.Present.Set(flow.DestinationPodLabels)
-	}
-	if p.o.UIDs {
-		p.fillUIDs(f, srcPod, dstPod)
-	}
-	if p.o.ClusterID != "" {
-		f.ClusterID = p.o.ClusterID
-		f.Present.Set(flow.ClusterID)
-	}
 }
 
 // Direction is Antrea's flowDirection rule for a record of one node:
@@ -176,51 +155,4 @@ func direction(flowType uint8, src, dst bool) uint8 {
 		return flow.DirectionIngress
 	}
 	return flow.DirectionUnknown
-}
-
-func (p *Proxy) pod(ip netip.Addr, at time.Time) *enrich.Pod {
-	if p.o.Store == nil || !ip.IsValid() {
-		return nil
-	}
-	if pod, ok := p.o.Store.PodByIP(ip, at); ok {
-		return pod
-	}
-	return nil
-}
-
-// labels is the labels JSON of the record's Pod: "" when the record names
-// no Pod or the Pod is not known (or not the same one), "{}" for a Pod
-// without labels.
-func labels(pod *enrich.Pod, namespace, name string) string {
-	if name == "" || pod == nil || pod.Name != name || pod.Namespace != namespace {
-		return ""
-	}
-	return pod.LabelsJSON()
-}
-
-func (p *Proxy) fillUIDs(f *flow.Flow, src, dst *enrich.Pod) {
-	if p.o.Store == nil {
-		return
-	}
-	set := func(field flow.Field, dstUID *flow.UID, text string) {
-		if u, ok := flow.ParseUID(text); ok && *dstUID == (flow.UID{}) {
-			*dstUID = u
-			f.Present.Set(field)
-		}
-	}
-	if src != nil && src.Name == f.SourcePodName {
-		set(flow.SourcePodUID, &f.SourcePodUID, src.UID)
-	}
-	if dst != nil && dst.Name == f.DestinationPodName {
-		set(flow.DestinationPodUID, &f.DestinationPodUID, dst.UID)
-	}
-	if n, ok := p.o.Store.NodeByName(f.SourceNodeName); ok && f.SourceNodeName != "" {
-		set(flow.SourceNodeUID, &f.SourceNodeUID, n.UID)
-	}
-	if n, ok := p.o.Store.NodeByName(f.DestinationNodeName); ok && f.DestinationNodeName != "" {
-		set(flow.DestinationNodeUID, &f.DestinationNodeUID, n.UID)
-	}
-	if n, ok := p.o.Store.NodeByName(f.EgressNodeName); ok && f.EgressNodeName != "" {
-		set(flow.EgressNodeUID, &f.EgressNodeUID, n.UID)
-	}
 }

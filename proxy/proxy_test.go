@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"sluice/collector"
 	"sluice/enrich"
 	"sluice/flow"
 	"sluice/proxy"
@@ -46,7 +45,7 @@ func store() enrich.Store {
 }
 
 func TestProcessFillsInterNodeHalf(t *testing.T) {
-	p := proxy.New(proxy.Options{Store: store(), PodLabels: true, UIDs: true, ClusterID: "c-9"})
+	p := proxy.New(proxy.Options{Enricher: enrich.NewEnricher(enrich.EnricherOptions{Store: store(), PodLabels: true, UIDs: true, ClusterID: "c-9"})})
 	// The source node's half of an inter-node flow: no destination Pod.
 	f := flow.Flow{FlowType: flow.FlowTypeInterNode, SourcePodNamespace: "shop", SourcePodName: "cart-1", SourceNodeName: "node-a",
 		SourceIP: netip.MustParseAddr("10.244.1.5"), DestinationIP: netip.MustParseAddr("10.244.2.7"), StartTime: time.Now()}
@@ -80,8 +79,8 @@ func TestMemoryDoesNotGrowWithConnections(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a million records")
 	}
-	p := proxy.New(proxy.Options{Store: store(), PodLabels: true, ClusterID: "c"})
-	in := make(chan collector.Batch, 16)
+	p := proxy.New(proxy.Options{Enricher: enrich.NewEnricher(enrich.EnricherOptions{Store: store(), PodLabels: true, ClusterID: "c"})})
+	in := make(chan flow.Batch, 16)
 	out := ring.New[*flow.Flow](1024)
 	c := out.Consumer()
 	done := make(chan struct{})
@@ -103,7 +102,7 @@ func TestMemoryDoesNotGrowWithConnections(t *testing.T) {
 	before := heapAlloc()
 	const total = 1_000_000
 	for i := 0; i < total; i += 100 {
-		b := collector.Batch{Flows: make([]*flow.Flow, 100)}
+		b := flow.Batch{Flows: make([]*flow.Flow, 100)}
 		for j := range b.Flows {
 			k := i + j
 			b.Flows[j] = &flow.Flow{FlowType: flow.FlowTypeInterNode, SourcePodName: "x",
@@ -127,7 +126,7 @@ func heapAlloc() uint64 {
 // stage (done) and closes its output, then fails t unless the consumer
 // saw every record (read or counted lost) and the heap grew by at most
 // 4 MiB since before.
-func endMemoryRun(t *testing.T, in chan<- collector.Batch, done <-chan struct{}, closeOut func(), consumed <-chan int, before uint64, total int) {
+func endMemoryRun(t *testing.T, in chan<- flow.Batch, done <-chan struct{}, closeOut func(), consumed <-chan int, before uint64, total int) {
 	t.Helper()
 	close(in)
 	<-done

@@ -25,7 +25,7 @@ import (
 	"sluice/certs"
 	"sluice/config"
 	"sluice/flow/flowpb"
-	"sluice/flowstream"
+	"sluice/sink/flowstream"
 )
 
 // defaultStreamServer is where FlowStreamService listens by default

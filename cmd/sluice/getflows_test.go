@@ -13,10 +13,10 @@ import (
 	"sluice/aggregator"
 	"sluice/certs"
 	"sluice/config"
+	"sluice/exporter/grpcsend"
 	"sluice/exporter/queue"
 	"sluice/flow"
 	"sluice/flow/flowtest"
-	"sluice/grpcexport"
 )
 
 // TestGetFlows: records sent over gRPC to an aggregator in Proxy mode are
@@ -47,7 +47,7 @@ sluice: {grpcAddress: "127.0.0.1:0", apiAddress: "127.0.0.1:0", flowStreamAddres
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := grpcexport.New(grpcexport.Options{Address: a.Addrs().GRPC, TLS: b.ClientTLS("localhost"), Log: quiet})
+	s, err := grpcsend.New(grpcsend.Options{Address: a.Addrs().GRPC, TLS: b.ClientTLS("localhost"), Log: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}

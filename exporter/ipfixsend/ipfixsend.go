@@ -69,7 +69,7 @@ type Options struct {
 	Metrics Metrics
 }
 
-// Metrics are the Sender's series (shared with grpcexport).
+// Metrics are the Sender's series (shared with grpcsend).
 type Metrics = queue.SenderMetrics
 
 // Sender is the IPFIX transport.

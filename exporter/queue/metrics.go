@@ -3,7 +3,7 @@ package queue
 import "github.com/prometheus/client_golang/prometheus"
 
 // SenderMetrics are the series of a transport that sends what a Queue
-// holds to the aggregator (ipfixsend over IPFIX, grpcexport over gRPC):
+// holds to the aggregator (ipfixsend over IPFIX, grpcsend over gRPC):
 // one type, so that an exporter counts either transport in the same
 // series. Nil fields are not counted.
 type SenderMetrics struct {

@@ -15,8 +15,8 @@ import (
 	"sluice/flow"
 	"sluice/flow/flowpb"
 	"sluice/flow/flowtest"
-	"sluice/flowstream"
 	"sluice/ring"
+	"sluice/sink/flowstream"
 )
 
 func TestFilter(t *testing.T) {

@@ -1,4 +1,4 @@
-package grpcexport_test
+package grpcsend_test
 
 import (
 	"context"
@@ -16,21 +16,21 @@ import (
 
 	"sluice/certs"
 	"sluice/collector"
+	"sluice/exporter/grpcsend"
 	"sluice/exporter/queue"
 	"sluice/flow"
 	"sluice/flow/flowtest"
 	"sluice/flow/ipfixmap"
-	"sluice/grpcexport"
 	"sluice/ipfix"
 )
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 
 // aggregator runs the gRPC collector on ln until the test ends or stop.
-func aggregator(t *testing.T, b *certs.Bundle, ln net.Listener) (<-chan collector.Batch, func()) {
+func aggregator(t *testing.T, b *certs.Bundle, ln net.Listener) (<-chan flow.Batch, func()) {
 	t.Helper()
 	tb, _ := ipfixmap.NewTable(ipfix.DefaultRegistry())
-	out := make(chan collector.Batch, 1024)
+	out := make(chan flow.Batch, 1024)
 	srv, err := collector.New(collector.Options{Table: tb, Out: out, Log: quiet})
 	if err != nil {
 		t.Fatal(err)
@@ -43,7 +43,7 @@ func aggregator(t *testing.T, b *certs.Bundle, ln net.Listener) (<-chan collecto
 	return out, stop
 }
 
-func collect(t *testing.T, out <-chan collector.Batch, n int) []*flow.Flow {
+func collect(t *testing.T, out <-chan flow.Batch, n int) []*flow.Flow {
 	t.Helper()
 	var got []*flow.Flow
 	deadline := time.After(10 * time.Second)
@@ -59,24 +59,24 @@ func collect(t *testing.T, out <-chan collector.Batch, n int) []*flow.Flow {
 }
 
 func TestNewChecksOptions(t *testing.T) {
-	if _, err := grpcexport.New(grpcexport.Options{Address: "x:1"}); err == nil {
+	if _, err := grpcsend.New(grpcsend.Options{Address: "x:1"}); err == nil {
 		t.Error("no TLS: accepted")
 	}
-	if _, err := grpcexport.New(grpcexport.Options{Address: "x:1", TLS: &tls.Config{MinVersion: tls.VersionTLS12}}); err == nil {
+	if _, err := grpcsend.New(grpcsend.Options{Address: "x:1", TLS: &tls.Config{MinVersion: tls.VersionTLS12}}); err == nil {
 		t.Error("TLS without a client certificate: accepted")
 	}
 	b, err := certs.Ensure(t.TempDir(), certs.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := grpcexport.New(grpcexport.Options{Address: "no-port", TLS: b.ClientTLS("")}); err == nil {
+	if _, err := grpcsend.New(grpcsend.Options{Address: "no-port", TLS: b.ClientTLS("")}); err == nil {
 		t.Error("an address without a port: accepted")
 	}
 }
 
 // metrics are the sender's series, unregistered.
-func metrics() grpcexport.Metrics {
-	return grpcexport.Metrics{
+func metrics() grpcsend.Metrics {
+	return grpcsend.Metrics{
 		Sent:            prometheus.NewCounter(prometheus.CounterOpts{Name: "sent"}),
 		EncodeErrors:    prometheus.NewCounter(prometheus.CounterOpts{Name: "encode_errors"}),
 		Connected:       prometheus.NewGauge(prometheus.GaugeOpts{Name: "connected"}),
@@ -86,7 +86,7 @@ func metrics() grpcexport.Metrics {
 }
 
 // run runs s on q until the test ends.
-func run(t *testing.T, s *grpcexport.Sender, q *queue.Queue) (stop func()) {
+func run(t *testing.T, s *grpcsend.Sender, q *queue.Queue) (stop func()) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); _ = s.Run(ctx, q) }()
@@ -120,7 +120,7 @@ func TestBuffersWhileDisconnectedThenReconnects(t *testing.T) {
 	ln.Close() // nobody listens yet
 
 	m := metrics()
-	s, err := grpcexport.New(grpcexport.Options{Address: addr, TLS: b.ClientTLS("localhost"),
+	s, err := grpcsend.New(grpcsend.Options{Address: addr, TLS: b.ClientTLS("localhost"),
 		MinBackoff: 10 * time.Millisecond, MaxBackoff: 50 * time.Millisecond, Log: quiet, Metrics: m})
 	if err != nil {
 		t.Fatal(err)
@@ -194,7 +194,7 @@ func TestInvalidRecordsAreCounted(t *testing.T) {
 	}
 	out, _ := aggregator(t, b, ln)
 	m := metrics()
-	s, _ := grpcexport.New(grpcexport.Options{Address: ln.Addr().String(), TLS: b.ClientTLS("localhost"), Log: quiet, Metrics: m})
+	s, _ := grpcsend.New(grpcsend.Options{Address: ln.Addr().String(), TLS: b.ClientTLS("localhost"), Log: quiet, Metrics: m})
 	q := queue.New(16)
 	run(t, s, q)
 	bad := flowtest.Full(1, false)
@@ -225,7 +225,7 @@ func TestBatchesAndStamps(t *testing.T) {
 		recs[i].Origin = flow.Origin{}
 	}
 	q.Push(recs) // before Run: all waiting at once
-	s, _ := grpcexport.New(grpcexport.Options{Address: ln.Addr().String(), TLS: b.ClientTLS("localhost"), Log: quiet,
+	s, _ := grpcsend.New(grpcsend.Options{Address: ln.Addr().String(), TLS: b.ClientTLS("localhost"), Log: quiet,
 		BatchSize: 8, ObservationDomainID: 77})
 	before := time.Now().Truncate(time.Second)
 	run(t, s, q)
@@ -259,7 +259,7 @@ func TestStopClosesCleanly(t *testing.T) {
 		t.Fatal(err)
 	}
 	out, _ := aggregator(t, b, ln)
-	s, _ := grpcexport.New(grpcexport.Options{Address: ln.Addr().String(), TLS: b.ClientTLS("localhost"), Log: quiet, BatchSize: 3})
+	s, _ := grpcsend.New(grpcsend.Options{Address: ln.Addr().String(), TLS: b.ClientTLS("localhost"), Log: quiet, BatchSize: 3})
 	q := queue.New(64)
 	push(q, flowtest.Full(0, false)) // before Run: sent once connected
 	stop := run(t, s, q)
@@ -304,7 +304,7 @@ func TestRefusedWithoutTrustedCertificate(t *testing.T) {
 			// certificate source, not a certificate).
 			conf.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return cert, nil }
 			m := metrics()
-			s, err := grpcexport.New(grpcexport.Options{Address: ln.Addr().String(), TLS: conf, Log: quiet, Metrics: m,
+			s, err := grpcsend.New(grpcsend.Options{Address: ln.Addr().String(), TLS: conf, Log: quiet, Metrics: m,
 				MinBackoff: 10 * time.Millisecond, MaxBackoff: 20 * time.Millisecond})
 			if err != nil {
 				t.Fatal(err)

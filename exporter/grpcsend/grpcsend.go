@@ -1,4 +1,4 @@
-// Package grpcexport is the exporter's gRPC transport: it sends the records
+// Package grpcsend is the exporter's gRPC transport: it sends the records
 // of a queue.Queue to an aggregator over Antrea's FlowExportService.Export
 // (one client stream per connection), always with mutual TLS. It batches
 // the records waiting in the queue into ExportRequests, reconnects with
@@ -11,7 +11,7 @@
 // Delivery is as on IPFIX over TCP: a message the stream accepted just
 // before the connection broke may be lost, since Export acknowledges
 // nothing until the stream ends.
-package grpcexport
+package grpcsend
 
 import (
 	"context"
@@ -87,15 +87,15 @@ type Sender struct {
 // New checks o; nothing connects until Run.
 func New(o Options) (*Sender, error) {
 	if o.Address == "" {
-		return nil, errors.New("grpcexport: Options.Address is required")
+		return nil, errors.New("grpcsend: Options.Address is required")
 	}
 	if o.Resolve == nil {
 		if _, _, err := net.SplitHostPort(o.Address); err != nil {
-			return nil, fmt.Errorf("grpcexport: aggregator address: %w", err)
+			return nil, fmt.Errorf("grpcsend: aggregator address: %w", err)
 		}
 	}
 	if o.TLS == nil || len(o.TLS.Certificates) == 0 && o.TLS.GetClientCertificate == nil {
-		return nil, errors.New("grpcexport: a TLS configuration with a client certificate is required (the aggregator only accepts mutual TLS)")
+		return nil, errors.New("grpcsend: a TLS configuration with a client certificate is required (the aggregator only accepts mutual TLS)")
 	}
 	if o.BatchSize <= 0 {
 		o.BatchSize = DefaultBatchSize
@@ -305,13 +305,13 @@ func (wireCodec) Marshal(v any) ([]byte, error) {
 	case proto.Message:
 		return proto.Marshal(m)
 	}
-	return nil, fmt.Errorf("grpcexport: cannot marshal %T", v)
+	return nil, fmt.Errorf("grpcsend: cannot marshal %T", v)
 }
 
 func (wireCodec) Unmarshal(data []byte, v any) error {
 	m, ok := v.(proto.Message)
 	if !ok {
-		return fmt.Errorf("grpcexport: cannot unmarshal into %T", v)
+		return fmt.Errorf("grpcsend: cannot unmarshal into %T", v)
 	}
 	return proto.Unmarshal(data, m)
 }

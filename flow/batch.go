@@ -1,0 +1,37 @@
+package flow
+
+import "sluice/ipfix"
+
+// Batch is what a collector hands to the aggregator's mode: the records of
+// one message. It lives here, below both, so that the modes need not
+// import the collectors.
+type Batch struct {
+	Flows []*Flow
+	// Encoded are records a Forwarder already turned into export records
+	// (Proxy mode's fast path); they are not in Flows.
+	Encoded []ipfix.EncodedRecord
+}
+
+// Len is the number of records in the batch.
+func (b *Batch) Len() int { return len(b.Flows) + len(b.Encoded) }
+
+// A Forwarder turns decoded IPFIX data records straight into export
+// records, without a flow record in between: Proxy mode's fast path, for
+// records whose export is their own fields plus a few more. Each collector
+// session has its own, used from that session's goroutine.
+type Forwarder interface {
+	// Forward appends r, as an export record, to out, with its octets
+	// appended to arena (out's records may alias arena's earlier backing
+	// arrays), and reports true. On false, r is normalized into a flow
+	// record instead, and arena and out are returned unchanged.
+	Forward(r *ipfix.Record, o *Origin, arena []byte, out []ipfix.EncodedRecord) ([]byte, []ipfix.EncodedRecord, bool)
+}
+
+// Discard gives back the arena of a batch's encoded records when the batch
+// is not handed on, so that it is reused rather than collected (under
+// overload, when batches are dropped, allocating is the last thing wanted).
+func (b *Batch) Discard() {
+	if len(b.Encoded) > 0 && b.Encoded[0].Arena != nil {
+		b.Encoded[0].Arena.Release(len(b.Encoded))
+	}
+}
