@@ -491,3 +491,44 @@ sluice: {ipfixAddress: "127.0.0.1:0", apiAddress: "127.0.0.1:0", aggregate: {exp
 		t.Fatalf("flow log has %d lines after shutdown, want %d", got, n)
 	}
 }
+
+// TestCloseReleasesWhatNewBound: an aggregator made and never run gives its
+// ports back on Close, the flow stream service's included.
+func TestCloseReleasesWhatNewBound(t *testing.T) {
+	dir := t.TempDir()
+	yaml := "mode: Aggregate\naggregatorTransportProtocol: tcp\nflowStreamService:\n  enable: true\n" +
+		"sluice:\n  ipfixAddress: 127.0.0.1:0\n  apiAddress: 127.0.0.1:0\n  grpcAddress: 127.0.0.1:0\n  flowStreamAddress: 127.0.0.1:0\n" +
+		"  tls:\n    certDir: " + dir + "\n"
+	cfg, err := config.Parse([]byte(yaml), "close.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := aggregator.New(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	addrs := a.Addrs()
+	a.Close()
+	for _, addr := range []string{addrs.IPFIX, addrs.API, addrs.GRPC, addrs.FlowStream} {
+		if addr == "" {
+			t.Fatalf("an address is missing: %+v", addrs)
+		}
+		ln, err := net.Listen("tcp", addr)
+		if err != nil {
+			t.Errorf("%s still bound after Close: %v", addr, err)
+			continue
+		}
+		ln.Close()
+	}
+}
+
+// TestNewRefusesUnsupportedSinks: a configuration made in code is checked
+// against the sinks this build runs, as a file is.
+func TestNewRefusesUnsupportedSinks(t *testing.T) {
+	cfg := config.Default()
+	cfg.ClickHouse.Enable = true
+	_, err := aggregator.New(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err == nil || !strings.Contains(err.Error(), "clickHouse.enable: the ClickHouse sink is not supported yet") {
+		t.Errorf("New with ClickHouse: %v", err)
+	}
+}

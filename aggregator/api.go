@@ -4,19 +4,17 @@ import (
 	"sluice/api"
 	"sluice/config"
 	"sluice/flow/flowjson"
-	"sluice/flow/ipfixmap"
+	"sluice/sink"
 )
 
 // setupAPI adds the flow-record endpoints to the HTTP API.
-func (a *Aggregator) setupAPI(table *ipfixmap.Table) {
-	var src api.FlowSource
-	if a.store != nil {
-		src = a.store
-	}
+func (a *Aggregator) setupAPI() {
+	// Aggregate mode answers queries; Proxy mode keeps no flows.
+	src, _ := a.mode.(api.FlowSource)
 	a.api.HandleFlowRecords(src, func() (*flowjson.Renderer, error) {
 		// An exporter per request: exporters cache templates and are not
 		// safe for concurrent use.
-		ex, err := a.exporter(table)
+		ex, err := sink.NewExporter(a.cfg, a.table)
 		if err != nil {
 			return nil, err
 		}
@@ -46,18 +44,27 @@ func (a *Aggregator) recordMetrics() api.RecordMetrics {
 		exported += a.encBuf.Produced()
 	}
 	rm := api.RecordMetrics{
-		NumRecordsExported: int64(exported),
-		NumRecordsReceived: int64(sums["sluice_collector_records_received_total"]),
-		NumRecordsDropped:  int64(sums["sluice_sink_records_dropped_total"] + sums["sluice_collector_records_dropped_total"]),
-		NumConnToCollector: int64(sums["sluice_collector_sessions_open"]),
-		WithIPFIXExporter:  a.cfg.FlowCollector.Enable,
-		WithLogExporter:    a.cfg.FlowLogger.Enable,
-		// Not supported yet; config refuses to enable them.
-		WithClickHouseExporter: a.cfg.ClickHouse.Enable && config.SupportedSinks()[config.SinkClickHouse],
-		WithS3Exporter:         a.cfg.S3Uploader.Enable && config.SupportedSinks()[config.SinkS3Uploader],
+		NumRecordsExported:     int64(exported),
+		NumRecordsReceived:     int64(sums["sluice_collector_records_received_total"]),
+		NumRecordsDropped:      int64(sums["sluice_sink_records_dropped_total"] + sums["sluice_collector_records_dropped_total"]),
+		NumConnToCollector:     int64(sums["sluice_collector_sessions_open"]),
+		WithIPFIXExporter:      a.running(config.SinkFlowCollector),
+		WithLogExporter:        a.running(config.SinkFlowLogger),
+		WithClickHouseExporter: a.running(config.SinkClickHouse),
+		WithS3Exporter:         a.running(config.SinkS3Uploader),
 	}
-	if a.store != nil {
-		rm.NumFlows = int64(a.store.Stats().Flows)
+	if m, ok := a.mode.(aggregateMode); ok {
+		rm.NumFlows = int64(m.Stats().Flows)
 	}
 	return rm
+}
+
+// running reports whether the sink of that key runs.
+func (a *Aggregator) running(key string) bool {
+	for _, s := range a.sinks {
+		if s.key == key {
+			return true
+		}
+	}
+	return false
 }

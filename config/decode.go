@@ -18,11 +18,16 @@ import (
 // Load reads the configuration file at path, applies defaults and
 // validates it with the default [ValidateOptions]. See [Parse].
 func Load(path string) (*Aggregator, error) {
+	return LoadWith(path, ValidateOptions{})
+}
+
+// LoadWith is Load validating with opts.
+func LoadWith(path string, opts ValidateOptions) (*Aggregator, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("read config: %w", err)
 	}
-	return Parse(data, path)
+	return ParseWith(data, path, opts)
 }
 
 // Parse decodes a configuration, applies defaults and validates it with
@@ -32,11 +37,16 @@ func Load(path string) (*Aggregator, error) {
 // *FieldError and *UnknownKeyError values, one per line of text, ordered by
 // line in the file); the configuration is then nil.
 func Parse(data []byte, name string) (*Aggregator, error) {
+	return ParseWith(data, name, ValidateOptions{})
+}
+
+// ParseWith is Parse validating with opts.
+func ParseWith(data []byte, name string, opts ValidateOptions) (*Aggregator, error) {
 	a, errs := decode(data, name)
 	if a == nil {
 		return nil, joinSorted(errs)
 	}
-	errs = append(errs, a.validate(ValidateOptions{})...)
+	errs = append(errs, a.validate(opts)...)
 	if len(errs) > 0 {
 		return nil, joinSorted(errs)
 	}

@@ -194,9 +194,7 @@ func TestAntreaConfAllSinks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	all := map[string]bool{SinkFlowCollector: true, SinkClickHouse: true, SinkS3Uploader: true,
-		SinkFlowLogger: true, SinkFlowStreamService: true}
-	err = a.Validate(ValidateOptions{Supported: all})
+	err = a.Validate(allSinks())
 	want := fmt.Sprintf("cfg.yaml:%d: s3Uploader.bucketName: required when s3Uploader.enable is true",
 		lineOf(t, in, `bucketName: ""`))
 	if err == nil || err.Error() != want {
@@ -436,7 +434,7 @@ sluice:
 clickHouse:
   enable: true
 `
-	_, err := Parse([]byte(in), testFile)
+	_, err := ParseWith([]byte(in), testFile, registrySinks())
 	if err == nil {
 		t.Fatal("no error")
 	}

@@ -6,12 +6,13 @@ import (
 	"net"
 	"net/netip"
 	"net/url"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
 )
 
-// Sinks, named by their key in the file. Keys of ValidateOptions.Supported.
+// Sinks, named by their key in the file. Keys of ValidateOptions.Sinks.
 const (
 	SinkFlowCollector     = "flowCollector"
 	SinkClickHouse        = "clickHouse"
@@ -20,24 +21,37 @@ const (
 	SinkFlowStreamService = "flowStreamService"
 )
 
-// SupportedSinks returns the sinks this version of Sluice can run; enabling
-// any other is refused by Validate. Each call returns a new map.
-func SupportedSinks() map[string]bool {
-	return map[string]bool{
-		SinkFlowCollector:     true,
-		SinkFlowLogger:        true,
-		SinkClickHouse:        false,
-		SinkS3Uploader:        false,
-		SinkFlowStreamService: true,
+// SinkEnabled reports whether the configuration enables the sink of that
+// key; false for a key that names no sink.
+func (a *Aggregator) SinkEnabled(key string) bool {
+	switch key {
+	case SinkFlowCollector:
+		return a.FlowCollector.Enable
+	case SinkClickHouse:
+		return a.ClickHouse.Enable
+	case SinkS3Uploader:
+		return a.S3Uploader.Enable
+	case SinkFlowLogger:
+		return a.FlowLogger.Enable
+	case SinkFlowStreamService:
+		return a.FlowStreamService.Enable
 	}
+	return false
+}
+
+// SinkSupport is what a build of Sluice can do with one sink.
+type SinkSupport struct {
+	// Proxy says the sink may run in Proxy mode.
+	Proxy bool
 }
 
 // ValidateOptions tunes Validate.
 type ValidateOptions struct {
-	// Supported says which sinks may be enabled, by key (SinkFlowCollector
-	// and so on); a sink absent from the map is unsupported. Nil means
-	// SupportedSinks().
-	Supported map[string]bool
+	// Sinks are the sinks that may be enabled, by key, and in which modes:
+	// the aggregator's sink registry. A sink absent from a non-nil map is
+	// not supported. Nil skips these checks (the aggregator makes them
+	// again with its registry).
+	Sinks map[string]SinkSupport
 }
 
 // Validate checks values and combinations of keys. It reports every
@@ -52,11 +66,7 @@ func (a *Aggregator) Validate(opts ValidateOptions) error {
 }
 
 func (a *Aggregator) validate(opts ValidateOptions) []error {
-	supported := opts.Supported
-	if supported == nil {
-		supported = SupportedSinks()
-	}
-	v := &validator{a: a, supported: supported}
+	v := &validator{a: a, sinks: opts.Sinks}
 
 	switch a.Mode {
 	case ModeAggregate, ModeProxy:
@@ -75,16 +85,16 @@ func (a *Aggregator) validate(opts ValidateOptions) []error {
 	v.clickHouse()
 	v.s3Uploader()
 	v.flowLogger()
-	v.sink(SinkFlowStreamService, a.FlowStreamService.Enable, "the flow stream service", true)
+	v.sink(SinkFlowStreamService, a.FlowStreamService.Enable, "the flow stream service")
 	v.sluice()
 	return v.errs
 }
 
 // validator collects the problems Validate finds.
 type validator struct {
-	a         *Aggregator
-	supported map[string]bool
-	errs      []error
+	a     *Aggregator
+	sinks map[string]SinkSupport
+	errs  []error
 }
 
 func (v *validator) add(key, format string, args ...any) {
@@ -137,20 +147,28 @@ func (v *validator) oneOf(key, value string, allowed ...string) {
 	v.add(key, "%q is not valid (want %s, case-sensitive)", value, want)
 }
 
-// sink checks that an enabled sink may run: that the mode allows it and
-// that Sluice supports it. It reports whether the sink's own settings are
+// sink checks that an enabled sink may run: that Sluice supports it and
+// that the mode allows it. It reports whether the sink's own settings are
 // worth checking (enabled and allowed).
-func (v *validator) sink(name string, enabled bool, what string, inProxy bool) bool {
-	if !enabled {
-		return false
+func (v *validator) sink(name string, enabled bool, what string) bool {
+	if !enabled || v.sinks == nil {
+		return enabled
 	}
 	key := name + ".enable"
-	if !inProxy && v.a.Mode == ModeProxy {
-		v.add(key, "%s cannot be used in Proxy mode (only flowCollector and flowStreamService can)", what)
+	s, ok := v.sinks[name]
+	if !ok {
+		v.add(key, "%s is not supported yet", what)
 		return false
 	}
-	if !v.supported[name] {
-		v.add(key, "%s is not supported yet", what)
+	if !s.Proxy && v.a.Mode == ModeProxy {
+		var can []string
+		for k, s := range v.sinks {
+			if s.Proxy {
+				can = append(can, k)
+			}
+		}
+		sort.Strings(can)
+		v.add(key, "%s cannot be used in Proxy mode (only %s can)", what, strings.Join(can, " and "))
 		return false
 	}
 	return true
@@ -183,7 +201,7 @@ func (v *validator) flowCollector() {
 	c := v.a.FlowCollector
 	ct := v.a.Sluice.CollectorTLS
 	v.pair("sluice.collectorTLS", ct.CertFile, ct.KeyFile)
-	if !v.sink(SinkFlowCollector, c.Enable, "the flow collector sink", true) {
+	if !v.sink(SinkFlowCollector, c.Enable, "the flow collector sink") {
 		return
 	}
 	proto := ""
@@ -218,7 +236,7 @@ func (v *validator) flowCollector() {
 
 func (v *validator) clickHouse() {
 	c := v.a.ClickHouse
-	if !v.sink(SinkClickHouse, c.Enable, "the ClickHouse sink", false) {
+	if !v.sink(SinkClickHouse, c.Enable, "the ClickHouse sink") {
 		return
 	}
 	if c.Database == "" {
@@ -236,7 +254,7 @@ func (v *validator) clickHouse() {
 
 func (v *validator) s3Uploader() {
 	s := v.a.S3Uploader
-	if !v.sink(SinkS3Uploader, s.Enable, "the S3 uploader sink", false) {
+	if !v.sink(SinkS3Uploader, s.Enable, "the S3 uploader sink") {
 		return
 	}
 	if s.BucketName == "" {
@@ -249,7 +267,7 @@ func (v *validator) s3Uploader() {
 
 func (v *validator) flowLogger() {
 	l := v.a.FlowLogger
-	if !v.sink(SinkFlowLogger, l.Enable, "the flow logger sink", false) {
+	if !v.sink(SinkFlowLogger, l.Enable, "the flow logger sink") {
 		return
 	}
 	v.oneOf("flowLogger.recordFormat", l.RecordFormat, FormatCSV)

@@ -8,15 +8,22 @@ import (
 // allSinks supports every sink, to test the settings of sinks Sluice does
 // not run yet.
 func allSinks() ValidateOptions {
-	return ValidateOptions{Supported: map[string]bool{SinkFlowCollector: true, SinkClickHouse: true,
-		SinkS3Uploader: true, SinkFlowLogger: true, SinkFlowStreamService: true}}
+	return ValidateOptions{Sinks: map[string]SinkSupport{SinkFlowCollector: {Proxy: true}, SinkClickHouse: {},
+		SinkS3Uploader: {}, SinkFlowLogger: {}, SinkFlowStreamService: {Proxy: true}}}
+}
+
+// registrySinks are the sinks the aggregator registers today, as it passes
+// them to Validate.
+func registrySinks() ValidateOptions {
+	return ValidateOptions{Sinks: map[string]SinkSupport{SinkFlowCollector: {Proxy: true}, SinkFlowLogger: {},
+		SinkFlowStreamService: {Proxy: true}}}
 }
 
 func TestValidate(t *testing.T) {
 	cases := []struct {
 		name string
 		in   string
-		opts *ValidateOptions // nil: the defaults
+		opts *ValidateOptions // nil: registrySinks()
 		want string           // "" for no error; several errors joined by "\n"
 	}{
 		// Top level.
@@ -48,20 +55,20 @@ func TestValidate(t *testing.T) {
 			`cfg.yaml:3: flowLogger.enable: the flow logger sink cannot be used in Proxy mode (only flowCollector and flowStreamService can)`},
 		{"proxy and flow logger, supported", "mode: Proxy\nflowLogger:\n  enable: true\n", ptr(allSinks()),
 			`cfg.yaml:3: flowLogger.enable: the flow logger sink cannot be used in Proxy mode (only flowCollector and flowStreamService can)`},
-		{"proxy and ClickHouse", "mode: Proxy\nclickHouse: {enable: true}\n", nil,
+		{"proxy and ClickHouse", "mode: Proxy\nclickHouse: {enable: true}\n", ptr(allSinks()),
 			`cfg.yaml:2: clickHouse.enable: the ClickHouse sink cannot be used in Proxy mode (only flowCollector and flowStreamService can)`},
-		{"proxy and S3", "mode: Proxy\ns3Uploader:\n  enable: true\n  bucketName: b\n", nil,
+		{"proxy and S3", "mode: Proxy\ns3Uploader:\n  enable: true\n  bucketName: b\n", ptr(allSinks()),
 			`cfg.yaml:3: s3Uploader.enable: the S3 uploader sink cannot be used in Proxy mode (only flowCollector and flowStreamService can)`},
 		{"ClickHouse unsupported", "clickHouse:\n  enable: true\n", nil,
 			`cfg.yaml:2: clickHouse.enable: the ClickHouse sink is not supported yet`},
 		{"S3 unsupported", "s3Uploader:\n  enable: true\n  bucketName: flows\n", nil,
 			`cfg.yaml:2: s3Uploader.enable: the S3 uploader sink is not supported yet`},
-		{"flow logger unsupported", "flowLogger:\n  enable: true\n", &ValidateOptions{Supported: map[string]bool{}},
+		{"flow logger unsupported", "flowLogger:\n  enable: true\n", &ValidateOptions{Sinks: map[string]SinkSupport{}},
 			`cfg.yaml:2: flowLogger.enable: the flow logger sink is not supported yet`},
 		{"flow logger supported", "flowLogger:\n  enable: true\n", nil, ""},
 		{"flow logger in Proxy mode", "mode: Proxy\nflowLogger:\n  enable: true\n", nil,
 			`cfg.yaml:3: flowLogger.enable: the flow logger sink cannot be used in Proxy mode (only flowCollector and flowStreamService can)`},
-		{"flow stream service unsupported", "flowStreamService:\n  enable: true\n", &ValidateOptions{Supported: map[string]bool{}},
+		{"flow stream service unsupported", "flowStreamService:\n  enable: true\n", &ValidateOptions{Sinks: map[string]SinkSupport{}},
 			`cfg.yaml:2: flowStreamService.enable: the flow stream service is not supported yet`},
 		{"flow stream service supported", "flowStreamService:\n  enable: true\n", nil, ""},
 		{"flow stream port shared", "flowStreamService:\n  enable: true\nsluice:\n  flowStreamAddress: \":14739\"\n", nil,
@@ -69,7 +76,7 @@ func TestValidate(t *testing.T) {
 		{"flow stream port unused when disabled", "sluice:\n  flowStreamAddress: \":14739\"\n", nil, ""},
 		{"flow stream service in Proxy mode", "mode: Proxy\nflowStreamService:\n  enable: true\n", ptr(allSinks()), ""},
 		{"flow collector unsupported", "flowCollector:\n  enable: true\n  address: c:4739\n",
-			&ValidateOptions{Supported: map[string]bool{}},
+			&ValidateOptions{Sinks: map[string]SinkSupport{}},
 			`cfg.yaml:2: flowCollector.enable: the flow collector sink is not supported yet`},
 		{"disabled sinks are not checked", "clickHouse:\n  commitInterval: 1ms\ns3Uploader:\n  uploadInterval: 1ms\nflowCollector:\n  maxIPFIXMsgSize: 5\n", nil, ""},
 
@@ -178,7 +185,7 @@ sluice:
 			if err != nil {
 				t.Fatalf("decode: %v", err)
 			}
-			opts := ValidateOptions{}
+			opts := registrySinks()
 			if c.opts != nil {
 				opts = *c.opts
 			}
@@ -190,12 +197,10 @@ sluice:
 			if got != c.want {
 				t.Errorf("got\n%s\nwant\n%s", got, c.want)
 			}
-			// Parse validates with the default options, the same way.
-			if c.opts == nil {
-				_, perr := Parse([]byte(c.in), testFile)
-				if (perr == nil) != (c.want == "") || (perr != nil && perr.Error() != c.want) {
-					t.Errorf("Parse: got %v", perr)
-				}
+			// Parse validates as Validate does without a list of sinks.
+			werr := a.Validate(ValidateOptions{})
+			if _, perr := Parse([]byte(c.in), testFile); (perr == nil) != (werr == nil) || (perr != nil && perr.Error() != werr.Error()) {
+				t.Errorf("Parse: got %v, want %v", perr, werr)
 			}
 		})
 	}
@@ -215,14 +220,19 @@ func TestValidateWithoutFile(t *testing.T) {
 	}
 }
 
-func TestSupportedSinks(t *testing.T) {
-	s := SupportedSinks()
-	if !s[SinkFlowCollector] || !s[SinkFlowLogger] || s[SinkClickHouse] || s[SinkS3Uploader] || !s[SinkFlowStreamService] {
-		t.Errorf("SupportedSinks() = %v", s)
+func TestSinkEnabled(t *testing.T) {
+	a := Default()
+	a.ClickHouse.Enable, a.FlowStreamService.Enable = true, true
+	for key, want := range map[string]bool{SinkFlowCollector: false, SinkClickHouse: true, SinkS3Uploader: false,
+		SinkFlowLogger: false, SinkFlowStreamService: true, "nothing": false} {
+		if got := a.SinkEnabled(key); got != want {
+			t.Errorf("SinkEnabled(%q) = %v, want %v", key, got, want)
+		}
 	}
-	s[SinkClickHouse] = true
-	if SupportedSinks()[SinkClickHouse] {
-		t.Error("SupportedSinks shares its map")
+	// Without a list of sinks, an enabled sink is not judged.
+	a.Mode = ModeProxy
+	if err := a.Validate(ValidateOptions{}); err != nil {
+		t.Errorf("Validate without sinks: %v", err)
 	}
 }
 

@@ -120,6 +120,13 @@ func NewInventory(path string, opts InventoryOptions) (*Inventory, error) {
 	return inv, nil
 }
 
+// Ready is closed from the start: NewInventory has loaded the file.
+func (inv *Inventory) Ready() <-chan struct{} {
+	c := make(chan struct{})
+	close(c)
+	return c
+}
+
 // Run checks the file every interval until ctx is done, then returns nil.
 // A change is loaded once the file has stayed the same for one interval, so
 // that a file being written is not read half-way. Run also forgets deleted

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"context"
 	"encoding/binary"
 	"fmt"
 	"net/netip"
@@ -10,6 +11,8 @@ import (
 	"sluice/flow"
 	"sluice/flow/ipfixmap"
 	"sluice/ipfix"
+	"sluice/mode"
+	"sluice/ring"
 )
 
 // Forwarding is Proxy mode's fast path. Most received records are exported
@@ -35,6 +38,19 @@ type Forwarding struct {
 	passThrough bool
 	// cluster is the clusterId value encoded, nil when none is set.
 	cluster []byte
+	// ex and enc write the records the forwarders leave to Run; Run's
+	// goroutine owns them.
+	ex  *ipfixmap.Exporter
+	enc *ipfix.Encoder
+}
+
+// Encoded is NewForwarding as Proxy mode's side of mode.Encoder.
+func (p *Proxy) Encoded(table *ipfixmap.Table, ex *ipfixmap.Exporter) (mode.Encoded, error) {
+	fw, err := NewForwarding(p, table, ex)
+	if fw == nil {
+		return nil, err // a nil interface, not a nil *Forwarding
+	}
+	return fw, nil
 }
 
 // NewForwarding prepares the fast path for p's records exported through
@@ -45,7 +61,12 @@ func NewForwarding(p *Proxy, table *ipfixmap.Table, ex *ipfixmap.Exporter) (*For
 	if o.UIDs {
 		return nil, nil
 	}
-	fw := &Forwarding{p: p, lookups: o.Store != nil, labels: o.PodLabels, table: table, passThrough: ex.PassThrough()}
+	// An encoder that never sends: it only builds records (EncodeRecord).
+	enc, err := ipfix.NewEncoder(ipfix.EncoderOptions{}, func([]byte) error { return nil })
+	if err != nil {
+		return nil, fmt.Errorf("proxy: %w", err)
+	}
+	fw := &Forwarding{p: p, lookups: o.Store != nil, labels: o.PodLabels, table: table, passThrough: ex.PassThrough(), ex: ex, enc: enc}
 	for fi, family := range []int{4, 6} {
 		if fw.base[fi] = ex.Base(family); fw.base[fi] == nil {
 			return nil, fmt.Errorf("proxy: the exporter has no IPv%d template", family)
@@ -58,6 +79,38 @@ func NewForwarding(p *Proxy, table *ipfixmap.Table, ex *ipfixmap.Exporter) (*For
 		fw.cluster = appendVar(nil, c)
 	}
 	return fw, nil
+}
+
+// Run is Proxy.Run for an export that is IPFIX only: batches carry records
+// the collectors' forwarders encoded already, and flow records, which are
+// enriched here and written with the Forwarding's exporter; out receives
+// export records only. encodeErr hears of a flow record that cannot be
+// written (it is dropped). Run only once at a time.
+func (fw *Forwarding) Run(ctx context.Context, in <-chan flow.Batch, out *ring.Buffer[ipfix.EncodedRecord], encodeErr func(error)) {
+	p, ex := fw.p, fw.ex
+	receive(ctx, in, func(b flow.Batch) {
+		recs := b.Encoded
+		var arena []byte
+		for _, f := range b.Flows {
+			p.Process(f)
+			t, _, err := ex.Template(f)
+			if err != nil {
+				encodeErr(err)
+				continue
+			}
+			data, err := fw.enc.EncodeRecord(t, func(rb ipfix.RecordBuilder) error { return ex.Write(rb, t, f) })
+			if err != nil {
+				encodeErr(err)
+				continue
+			}
+			start := len(arena)
+			arena = append(arena, data...)
+			recs = append(recs, ipfix.EncodedRecord{Template: t, Data: arena[start:len(arena):len(arena)]})
+		}
+		p.copied.Add(float64(len(b.Encoded)))
+		p.rebuilt.Add(float64(len(b.Flows))) // as Run: those that fail to encode too
+		out.Produce(recs...)
+	})
 }
 
 // NewForwarder returns a forwarder for one collector session.

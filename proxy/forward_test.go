@@ -406,7 +406,7 @@ func TestForwardingNotWithUIDs(t *testing.T) {
 
 // TestFastPathMemoryDoesNotGrowWithConnections is the memory test of
 // proxy_test.go for the fast path: a million distinct connections,
-// decoded, forwarded into pooled arenas, through RunEncoded and a ring to a
+// decoded, forwarded into pooled arenas, through Forwarding.Run and a ring to a
 // consumer that releases them; the heap afterwards holds only what the
 // bounded ring retains.
 func TestFastPathMemoryDoesNotGrowWithConnections(t *testing.T) {
@@ -432,7 +432,7 @@ func TestFastPathMemoryDoesNotGrowWithConnections(t *testing.T) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		p.RunEncoded(context.Background(), in, out, ex, func(err error) { t.Error(err) })
+		fw.Run(context.Background(), in, out, func(err error) { t.Error(err) })
 	}()
 	consumed := make(chan int)
 	go func() {

@@ -11,8 +11,6 @@ import (
 
 	"sluice/enrich"
 	"sluice/flow"
-	"sluice/flow/ipfixmap"
-	"sluice/ipfix"
 	"sluice/ring"
 )
 
@@ -88,43 +86,6 @@ func receive(ctx context.Context, in <-chan flow.Batch, handle func(flow.Batch))
 			handle(b)
 		}
 	}
-}
-
-// RunEncoded is Run for an export that is IPFIX only (see Forwarding):
-// batches carry records the collector's forwarders encoded already, and
-// flow records, which are enriched here and written with ex; out receives
-// export records only. encodeErr hears of a flow record that cannot be
-// written (it is dropped). ex is this goroutine's from now on.
-func (p *Proxy) RunEncoded(ctx context.Context, in <-chan flow.Batch, out *ring.Buffer[ipfix.EncodedRecord],
-	ex *ipfixmap.Exporter, encodeErr func(error)) {
-	// An encoder that never sends: it only builds records (EncodeRecord).
-	enc, err := ipfix.NewEncoder(ipfix.EncoderOptions{}, func([]byte) error { return nil })
-	if err != nil {
-		panic(err) // the default options are valid
-	}
-	receive(ctx, in, func(b flow.Batch) {
-		recs := b.Encoded
-		var arena []byte
-		for _, f := range b.Flows {
-			p.Process(f)
-			t, _, err := ex.Template(f)
-			if err != nil {
-				encodeErr(err)
-				continue
-			}
-			data, err := enc.EncodeRecord(t, func(rb ipfix.RecordBuilder) error { return ex.Write(rb, t, f) })
-			if err != nil {
-				encodeErr(err)
-				continue
-			}
-			start := len(arena)
-			arena = append(arena, data...)
-			recs = append(recs, ipfix.EncodedRecord{Template: t, Data: arena[start:len(arena):len(arena)]})
-		}
-		p.copied.Add(float64(len(b.Encoded)))
-		p.rebuilt.Add(float64(len(b.Flows))) // as Run: those that fail to encode too
-		out.Produce(recs...)
-	})
 }
 
 // Process enriches one record in place: the Pod metadata an inter-Node

@@ -18,6 +18,7 @@ type Buffer[T any] struct {
 	mask   uint64
 	head   uint64 // sequence number of the next item to produce
 	closed bool
+	done   chan struct{} // closed by Close
 	// consumers are the open consumers; room wakes a ProduceWait when
 	// one of them reads or closes.
 	consumers map[*Consumer[T]]struct{}
@@ -32,7 +33,7 @@ func New[T any](capacity int) *Buffer[T] {
 	for n < capacity {
 		n <<= 1
 	}
-	b := &Buffer[T]{items: make([]T, n), mask: uint64(n - 1), consumers: map[*Consumer[T]]struct{}{}}
+	b := &Buffer[T]{items: make([]T, n), done: make(chan struct{}), mask: uint64(n - 1), consumers: map[*Consumer[T]]struct{}{}}
 	b.wake = sync.NewCond(&b.mu)
 	b.room = sync.NewCond(&b.mu)
 	return b
@@ -101,10 +102,16 @@ func (b *Buffer[T]) Produced() uint64 {
 // Close wakes every consumer; they drain what is left and then see the end.
 func (b *Buffer[T]) Close() {
 	b.mu.Lock()
+	if !b.closed {
+		close(b.done)
+	}
 	b.closed = true
 	b.mu.Unlock()
 	b.wake.Broadcast()
 }
+
+// Done is closed when the buffer is closed.
+func (b *Buffer[T]) Done() <-chan struct{} { return b.done }
 
 // Consumer reads the buffer at its own pace.
 type Consumer[T any] struct {

@@ -14,7 +14,8 @@ import (
 
 // Sink consumes exported records from the pipeline's broadcast buffer
 // until the buffer is closed and drained (then it flushes what it holds
-// and returns) or ctx ends (then it returns at once).
+// and returns) or ctx ends (then it returns at once). An error from Run
+// stops the aggregator.
 type Sink interface {
 	Run(ctx context.Context, c *ring.Consumer[*flow.Flow]) error
 }

@@ -31,7 +31,7 @@ defaults apply.`,
 			}
 			cfg := config.Default()
 			if path != "" {
-				if cfg, err = config.Load(path); err != nil {
+				if cfg, err = aggregator.LoadConfig(path); err != nil {
 					return fmt.Errorf("configuration:\n%w", err)
 				}
 			}

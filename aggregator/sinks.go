@@ -1,0 +1,90 @@
+package aggregator
+
+import (
+	"sluice/config"
+	"sluice/ipfix"
+	"sluice/mode"
+	"sluice/ring"
+	"sluice/sink"
+	"sluice/sink/flowlog"
+	"sluice/sink/flowstream"
+	"sluice/sink/ipfixout"
+)
+
+// Sinks are the sinks this build can run, one line a sink: adding one is
+// writing its package (with a sink.Factory) and listing it here.
+func Sinks() []sink.Factory {
+	return []sink.Factory{
+		ipfixout.Factory(),
+		flowlog.Factory(),
+		flowstream.Factory(),
+	}
+}
+
+// ValidateOptions are the configuration checks that depend on the sinks
+// this build runs.
+func ValidateOptions() config.ValidateOptions {
+	o := config.ValidateOptions{Sinks: map[string]config.SinkSupport{}}
+	for _, f := range Sinks() {
+		o.Sinks[f.Key] = config.SinkSupport{Proxy: f.Proxy}
+	}
+	return o
+}
+
+// LoadConfig reads and validates the configuration file at path, refusing
+// sinks this build cannot run.
+func LoadConfig(path string) (*config.Aggregator, error) {
+	return config.LoadWith(path, ValidateOptions())
+}
+
+// setupSinks makes each sink the configuration enables.
+func (a *Aggregator) setupSinks() error {
+	a.sinkMetrics = sink.NewMetrics(a.reg)
+	env := sink.Env{Config: a.cfg, Log: a.log, Metrics: a.sinkMetrics, Registry: a.reg,
+		Table: a.table, Buffer: a.buf, ServerCerts: a.serverCerts}
+	for _, f := range Sinks() {
+		if !a.cfg.SinkEnabled(f.Key) {
+			continue
+		}
+		s, err := f.New(env)
+		if err != nil {
+			return err
+		}
+		a.sinks = append(a.sinks, namedSink{key: f.Key, s: s})
+	}
+	if len(a.sinks) == 0 {
+		a.log.Info("no sink is enabled: records are received and counted, then dropped")
+	}
+	return nil
+}
+
+// setupFastPath lets the mode hand records on already encoded when it can
+// (mode.Encoder) and the only sink can take them (sink.EncodedSink): Proxy
+// mode with flowCollector sending IPFIX and nothing else.
+func (a *Aggregator) setupFastPath() error {
+	if !a.cfg.Sluice.Proxy.FastPath || len(a.sinks) != 1 {
+		return nil
+	}
+	m, ok := a.mode.(mode.Encoder)
+	if !ok {
+		return nil
+	}
+	s, ok := a.sinks[0].s.(sink.EncodedSink)
+	if !ok || s.EncodedExporter() == nil {
+		return nil
+	}
+	enc, err := m.Encoded(a.table, s.EncodedExporter())
+	if err != nil || enc == nil {
+		return err
+	}
+	a.encoded = enc
+	a.encBuf = ring.New[ipfix.EncodedRecord](a.cfg.RecordBufferSize)
+	a.encodeErrs = a.sinkMetrics.Dropped.WithLabelValues(a.sinks[0].key, sink.ReasonEncodeError)
+	return nil
+}
+
+// encodeErr counts a record the fast path's mode could not encode.
+func (a *Aggregator) encodeErr(err error) {
+	a.encodeErrs.Inc()
+	a.log.Error("cannot encode a record", "sink", a.sinks[0].key, "err", err)
+}

@@ -1,0 +1,82 @@
+package sink
+
+import (
+	"context"
+	"log/slog"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"sluice/certs"
+	"sluice/config"
+	"sluice/flow"
+	"sluice/flow/ipfixmap"
+	"sluice/ipfix"
+	"sluice/ring"
+)
+
+// Factory makes one kind of sink. Each sink package has one; the
+// aggregator keeps the list of them (one line a sink) and runs the sinks
+// whose section the configuration enables.
+type Factory struct {
+	// Key is the sink's section of the configuration file, which also
+	// names it in metrics (config.SinkFlowCollector and so on).
+	Key string
+	// Proxy says whether the sink may run in Proxy mode.
+	Proxy bool
+	// New makes the sink from a configuration that enables it; it may
+	// bind sockets or open files, which Close releases when the sink never
+	// runs. Errors name the key at fault (config.KeyError).
+	New func(Env) (Sink, error)
+}
+
+// Env is what a sink is made from.
+type Env struct {
+	Config *config.Aggregator
+	Log    *slog.Logger
+	// Metrics are the series every sink reports under its own name;
+	// Registry takes series a sink has on its own.
+	Metrics  *Metrics
+	Registry prometheus.Registerer
+	// Table maps IPFIX elements to flow fields (NewExporter).
+	Table *ipfixmap.Table
+	// Buffer is the broadcast buffer Run's consumer reads, for sinks that
+	// serve observers of their own (the flow stream service).
+	Buffer *ring.Buffer[*flow.Flow]
+	// ServerCerts returns the aggregator's server certificates, made or
+	// loaded once and shared with the collectors.
+	ServerCerts func() (*certs.Bundle, error)
+}
+
+// Closer is a sink that holds what New took (a listener, a file) until Run
+// ends; Close releases it when Run never runs.
+type Closer interface {
+	Close() error
+}
+
+// Listener is a sink that serves clients on an address of its own.
+type Listener interface {
+	Addr() string
+}
+
+// EncodedSink is a sink that can take export records already encoded with
+// its templates instead of flow records: the end of Proxy mode's fast
+// path (see package mode), used when it is the aggregator's only sink.
+type EncodedSink interface {
+	Sink
+	// EncodedExporter is the exporter whose templates encoded records must
+	// use, or nil when this sink cannot take them as it is configured
+	// (a JSON collector).
+	EncodedExporter() *ipfixmap.Exporter
+	// RunEncoded is Run for encoded records.
+	RunEncoded(ctx context.Context, c *ring.Consumer[ipfix.EncodedRecord]) error
+}
+
+// NewExporter maps records to the export templates of the configured mode
+// and contents (names, UIDs, pass-through of unknown elements): what an
+// IPFIX or JSON sink sends and what the flow-record API shows.
+func NewExporter(cfg *config.Aggregator, table *ipfixmap.Table) (*ipfixmap.Exporter, error) {
+	fc := cfg.FlowCollector
+	return ipfixmap.NewExporter(table, ipfixmap.ExportOptions{Names: fc.IncludeK8sNames, UIDs: fc.IncludeK8sUIDs,
+		Proxy: cfg.Mode == config.ModeProxy, Aggregate: cfg.Mode == config.ModeAggregate},
+		cfg.Mode == config.ModeProxy && cfg.Sluice.Proxy.PassThroughUnknown, ipfix.MinDataSetID)
+}
