@@ -604,3 +604,18 @@ func syncDir(dir string) {
 		_ = d.Close()
 	}
 }
+
+// DefaultDir is where generated certificates live when no directory is
+// configured: $XDG_STATE_HOME/sluice/certs, else
+// ~/.local/state/sluice/certs. The aggregator writes there; an exporter or
+// `sluice get flows` on the same machine reads from there.
+func DefaultDir() (string, error) {
+	if s := os.Getenv("XDG_STATE_HOME"); s != "" && filepath.IsAbs(s) {
+		return filepath.Join(s, "sluice", "certs"), nil
+	}
+	home, err := os.UserHomeDir()
+	if err != nil {
+		return "", err
+	}
+	return filepath.Join(home, ".local", "state", "sluice", "certs"), nil
+}

@@ -16,6 +16,7 @@ package config
 import (
 	"os"
 	"path/filepath"
+	"sluice/certs"
 	"strings"
 	"time"
 )
@@ -453,14 +454,11 @@ func (t ServerTLS) CertDirectory() (string, error) {
 	if t.CertDir != "" {
 		return t.CertDir, nil
 	}
-	if s := os.Getenv("XDG_STATE_HOME"); s != "" && filepath.IsAbs(s) {
-		return filepath.Join(s, "sluice", "certs"), nil
-	}
-	home, err := os.UserHomeDir()
+	dir, err := certs.DefaultDir()
 	if err != nil {
 		return "", &FieldError{Key: "sluice.tls.certDir", Msg: "no default directory; set the key", Err: err}
 	}
-	return filepath.Join(home, ".local", "state", "sluice", "certs"), nil
+	return dir, nil
 }
 
 // Generated reports whether Sluice generates its own certificates (no

@@ -2,13 +2,8 @@ package main
 
 import (
 	"bytes"
-	"io"
-	"log/slog"
-	"path/filepath"
 	"strings"
 	"testing"
-
-	"sluice/certs"
 )
 
 // TestExporterFlagErrors: bad flag values stop the command with an error
@@ -41,38 +36,5 @@ func TestExporterFlagErrors(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%v: error %v, want one mentioning %q", args, err, want)
 		}
-	}
-}
-
-// TestExporterTLSForGRPC: gRPC takes its client certificate from
-// --tls-cert-dir, or without any --tls-* flag from this machine's generated
-// directory; tls keeps needing none.
-func TestExporterTLSForGRPC(t *testing.T) {
-	state := t.TempDir()
-	t.Setenv("XDG_STATE_HOME", state)
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	if _, err := exporterTLS(&exporterFlags{}, "grpc", log); err == nil {
-		t.Fatal("grpc without any certificate: accepted")
-	}
-	if c, err := exporterTLS(&exporterFlags{}, "tls", log); err != nil || len(c.Certificates) != 0 {
-		t.Fatalf("tls without flags: %v, %v", c, err)
-	}
-	dir := t.TempDir()
-	if _, err := certs.Ensure(dir, certs.Options{}); err != nil {
-		t.Fatal(err)
-	}
-	c, err := exporterTLS(&exporterFlags{tlsCertDir: dir, tlsServerName: "localhost"}, "grpc", log)
-	if err != nil || len(c.Certificates) != 1 || c.RootCAs == nil || c.ServerName != "localhost" {
-		t.Fatalf("--tls-cert-dir: %v, %v", c, err)
-	}
-	if _, err := certs.Ensure(filepath.Join(state, "sluice", "certs"), certs.Options{}); err != nil {
-		t.Fatal(err)
-	}
-	if c, err := exporterTLS(&exporterFlags{}, "grpc", log); err != nil || len(c.Certificates) != 1 || c.RootCAs == nil {
-		t.Fatalf("generated directory: %v, %v", c, err)
-	}
-	// An explicit flag turns the fallback off: the CA alone is not enough.
-	if _, err := exporterTLS(&exporterFlags{tlsCA: filepath.Join(dir, "ca.crt")}, "grpc", log); err == nil {
-		t.Fatal("grpc with only --tls-ca-file: accepted")
 	}
 }

@@ -1,0 +1,238 @@
+package exporter
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"time"
+
+	"sluice/certs"
+	"sluice/enrich"
+	"sluice/exporter/collectoraddr"
+	"sluice/exporter/source"
+	"sluice/exporter/source/ctnetlink"
+	"sluice/exporter/source/synthetic"
+	"sluice/flow/ipfixmap"
+)
+
+// Settings are the settings of `sluice exporter`, one a flag, as a user
+// gives them: Run checks them (errors name the flag), opens the metadata
+// and connection sources, and runs an Exporter.
+type Settings struct {
+	Collector    string   // --collector
+	Node         string   // --node
+	PodCIDRs     []string // --pod-cidr
+	ClusterCIDRs []string // --cluster-cidr
+	Source       string   // --source: conntrack or synthetic
+	Netns        string   // --netns
+	Inventory    string   // --inventory
+	Kubeconfig   string   // --kubeconfig
+	Profile      string   // --ie-profile
+	// ProfileSet says --ie-profile was given (it applies to IPFIX only).
+	ProfileSet     bool
+	Rate           float64       // --rate
+	PollInterval   time.Duration // --poll-interval
+	ActiveTimeout  time.Duration // --active-timeout
+	IdleTimeout    time.Duration // --idle-timeout
+	MetricsAddress string        // --metrics-address
+	MaxConnections int           // --max-connections
+	BufferSize     int           // --buffer-size
+	TLS            TLSFiles
+}
+
+// TLSFiles are the --tls-* flags.
+type TLSFiles struct {
+	CertFile, KeyFile, CAFile string // --tls-cert-file, --tls-key-file, --tls-ca-file
+	CertDir                   string // --tls-cert-dir
+	ServerName                string // --tls-server-name
+}
+
+// check checks what needs no file or network, and fills the Node name.
+func (s *Settings) check() (collectoraddr.Collector, []netip.Prefix, []netip.Prefix, error) {
+	var none collectoraddr.Collector
+	coll, err := collectoraddr.Parse(s.Collector)
+	if err != nil {
+		return none, nil, nil, fmt.Errorf("--collector: %w", err)
+	}
+	if !slices.Contains(ipfixmap.AgentVersions(), s.Profile) {
+		return none, nil, nil, fmt.Errorf("--ie-profile %q: not one of %v", s.Profile, ipfixmap.AgentVersions())
+	}
+	if s.Node == "" {
+		if s.Node, err = os.Hostname(); err != nil || s.Node == "" {
+			return none, nil, nil, errors.New("--node: no Node name given, and the host name is unknown")
+		}
+	}
+	if s.Inventory != "" && s.Kubeconfig != "" {
+		return none, nil, nil, errors.New("--inventory and --kubeconfig: give one metadata source, not both")
+	}
+	podCIDRs, err := parsePrefixes("pod-cidr", s.PodCIDRs)
+	if err != nil {
+		return none, nil, nil, err
+	}
+	clusterCIDRs, err := parsePrefixes("cluster-cidr", s.ClusterCIDRs)
+	if err != nil {
+		return none, nil, nil, err
+	}
+	switch {
+	case s.Source != "conntrack" && s.Source != "synthetic":
+		err = fmt.Errorf("--source %q: want conntrack or synthetic", s.Source)
+	case s.Netns != "" && s.Source != "conntrack":
+		err = errors.New("--netns only applies to the conntrack source")
+	case s.Rate <= 0:
+		err = fmt.Errorf("--rate %v: must be positive", s.Rate)
+	case s.PollInterval < MinPollInterval:
+		err = fmt.Errorf("--poll-interval %v: at least %v", s.PollInterval, MinPollInterval)
+	case s.ActiveTimeout <= 0 || s.IdleTimeout <= 0:
+		err = errors.New("--active-timeout and --idle-timeout must be positive")
+	case s.MaxConnections <= 0 || s.BufferSize <= 0:
+		err = errors.New("--max-connections and --buffer-size must be positive")
+	}
+	return coll, podCIDRs, clusterCIDRs, err
+}
+
+func parsePrefixes(flag string, vals []string) ([]netip.Prefix, error) {
+	var out []netip.Prefix
+	for _, v := range vals {
+		p, err := netip.ParsePrefix(v)
+		if err != nil {
+			return nil, fmt.Errorf("--%s %q: %w", flag, v, err)
+		}
+		out = append(out, p.Masked())
+	}
+	return out, nil
+}
+
+// Run checks s, opens the sources it names and runs an exporter until ctx
+// ends.
+func (s Settings) Run(ctx context.Context, log *slog.Logger) error {
+	coll, podCIDRs, clusterCIDRs, err := s.check()
+	if err != nil {
+		return err
+	}
+	tlsConf, err := s.TLS.config(coll.Proto, log)
+	if err != nil {
+		return err
+	}
+	if coll.Proto == "grpc" && s.ProfileSet {
+		log.Warn("--ie-profile applies to IPFIX only; over gRPC every field the exporter has is sent", "ie_profile", s.Profile)
+	}
+
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	bgCtx, stopBg := context.WithCancel(ctx)
+	defer stopBg()
+	meta, err := enrich.OpenSource(enrich.SourceOptions{Inventory: s.Inventory, Kubeconfig: s.Kubeconfig, Logger: log})
+	if err != nil {
+		if s.Inventory != "" {
+			return fmt.Errorf("--inventory: %w", err)
+		}
+		return fmt.Errorf("--kubeconfig: %w", err)
+	}
+	var store enrich.Store
+	if meta != nil {
+		store = meta
+		wg.Go(func() { _ = meta.Run(bgCtx) })
+		select {
+		case <-meta.Ready():
+		case <-ctx.Done():
+			return nil
+		}
+	}
+	if len(podCIDRs) == 0 && store != nil {
+		if n, ok := store.NodeByName(s.Node); ok {
+			podCIDRs = n.PodCIDRs
+		}
+	}
+	if len(podCIDRs) == 0 {
+		if s.Source != "synthetic" {
+			return fmt.Errorf("--pod-cidr: none given, and the metadata source has no podCIDRs for Node %q", s.Node)
+		}
+		podCIDRs = []netip.Prefix{netip.MustParsePrefix("10.244.1.0/24")}
+		log.Info("no Pod CIDR given; the synthetic source uses a default", "pod_cidr", podCIDRs[0])
+	}
+
+	src, err := s.openSource(podCIDRs, clusterCIDRs)
+	if err != nil {
+		return err
+	}
+	e, err := New(Options{Node: s.Node, PodCIDRs: podCIDRs, ClusterCIDRs: clusterCIDRs, Source: src, Store: store,
+		Collector: coll, Profile: s.Profile, TLS: tlsConf, PollInterval: s.PollInterval, ActiveTimeout: s.ActiveTimeout,
+		IdleTimeout: s.IdleTimeout, MaxConnections: s.MaxConnections, BufferSize: s.BufferSize,
+		MetricsAddress: s.MetricsAddress, Log: log})
+	if err != nil {
+		src.Close()
+		return err
+	}
+	return e.Run(ctx)
+}
+
+// openSource opens the connection source --source names.
+func (s *Settings) openSource(podCIDRs, clusterCIDRs []netip.Prefix) (source.Source, error) {
+	if s.Source == "conntrack" {
+		src, err := ctnetlink.Open(s.Netns)
+		if err != nil {
+			return nil, fmt.Errorf("--source conntrack: %w", err)
+		}
+		return src, nil
+	}
+	src, err := synthetic.New(synthetic.Options{Rate: s.Rate, PodCIDRs: podCIDRs, PeerCIDRs: clusterCIDRs,
+		Seed: uint64(time.Now().UnixNano())})
+	if err != nil {
+		return nil, fmt.Errorf("--source synthetic: %w", err)
+	}
+	return src, nil
+}
+
+// config is the client TLS configuration for the collector protocol: nil
+// for tcp and udp, whose --tls-* flags are refused; the system roots and no
+// client certificate for tls by default; and for grpc, which the aggregator
+// serves with mutual TLS only, a client certificate, from the flags or from
+// this machine's generated certificate directory (an aggregator and an
+// exporter on one machine need no flags).
+func (f TLSFiles) config(proto string, log *slog.Logger) (*tls.Config, error) {
+	anyFlag := f.CertFile != "" || f.KeyFile != "" || f.CAFile != "" || f.CertDir != ""
+	if proto != "tls" && proto != "grpc" {
+		if anyFlag { // --tls-server-name alone was always let through
+			return nil, fmt.Errorf("--tls-* flags given, but the collector protocol is %s, not tls or grpc", proto)
+		}
+		return nil, nil
+	}
+	dir := f.CertDir
+	if dir == "" && !anyFlag && proto == "grpc" {
+		if d, err := certs.DefaultDir(); err == nil && fileExists(filepath.Join(d, certs.ClientCertFile)) {
+			dir = d
+			log.Info("using the generated client certificate of this machine", "dir", d)
+		}
+	}
+	certFile, keyFile, caFile := f.CertFile, f.KeyFile, f.CAFile
+	if dir != "" {
+		or := func(v, name string) string {
+			if v != "" {
+				return v
+			}
+			return filepath.Join(dir, name)
+		}
+		certFile, keyFile, caFile = or(certFile, certs.ClientCertFile), or(keyFile, certs.ClientKeyFile), or(caFile, certs.CACertFile)
+	}
+	if proto == "grpc" && certFile == "" {
+		return nil, errors.New("--tls-cert-file/--tls-key-file: the grpc protocol needs a client certificate signed by the aggregator's CA " +
+			"(or --tls-cert-dir with the aggregator's generated client.crt, client.key and ca.crt)")
+	}
+	b, err := certs.LoadClient(certFile, keyFile, caFile)
+	if err != nil {
+		return nil, fmt.Errorf("--tls-cert-file/--tls-key-file/--tls-ca-file/--tls-cert-dir: %w", err)
+	}
+	return b.ClientTLS(f.ServerName), nil
+}
+
+func fileExists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
+}
