@@ -3,10 +3,10 @@ package aggregate
 import (
 	"context"
 	"net/netip"
-	"sluice/enrich"
 	"testing"
 	"time"
 
+	"sluice/enrich"
 	"sluice/flow"
 	"sluice/ring"
 )

@@ -2,10 +2,10 @@ package aggregate
 
 import (
 	"net/netip"
-	"sluice/enrich"
 	"testing"
 	"time"
 
+	"sluice/enrich"
 	"sluice/flow"
 )
 

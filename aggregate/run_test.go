@@ -2,11 +2,11 @@ package aggregate
 
 import (
 	"context"
-	"sluice/enrich"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"sluice/enrich"
 	"sluice/flow"
 	"sluice/ring"
 )

@@ -14,7 +14,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -23,68 +22,10 @@ import (
 	"sluice/config"
 	"sluice/flow"
 	"sluice/flow/ipfixmap"
+	"sluice/internal/testkit"
 	"sluice/ipfix"
 	"sluice/ipfix/ipfixtest"
 )
-
-// collectorStub is an external IPFIX collector over TCP that keeps the raw
-// records it decodes.
-type collectorStub struct {
-	ln    net.Listener
-	mu    sync.Mutex
-	recs  []map[string][]byte // element "pen:id" → raw value
-	flows []flow.Flow
-}
-
-func newCollectorStub(t *testing.T) *collectorStub {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := &collectorStub{ln: ln}
-	t.Cleanup(func() { ln.Close() })
-	tb, _ := ipfixmap.NewTable(ipfix.DefaultRegistry())
-	go func() {
-		for {
-			conn, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer conn.Close()
-				d := ipfix.NewDecoder(ipfix.NewSession(ipfix.SessionOptions{}))
-				n := ipfixmap.NewNormalizer(tb)
-				mr := ipfix.NewMessageReader(conn)
-				for {
-					m, err := mr.Next()
-					if err != nil {
-						return
-					}
-					if d.Reset(m, time.Now()) != nil {
-						return
-					}
-					for d.Next() {
-						r := d.Record()
-						raw := map[string][]byte{}
-						for i := 0; i < r.NumFields(); i++ {
-							f := r.Field(i)
-							raw[fmt.Sprintf("%d:%d", f.EnterpriseID, f.ID)] = bytes.Clone(r.Bytes(i))
-						}
-						var f flow.Flow
-						n.Normalize(r, &f)
-						c.mu.Lock()
-						c.recs = append(c.recs, raw)
-						c.flows = append(c.flows, f)
-						c.mu.Unlock()
-					}
-				}
-			}()
-		}
-	}()
-	return c
-}
-
-func (c *collectorStub) count() int { c.mu.Lock(); defer c.mu.Unlock(); return len(c.recs) }
 
 const inventory = `apiVersion: v1
 kind: List
@@ -95,40 +36,6 @@ items:
   spec: {nodeName: node-1}
   status: {podIP: 10.244.1.2, podIPs: [{ip: 10.244.1.2}]}
 `
-
-func startAggregator(t *testing.T, yaml string) (*aggregator.Aggregator, context.CancelFunc, chan error) {
-	t.Helper()
-	cfg, err := config.Parse([]byte(yaml), "test.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	// The gRPC collector always runs: give it a free port and its own
-	// certificates.
-	cfg.Sluice.GRPCAddress = "127.0.0.1:0"
-	if cfg.Sluice.TLS.CertDir == "" && cfg.Sluice.TLS.CertFile == "" {
-		cfg.Sluice.TLS.CertDir = t.TempDir()
-	}
-	a, err := aggregator.New(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- a.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
-	return a, cancel, done
-}
-
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
 
 func metrics(t *testing.T, api string) string {
 	resp, err := http.Get("http://" + api + "/metrics")
@@ -153,10 +60,10 @@ func TestProxyOverMutualTLS(t *testing.T) {
 
 func testProxyOverMutualTLS(t *testing.T, fast bool) {
 	dir := t.TempDir()
-	coll := newCollectorStub(t)
+	coll := testkit.NewCollector(t)
 	inv := filepath.Join(dir, "inventory.yaml")
 	os.WriteFile(inv, []byte(inventory), 0o644)
-	a, cancel, done := startAggregator(t, fmt.Sprintf(`
+	a := testkit.StartAggregator(t, fmt.Sprintf(`
 mode: Proxy
 aggregatorTransportProtocol: tls
 clusterID: test-cluster
@@ -168,7 +75,7 @@ sluice:
   inventory: %s
   tls: {certDir: %s}
   proxy: {fastPath: %v}
-`, coll.ln.Addr(), inv, filepath.Join(dir, "certs"), fast))
+`, coll.Addr(), inv, filepath.Join(dir, "certs"), fast))
 	addrs := a.Addrs()
 
 	bundle, err := certs.Ensure(filepath.Join(dir, "certs"), certs.Options{})
@@ -186,7 +93,7 @@ sluice:
 			t.Fatal("a client without a certificate was served")
 		}
 	}
-	waitFor(t, "the refusal to be counted", func() bool {
+	testkit.WaitFor(t, "the refusal to be counted", func() bool {
 		return strings.Contains(metrics(t, addrs.API), `sluice_collector_sessions_refused_total{reason="tls-handshake",transport="tls"} 1`)
 	})
 
@@ -204,11 +111,10 @@ sluice:
 		}
 	}
 	enc.Flush()
-	waitFor(t, "20 records at the collector", func() bool { return coll.count() == 20 })
+	testkit.WaitFor(t, "20 records at the collector", func() bool { return coll.Len() == 20 })
 
-	coll.mu.Lock()
-	raw, f := coll.recs[0], coll.flows[0]
-	coll.mu.Unlock()
+	first := coll.Records()[0]
+	raw, f := first.Raw, first.Flow
 	if !bytes.Equal(raw["0:405"], []byte{0, 0, 0, 9}) {
 		t.Errorf("originalObservationDomainId = %x, want 9", raw["0:405"])
 	}
@@ -241,11 +147,9 @@ sluice:
 	if err != nil || resp.StatusCode != 200 {
 		t.Errorf("readyz: %v %v", resp, err)
 	}
-	cancel()
-	if err := <-done; err != nil {
+	if err := a.Stop(); err != nil {
 		t.Errorf("run: %v", err)
 	}
-	done <- nil // for the cleanup
 }
 
 // TestAggregateCorrelatesTwoNodes: the source node and the destination
@@ -253,15 +157,15 @@ sluice:
 // TCP session; the collector gets one record per connection carrying both
 // Pods and both nodes' counters.
 func TestAggregateCorrelatesTwoNodes(t *testing.T) {
-	coll := newCollectorStub(t)
+	coll := testkit.NewCollector(t)
 	logPath := filepath.Join(t.TempDir(), "flows.log")
-	a, stop, done := startAggregator(t, fmt.Sprintf(`
+	a := testkit.StartAggregator(t, fmt.Sprintf(`
 mode: Aggregate
 aggregatorTransportProtocol: tcp
 flowCollector: {enable: true, address: "%s:tcp"}
 flowLogger: {enable: true, path: %q}
 sluice: {ipfixAddress: "127.0.0.1:0", apiAddress: "127.0.0.1:0"}
-`, coll.ln.Addr(), logPath))
+`, coll.Addr(), logPath))
 	tb, _ := ipfixmap.NewTable(ipfix.DefaultRegistry())
 	names, _ := ipfixmap.AgentElements("v2.7", 4)
 	els, _ := tb.Elements(names)
@@ -295,15 +199,15 @@ sluice: {ipfixAddress: "127.0.0.1:0", apiAddress: "127.0.0.1:0"}
 		f.DestinationPodNamespace, f.DestinationPodName, f.DestinationNodeName = "web", "server", "node-b"
 		f.Stats.OctetTotalCount = 990 // the destination saw a little less
 	})
-	waitFor(t, "20 correlated records", func() bool { return coll.count() >= 20 })
+	testkit.WaitFor(t, "20 correlated records", func() bool { return coll.Len() >= 20 })
 	time.Sleep(1500 * time.Millisecond) // nothing more should come: one record per connection
-	coll.mu.Lock()
-	if len(coll.recs) != 20 {
-		t.Fatalf("%d records for 20 connections", len(coll.recs))
+	got := coll.Records()
+	if len(got) != 20 {
+		t.Fatalf("%d records for 20 connections", len(got))
 	}
 	seen := map[uint16]bool{}
-	for i, f := range coll.flows {
-		raw := coll.recs[i]
+	for i, r := range got {
+		f, raw := r.Flow, r.Raw
 		if f.SourcePodName == "" || f.DestinationPodName != "server" || f.SourceNodeName != "node-a" || f.DestinationNodeName != "node-b" {
 			t.Errorf("record %d not correlated: %+v", i, f)
 		}
@@ -322,7 +226,6 @@ sluice: {ipfixAddress: "127.0.0.1:0", apiAddress: "127.0.0.1:0"}
 	if len(seen) != 20 {
 		t.Errorf("%d distinct connections", len(seen))
 	}
-	coll.mu.Unlock()
 
 	// The flow-record API shows the tracked flows, filtered.
 	var recs []map[string]any
@@ -343,11 +246,9 @@ sluice: {ipfixAddress: "127.0.0.1:0", apiAddress: "127.0.0.1:0"}
 	}
 
 	// At shutdown the flow log holds one line per connection.
-	stop()
-	if err := <-done; err != nil {
+	if err := a.Stop(); err != nil {
 		t.Fatal(err)
-	}
-	done <- nil // for the cleanup
+	} // for the cleanup
 	b, err := os.ReadFile(logPath)
 	if err != nil {
 		t.Fatal(err)
@@ -413,7 +314,7 @@ func TestRunEndsWhenACollectorFails(t *testing.T) {
 	}
 	done := make(chan error, 1)
 	go func() { done <- a.Run(context.Background()) }()
-	waitFor(t, "the aggregator to serve", func() bool {
+	testkit.WaitFor(t, "the aggregator to serve", func() bool {
 		resp, err := http.Get("http://" + a.Addrs().API + "/readyz")
 		if err != nil {
 			return false
@@ -437,7 +338,7 @@ func TestRunEndsWhenACollectorFails(t *testing.T) {
 // waits for the sinks, so the flow log gets every one.
 func TestShutdownFlushOutrunsTheBuffer(t *testing.T) {
 	logPath := filepath.Join(t.TempDir(), "flows.log")
-	a, stop, done := startAggregator(t, fmt.Sprintf(`
+	a := testkit.StartAggregator(t, fmt.Sprintf(`
 mode: Aggregate
 aggregatorTransportProtocol: tcp
 recordBufferSize: 16
@@ -470,19 +371,17 @@ sluice: {ipfixAddress: "127.0.0.1:0", apiAddress: "127.0.0.1:0", aggregate: {exp
 		}
 	}
 	enc.Flush()
-	waitFor(t, "all flows held", func() bool {
+	testkit.WaitFor(t, "all flows held", func() bool {
 		return strings.Contains(metrics(t, a.Addrs().API), "sluice_collector_records_received_total{exporter=\"127.0.0.1\",transport=\"tcp\"} 3000")
 	})
 	var rm map[string]any
-	waitFor(t, "3000 flows tracked", func() bool {
+	testkit.WaitFor(t, "3000 flows tracked", func() bool {
 		getJSON(t, "http://"+a.Addrs().API+"/recordmetrics", &rm)
 		return rm["numFlows"] == float64(n)
 	})
-	stop()
-	if err := <-done; err != nil {
+	if err := a.Stop(); err != nil {
 		t.Fatal(err)
 	}
-	done <- nil
 	b, err := os.ReadFile(logPath)
 	if err != nil {
 		t.Fatal(err)

@@ -24,6 +24,7 @@ import (
 	"sluice/flow/flowpb"
 	"sluice/flow/flowproto"
 	"sluice/flow/flowtest"
+	"sluice/internal/testkit"
 	"sluice/sink/flowstream"
 )
 
@@ -31,7 +32,7 @@ import (
 // on, and a sender to its gRPC collector.
 func grpcAggregator(t *testing.T, mode string) (queued, string, *certs.Bundle) {
 	dir := t.TempDir()
-	a, _, _ := startAggregator(t, fmt.Sprintf(`
+	a := testkit.StartAggregator(t, fmt.Sprintf(`
 mode: %s
 aggregatorTransportProtocol: none
 activeFlowRecordTimeout: 1s

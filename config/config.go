@@ -16,9 +16,10 @@ package config
 import (
 	"os"
 	"path/filepath"
-	"sluice/certs"
 	"strings"
 	"time"
+
+	"sluice/certs"
 )
 
 // Modes of the aggregator (the `mode` key; the values are case-sensitive).

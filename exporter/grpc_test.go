@@ -20,7 +20,6 @@ import (
 
 	"sluice/aggregator"
 	"sluice/certs"
-	"sluice/config"
 	"sluice/enrich"
 	"sluice/exporter"
 	"sluice/exporter/collectoraddr"
@@ -28,6 +27,7 @@ import (
 	"sluice/flow"
 	"sluice/flow/flowpb"
 	"sluice/flow/flowproto"
+	"sluice/internal/testkit"
 	"sluice/sink/flowstream"
 )
 
@@ -92,7 +92,7 @@ func freeAddr(t *testing.T) string {
 // on grpcAddr, with the certificates of certDir and the flow stream on.
 func startAggregator(t *testing.T, mode, grpcAddr, certDir string) *aggregator.Aggregator {
 	t.Helper()
-	cfg, err := config.Parse([]byte(fmt.Sprintf(`
+	a := testkit.StartAggregator(t, fmt.Sprintf(`
 mode: %s
 aggregatorTransportProtocol: none
 activeFlowRecordTimeout: 1s
@@ -102,24 +102,8 @@ sluice:
   apiAddress: "127.0.0.1:0"
   flowStreamAddress: "127.0.0.1:0"
   tls: {certDir: %q}
-`, mode, grpcAddr, certDir)), "grpc.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	a, err := aggregator.New(cfg, quiet)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- a.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("aggregator: %v", err)
-		}
-	})
-	return a
+`, mode, grpcAddr, certDir))
+	return a.Aggregator
 }
 
 // startExporter runs an exporter for node (its Pods in podCIDR) reading
@@ -191,16 +175,6 @@ func counter(t *testing.T, reg prometheus.Gatherer, name string) float64 {
 	return 0
 }
 
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(15 * time.Second); !cond(); {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 // checkNode1Record checks the fields node-1's exporter put in the record of
 // oneConnection(port).
 func checkNode1Record(t *testing.T, f *flow.Flow, port uint16) {
@@ -247,7 +221,7 @@ func TestGRPCToProxy(t *testing.T) {
 	if f := got[0]; f.DestinationPodName != "" || f.DestinationNodeName != "" {
 		t.Errorf("node-1 named the remote Pod: %s on %s", f.DestinationPodName, f.DestinationNodeName)
 	}
-	eventually(t, "the exporter's count", func() bool { return counter(t, e.Registry(), "sluice_exporter_records_exported_total") == 1 })
+	testkit.WaitFor(t, "the exporter's count", func() bool { return counter(t, e.Registry(), "sluice_exporter_records_exported_total") == 1 })
 	if n := counter(t, e.Registry(), "sluice_exporter_connected"); n != 1 {
 		t.Errorf("connected %v", n)
 	}
@@ -288,7 +262,7 @@ func TestGRPCBuffersUntilAggregatorUp(t *testing.T) {
 	}
 	addr := freeAddr(t)
 	e := startExporter(t, "node-1", "10.10.1.0/24", oneConnection(40003), addr, b.ClientTLS("localhost"))
-	eventually(t, "a record waiting while the aggregator is down", func() bool {
+	testkit.WaitFor(t, "a record waiting while the aggregator is down", func() bool {
 		return e.Queue().Len() == 1 && counter(t, e.Registry(), "sluice_exporter_connection_failures_total") >= 1
 	})
 	if n := counter(t, e.Registry(), "sluice_exporter_records_exported_total"); n != 0 {
@@ -297,7 +271,7 @@ func TestGRPCBuffersUntilAggregatorUp(t *testing.T) {
 	a := startAggregator(t, "Proxy", addr, dir)
 	got := readStream(t, a, b, 1)
 	checkNode1Record(t, &got[0], 40003)
-	eventually(t, "the buffer to empty", func() bool { return e.Queue().Len() == 0 })
+	testkit.WaitFor(t, "the buffer to empty", func() bool { return e.Queue().Len() == 0 })
 	if n := e.Queue().Dropped(); n != 0 {
 		t.Errorf("dropped %v", n)
 	}
@@ -333,7 +307,7 @@ func TestGRPCRefusesUntrustedExporter(t *testing.T) {
 	// for its drain timeout (grpcsend's tests check that records stay
 	// queued).
 	e := startExporter(t, "node-1", "10.10.1.0/24", &rounds{r: [][]source.Conn{nil}}, a.Addrs().GRPC, untrusted)
-	eventually(t, "a refused connection", func() bool {
+	testkit.WaitFor(t, "a refused connection", func() bool {
 		return counter(t, e.Registry(), "sluice_exporter_connection_failures_total") >= 1
 	})
 	if n := counter(t, e.Registry(), "sluice_exporter_connected"); n != 0 {

@@ -5,8 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
-	"log/slog"
 	"net"
 	"net/netip"
 	"strings"
@@ -15,10 +13,9 @@ import (
 
 	"sigs.k8s.io/yaml"
 
-	"sluice/aggregator"
-	"sluice/config"
 	"sluice/flow"
 	"sluice/flow/ipfixmap"
+	"sluice/internal/testkit"
 	"sluice/ipfix"
 )
 
@@ -37,28 +34,11 @@ func runCLI(t *testing.T, args ...string) (string, string, error) {
 // TestGetFlowRecords: a node sends three one-sided flows to an aggregator
 // in Aggregate mode; `sluice get` reads them back in every format.
 func TestGetFlowRecords(t *testing.T) {
-	cfg, err := config.Parse([]byte(`
+	a := testkit.StartAggregator(t, `
 mode: Aggregate
 aggregatorTransportProtocol: tcp
 sluice: {ipfixAddress: "127.0.0.1:0", apiAddress: "127.0.0.1:0"}
-`), "test.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	// The gRPC collector always runs: give it a free port and its own
-	// certificates.
-	cfg.Sluice.GRPCAddress = "127.0.0.1:0"
-	if cfg.Sluice.TLS.CertDir == "" && cfg.Sluice.TLS.CertFile == "" {
-		cfg.Sluice.TLS.CertDir = t.TempDir()
-	}
-	a, err := aggregator.New(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- a.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
+`)
 
 	tb, _ := ipfixmap.NewTable(ipfix.DefaultRegistry())
 	names, _ := ipfixmap.AgentElements("v2.7", 4)

@@ -10,13 +10,12 @@ import (
 	"strings"
 	"testing"
 
-	"sluice/aggregator"
 	"sluice/certs"
-	"sluice/config"
 	"sluice/exporter/grpcsend"
 	"sluice/exporter/queue"
 	"sluice/flow"
 	"sluice/flow/flowtest"
+	"sluice/internal/testkit"
 )
 
 // TestGetFlows: records sent over gRPC to an aggregator in Proxy mode are
@@ -24,24 +23,13 @@ import (
 func TestGetFlows(t *testing.T) {
 	dir := t.TempDir()
 	certDir := filepath.Join(dir, "certs")
-	cfg, err := config.Parse([]byte(fmt.Sprintf(`
+	a := testkit.StartAggregator(t, fmt.Sprintf(`
 mode: Proxy
 aggregatorTransportProtocol: none
 flowStreamService: {enable: true}
 sluice: {grpcAddress: "127.0.0.1:0", apiAddress: "127.0.0.1:0", flowStreamAddress: "127.0.0.1:0", tls: {certDir: %s}}
-`, certDir)), "test.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
+`, certDir))
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	a, err := aggregator.New(cfg, quiet)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- a.Run(ctx) }()
-	defer func() { cancel(); <-done }()
 
 	b, err := certs.Ensure(certDir, certs.Options{})
 	if err != nil {

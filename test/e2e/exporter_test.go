@@ -3,11 +3,9 @@ package e2e
 import (
 	"bufio"
 	"bytes"
-	"context"
 	"encoding/binary"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"os"
 	"os/exec"
@@ -22,11 +20,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"sluice/aggregator"
-	"sluice/config"
 	"sluice/flow"
-	"sluice/flow/ipfixmap"
-	"sluice/ipfix"
+	"sluice/internal/testkit"
 )
 
 // The two-Node cluster: a Pod behind a veth on each Node namespace, the
@@ -188,62 +183,6 @@ func inNetns(name string, fn func() error) error {
 	return <-errc
 }
 
-// output is the aggregator's downstream collector: every record it exports,
-// normalized, with the raw per-Node counters.
-type output struct {
-	ln    net.Listener
-	mu    sync.Mutex
-	flows []flow.Flow
-	raw   []map[string]uint64
-}
-
-func newOutput(t *testing.T) *output {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	o := &output{ln: ln}
-	tb, _ := ipfixmap.NewTable(ipfix.DefaultRegistry())
-	go func() {
-		for {
-			conn, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer conn.Close()
-				d := ipfix.NewDecoder(ipfix.NewSession(ipfix.SessionOptions{}))
-				n := ipfixmap.NewNormalizer(tb)
-				mr := ipfix.NewMessageReader(conn)
-				for {
-					m, err := mr.Next()
-					if err != nil || d.Reset(m, time.Now()) != nil {
-						return
-					}
-					for d.Next() {
-						r := d.Record()
-						raw := map[string]uint64{}
-						for i := 0; i < r.NumFields(); i++ {
-							f := r.Field(i)
-							if b := r.Bytes(i); f.EnterpriseID == 56506 && len(b) == 8 {
-								raw[f.Name()] = binary.BigEndian.Uint64(b)
-							}
-						}
-						var f flow.Flow
-						n.Normalize(r, &f)
-						o.mu.Lock()
-						o.flows = append(o.flows, f)
-						o.raw = append(o.raw, raw)
-						o.mu.Unlock()
-					}
-				}
-			}()
-		}
-	}()
-	return o
-}
-
 // buildSluice builds the command once per test binary.
 var buildOnce struct {
 	sync.Once
@@ -277,23 +216,9 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// lockedBuffer collects a child's output for the failure report.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string { l.mu.Lock(); defer l.mu.Unlock(); return l.b.String() }
-
-func startExporter(t *testing.T, bin string, args ...string) *lockedBuffer {
+func startExporter(t *testing.T, bin string, args ...string) *testkit.LogBuffer {
 	t.Helper()
-	var logs lockedBuffer
+	var logs testkit.LogBuffer
 	cmd := exec.Command(bin, append([]string{"exporter"}, args...)...)
 	cmd.Stdout, cmd.Stderr = &logs, &logs
 	if err := cmd.Start(); err != nil {
@@ -448,36 +373,18 @@ func twoNodes(t *testing.T, bin, tag, transport, profile1 string) {
 	if err := os.WriteFile(inv, []byte(inventory), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	out := newOutput(t)
+	out := testkit.NewCollector(t)
 	ipfixTransport := "tcp"
 	if transport == "grpc" {
 		ipfixTransport = "none"
 	}
 	certDir := t.TempDir()
-	cfg, err := config.Parse([]byte(fmt.Sprintf(`
+	agg := testkit.StartAggregator(t, fmt.Sprintf(`
 mode: Aggregate
 aggregatorTransportProtocol: %s
 flowCollector: {enable: true, address: "%s:tcp"}
 sluice: {ipfixAddress: "127.0.0.1:0", apiAddress: "127.0.0.1:0", grpcAddress: "127.0.0.1:0", tls: {certDir: %q}}
-`, ipfixTransport, out.ln.Addr(), certDir)), "e2e.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var aggLogs lockedBuffer
-	agg, err := aggregator.New(cfg, slog.New(slog.NewTextHandler(&aggLogs, nil)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	aggDone := make(chan error, 1)
-	go func() { aggDone <- agg.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		<-aggDone
-		if t.Failed() {
-			t.Logf("aggregator:\n%s", aggLogs.String())
-		}
-	})
+`, ipfixTransport, out.Addr(), certDir))
 	common := []string{"--source", "conntrack", "--inventory", inv, "--poll-interval", "1s",
 		"--metrics-address", "127.0.0.1:0", "--log-level", "debug"}
 	var node1 []string
@@ -514,38 +421,37 @@ sluice: {ipfixAddress: "127.0.0.1:0", apiAddress: "127.0.0.1:0", grpcAddress: "1
 			t.Errorf("port %d: kernel counted %d/%d octets for %d/%d of payload", cn.port, cn.witness[1], cn.witnessReply[1], cn.sent, cn.received)
 		}
 	}
-	ours := func() []int { // with out.mu held
-		var idx []int
-		for i, f := range out.flows {
-			if f.DestinationPort == serverPort && byPort[f.SourcePort] != nil {
-				idx = append(idx, i)
+	ours := func() []testkit.Record {
+		var recs []testkit.Record
+		for _, r := range out.Records() {
+			if r.Flow.DestinationPort == serverPort && byPort[r.Flow.SourcePort] != nil {
+				recs = append(recs, r)
 			}
 		}
-		return idx
+		return recs
 	}
 	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
-		out.mu.Lock()
-		got := len(ours())
-		out.mu.Unlock()
-		if got >= n {
-			break
-		}
+	for time.Now().Before(deadline) && len(ours()) < n {
 		time.Sleep(100 * time.Millisecond)
 	}
 	time.Sleep(2 * time.Second) // anything more would be a duplicate
-	out.mu.Lock()
-	defer out.mu.Unlock()
-	idx := ours()
-	if len(idx) != n {
-		for _, i := range idx {
-			t.Logf("record: %+v", out.flows[i])
+	recs := ours()
+	if len(recs) != n {
+		for _, r := range recs {
+			t.Logf("record: %+v", r.Flow)
 		}
-		t.Fatalf("%d aggregated records for %d connections", len(idx), n)
+		t.Fatalf("%d aggregated records for %d connections", len(recs), n)
 	}
 	seen := map[uint16]bool{}
-	for _, i := range idx {
-		f, raw := out.flows[i], out.raw[i]
+	for _, r := range recs {
+		f := r.Flow
+		// The per-Node counters, 64-bit elements of PEN 56506.
+		raw := func(name string) uint64 {
+			if b := r.ByName[name]; len(b) == 8 {
+				return binary.BigEndian.Uint64(b)
+			}
+			return 0
+		}
 		cn := byPort[f.SourcePort]
 		seen[f.SourcePort] = true
 		if f.SourceIP.String() != clientIP || f.DestinationIP.String() != serverIP || f.Protocol != 6 {
@@ -565,15 +471,15 @@ sluice: {ipfixAddress: "127.0.0.1:0", apiAddress: "127.0.0.1:0", grpcAddress: "1
 				f.Stats.PacketTotalCount, f.Stats.OctetTotalCount, f.ReverseStats.PacketTotalCount, f.ReverseStats.OctetTotalCount,
 				cn.witness, cn.witnessReply)
 		}
-		if raw["octetTotalCountFromSourceNode"] != cn.witness[1] || raw["octetTotalCountFromDestinationNode"] != cn.witness[1] ||
-			raw["reverseOctetTotalCountFromSourceNode"] != cn.witnessReply[1] || raw["reverseOctetTotalCountFromDestinationNode"] != cn.witnessReply[1] {
-			t.Errorf("port %d: per-Node octets %v; the kernel counted %d, reverse %d", cn.port, raw, cn.witness[1], cn.witnessReply[1])
+		if raw("octetTotalCountFromSourceNode") != cn.witness[1] || raw("octetTotalCountFromDestinationNode") != cn.witness[1] ||
+			raw("reverseOctetTotalCountFromSourceNode") != cn.witnessReply[1] || raw("reverseOctetTotalCountFromDestinationNode") != cn.witnessReply[1] {
+			t.Errorf("port %d: per-Node octets %v; the kernel counted %d, reverse %d", cn.port, r.ByName, cn.witness[1], cn.witnessReply[1])
 		}
 		if f.Stats.OctetDeltaCount != cn.witness[1] {
 			t.Errorf("port %d: delta %d octets, want all %d (one record per connection)", cn.port, f.Stats.OctetDeltaCount, cn.witness[1])
 		}
 	}
 	if len(seen) != n {
-		t.Errorf("%d distinct connections in %d records", len(seen), len(idx))
+		t.Errorf("%d distinct connections in %d records", len(seen), len(recs))
 	}
 }

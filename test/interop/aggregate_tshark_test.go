@@ -15,6 +15,7 @@ import (
 
 	"sluice/flow"
 	"sluice/flow/ipfixmap"
+	"sluice/internal/testkit"
 	"sluice/ipfix"
 )
 
@@ -119,7 +120,7 @@ func TestAggregateToTshark(t *testing.T) {
 		conns[i] = newAggConn(i)
 	}
 	coll := proxyStartUDPCollector(t)
-	a := proxyStartAggregator(t, fmt.Sprintf(`
+	a := testkit.StartAggregator(t, fmt.Sprintf(`
 mode: Aggregate
 aggregatorTransportProtocol: tcp
 clusterID: tshark-aggregate
@@ -195,7 +196,7 @@ sluice:
 	proxyWait(t, 10*time.Second, fmt.Sprintf("%d records from the aggregator", n), func() bool { _, r, _ := coll.state(); return r >= n })
 	// Stopping the aggregator sends anything still pending (nothing should
 	// be); what the socket has then is all there is.
-	if err := a.stop(); err != nil {
+	if err := a.Stop(); err != nil {
 		t.Fatal(err)
 	}
 	time.Sleep(100 * time.Millisecond) // loopback datagrams already sent are in the socket by now

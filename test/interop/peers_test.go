@@ -9,10 +9,11 @@ import (
 	"os"
 	"os/exec"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"sluice/internal/testkit"
 )
 
 // requirePeersEnv makes a missing peer binary a failure instead of a skip.
@@ -48,30 +49,11 @@ func testContext(t testing.TB, timeout time.Duration) context.Context {
 	return ctx
 }
 
-// syncBuffer is a bytes.Buffer safe for a child's output and the test to
-// use concurrently.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // process is a peer running in the background.
 type process struct {
 	name string
 	cmd  *exec.Cmd
-	out  *syncBuffer // stdout and stderr, interleaved
+	out  *testkit.LogBuffer // stdout and stderr, interleaved
 	done chan struct{}
 	err  error // valid once done is closed
 }
@@ -81,7 +63,7 @@ type process struct {
 // the test fails.
 func startProcess(t testing.TB, ctx context.Context, env []string, path string, args ...string) *process {
 	t.Helper()
-	p := &process{name: path, out: &syncBuffer{}, done: make(chan struct{})}
+	p := &process{name: path, out: &testkit.LogBuffer{}, done: make(chan struct{})}
 	p.cmd = exec.CommandContext(ctx, path, args...)
 	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
 	p.cmd.WaitDelay = 2 * time.Second

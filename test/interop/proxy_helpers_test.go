@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"net/http"
 	"strconv"
@@ -16,8 +15,6 @@ import (
 	"testing"
 	"time"
 
-	"sluice/aggregator"
-	"sluice/config"
 	"sluice/ipfix"
 )
 
@@ -25,62 +22,6 @@ import (
 // share: an in-process aggregator, an IPFIX-over-TCP collector stub that
 // can be stopped and restarted on its port, and a reader of the
 // aggregator's /metrics.
-
-// proxyAggregator is an aggregator running in the test process.
-type proxyAggregator struct {
-	*aggregator.Aggregator
-	cancel context.CancelFunc
-	done   chan error
-	logs   *syncBuffer
-}
-
-// proxyStartAggregator parses yaml, starts the aggregator and stops it when
-// the test ends. Its log is shown if the test fails.
-func proxyStartAggregator(t *testing.T, yaml string) *proxyAggregator {
-	t.Helper()
-	cfg, err := config.Parse([]byte(yaml), t.Name()+".yaml")
-	if err != nil {
-		t.Fatalf("configuration:\n%s\n%v", yaml, err)
-	}
-	// The gRPC collector always runs: give it a free port and its own
-	// certificates.
-	cfg.Sluice.GRPCAddress = "127.0.0.1:0"
-	if cfg.Sluice.TLS.CertDir == "" && cfg.Sluice.TLS.CertFile == "" {
-		cfg.Sluice.TLS.CertDir = t.TempDir()
-	}
-	logs := &syncBuffer{}
-	a, err := aggregator.New(cfg, slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	p := &proxyAggregator{Aggregator: a, cancel: cancel, done: make(chan error, 1), logs: logs}
-	go func() { p.done <- a.Run(ctx) }()
-	t.Cleanup(func() {
-		if err := p.stop(); err != nil {
-			t.Errorf("aggregator: %v", err)
-		}
-		if t.Failed() {
-			t.Logf("aggregator log:\n%s", logs.String())
-		}
-	})
-	return p
-}
-
-// stop shuts the aggregator down (draining its sinks) and returns Run's
-// error; calling it again returns nil.
-func (p *proxyAggregator) stop() error {
-	p.cancel()
-	select {
-	case err, ok := <-p.done:
-		if ok {
-			close(p.done)
-		}
-		return err
-	case <-time.After(aggregator.DrainTimeout + 5*time.Second):
-		return errors.New("Run did not return after cancel")
-	}
-}
 
 // proxyMetrics fetches the aggregator's /metrics and returns every sample
 // keyed as the text format prints it: `name{label="value",...}` (labels in

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"sluice/internal/testkit"
 	"sluice/ipfix"
 )
 
@@ -119,7 +120,7 @@ func TestProxySoftflowdToNfacctd(t *testing.T) {
 	want := writeFlowPcap(t, pcap)
 
 	nf, port, out := proxyStartNfacctd(t, dir)
-	a := proxyStartAggregator(t, fmt.Sprintf(`
+	a := testkit.StartAggregator(t, fmt.Sprintf(`
 mode: Proxy
 aggregatorTransportProtocol: udp
 clusterID: softflowd-cluster

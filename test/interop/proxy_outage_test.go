@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"sluice/internal/testkit"
 	"sluice/ipfix"
 	"sluice/ipfix/ipfixtest"
 )
@@ -26,7 +27,7 @@ func TestProxyCollectorOutage(t *testing.T) {
 		bufCap = 64
 	)
 	coll := proxyStartCollector(t)
-	a := proxyStartAggregator(t, fmt.Sprintf(`
+	a := testkit.StartAggregator(t, fmt.Sprintf(`
 mode: Proxy
 aggregatorTransportProtocol: tcp
 recordBufferSize: %d

@@ -16,6 +16,7 @@ import (
 	"sluice/certs"
 	"sluice/flow"
 	"sluice/flow/ipfixmap"
+	"sluice/internal/testkit"
 	"sluice/ipfix"
 )
 
@@ -224,7 +225,7 @@ func proxyRunSkewMatrix(t *testing.T, transport string) {
 	if transport == "tls" {
 		tlsKeys = fmt.Sprintf("\n  tls: {certDir: %s}", filepath.Join(dir, "certs"))
 	}
-	a := proxyStartAggregator(t, fmt.Sprintf(`
+	a := testkit.StartAggregator(t, fmt.Sprintf(`
 mode: Proxy
 aggregatorTransportProtocol: %s
 clusterID: %s

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"sluice/internal/testkit"
 	"sluice/ipfix"
 	"sluice/ipfix/ipfixtest"
 )
@@ -120,7 +121,7 @@ func TestProxyToTshark(t *testing.T) {
 		t.Fatal(err)
 	}
 	coll := proxyStartUDPCollector(t)
-	a := proxyStartAggregator(t, fmt.Sprintf(`
+	a := testkit.StartAggregator(t, fmt.Sprintf(`
 mode: Proxy
 aggregatorTransportProtocol: tcp
 clusterID: tshark-cluster
