@@ -50,7 +50,6 @@ type Encoder struct {
 	setStart int
 	setID    uint16
 	seq      map[uint32]uint32
-	w        RecordWriter
 
 	// The record being built (see Begin): its template and plan, the
 	// whole buffer it is written into, where it starts (-1 if none), why
@@ -712,48 +711,6 @@ func (e *Encoder) dropEmptySet(recStart int) {
 		e.setStart = -1
 	}
 }
-
-// Record starts a data record like Begin, for callers that pass the
-// writer around by pointer (each write then goes through memory, so Begin
-// is faster in a chain).
-func (e *Encoder) Record(domain uint32, t *Template) *RecordWriter {
-	e.w.b = e.Begin(domain, t)
-	return &e.w
-}
-
-// RecordWriter is a RecordBuilder behind a pointer: its methods update it
-// in place. It stays valid until End.
-type RecordWriter struct{ b RecordBuilder }
-
-// Uint is RecordBuilder.Uint.
-func (w *RecordWriter) Uint(v uint64) *RecordWriter { w.b = w.b.Uint(v); return w }
-
-// Int is RecordBuilder.Int.
-func (w *RecordWriter) Int(v int64) *RecordWriter { w.b = w.b.Int(v); return w }
-
-// Float is RecordBuilder.Float.
-func (w *RecordWriter) Float(v float64) *RecordWriter { w.b = w.b.Float(v); return w }
-
-// Bool is RecordBuilder.Bool.
-func (w *RecordWriter) Bool(v bool) *RecordWriter { w.b = w.b.Bool(v); return w }
-
-// Addr is RecordBuilder.Addr.
-func (w *RecordWriter) Addr(a netip.Addr) *RecordWriter { w.b = w.b.Addr(a); return w }
-
-// MAC is RecordBuilder.MAC.
-func (w *RecordWriter) MAC(m [6]byte) *RecordWriter { w.b = w.b.MAC(m); return w }
-
-// Time is RecordBuilder.Time.
-func (w *RecordWriter) Time(t time.Time) *RecordWriter { w.b = w.b.Time(t); return w }
-
-// String is RecordBuilder.String.
-func (w *RecordWriter) String(s string) *RecordWriter { w.b = w.b.String(s); return w }
-
-// Bytes is RecordBuilder.Bytes.
-func (w *RecordWriter) Bytes(b []byte) *RecordWriter { w.b = w.b.Bytes(b); return w }
-
-// End is RecordBuilder.End.
-func (w *RecordWriter) End() error { return w.b.End() }
 
 // uint32FromAddr4 is the IPv4 address a as a big-endian number.
 func uint32FromAddr4(a netip.Addr) uint32 {

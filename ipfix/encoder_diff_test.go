@@ -118,8 +118,8 @@ func refValue(b []byte, f *ipfix.Field, v any) ([]byte, error) {
 	return b, nil
 }
 
-// write passes v to the RecordWriter method of its Go type.
-func write(w *ipfix.RecordWriter, v any) *ipfix.RecordWriter {
+// write passes v to the RecordBuilder method of its Go type.
+func write(w ipfix.RecordBuilder, v any) ipfix.RecordBuilder {
 	switch v := v.(type) {
 	case uint64:
 		return w.Uint(v)
@@ -289,9 +289,9 @@ func TestEncoderMatchesReference(t *testing.T) {
 			if refErr == nil && ipfix.HeaderLen+4+len(rec) > max {
 				refErr = ipfix.ErrTooLarge
 			}
-			w := enc.Record(1, tmpl)
+			w := enc.Begin(1, tmpl)
 			for _, v := range vals {
-				write(w, v)
+				w = write(w, v)
 			}
 			err := w.End()
 			switch {

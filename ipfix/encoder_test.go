@@ -36,7 +36,7 @@ func TestEncoderSequenceNumbersPerDomain(t *testing.T) {
 			t.Fatal(err)
 		}
 		for range n {
-			if err := enc.Record(domain, tmpl).Uint(6).Addr(src).End(); err != nil {
+			if err := enc.Begin(domain, tmpl).Uint(6).Addr(src).End(); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -65,8 +65,8 @@ func TestEncoderSequenceNumbersPerDomain(t *testing.T) {
 		t.Errorf("totals %d %d", enc.SequenceNumber(1), enc.SequenceNumber(2))
 	}
 	// Switching domain mid-message flushes implicitly.
-	enc.Record(3, tmpl).Uint(1).Addr(src).End()
-	enc.Record(4, tmpl).Uint(1).Addr(src).End()
+	enc.Begin(3, tmpl).Uint(1).Addr(src).End()
+	enc.Begin(4, tmpl).Uint(1).Addr(src).End()
 	enc.Flush()
 	if len(*msgs) != 6 {
 		t.Errorf("domain switch: %d messages, want 6", len(*msgs))
@@ -83,12 +83,12 @@ func TestEncoderMaxSize(t *testing.T) {
 	// the fifth record spills into a second message.
 	name := strings.Repeat("n", 100)
 	for range 9 {
-		if err := enc.Record(1, tmpl).String(name).End(); err != nil {
+		if err := enc.Begin(1, tmpl).String(name).End(); err != nil {
 			t.Fatal(err)
 		}
 	}
 	// A record that can never fit is refused and leaves no trace.
-	if err := enc.Record(1, tmpl).String(strings.Repeat("x", 600)).End(); !errors.Is(err, ipfix.ErrTooLarge) {
+	if err := enc.Begin(1, tmpl).String(strings.Repeat("x", 600)).End(); !errors.Is(err, ipfix.ErrTooLarge) {
 		t.Fatalf("oversized record: %v", err)
 	}
 	enc.Flush()
@@ -117,7 +117,7 @@ func TestEncoderMaxSize(t *testing.T) {
 	}
 }
 
-func TestRecordWriterChecks(t *testing.T) {
+func TestRecordBuilderChecks(t *testing.T) {
 	reg := ipfix.DefaultRegistry()
 	tmpl, err := ipfix.NewTemplate(256, []ipfix.Field{
 		{IE: reg.MustByName("protocolIdentifier")},
@@ -132,19 +132,19 @@ func TestRecordWriterChecks(t *testing.T) {
 	v4 := netip.MustParseAddr("10.1.2.3")
 	cases := []struct {
 		name  string
-		write func(w *ipfix.RecordWriter) *ipfix.RecordWriter
+		write func(w ipfix.RecordBuilder) ipfix.RecordBuilder
 		want  string
 	}{
-		{"wrong type", func(w *ipfix.RecordWriter) *ipfix.RecordWriter { return w.String("tcp") }, "cannot write a string"},
-		{"overflow", func(w *ipfix.RecordWriter) *ipfix.RecordWriter { return w.Uint(6).Uint(70000) }, "does not fit in 2 octets"},
-		{"family", func(w *ipfix.RecordWriter) *ipfix.RecordWriter {
+		{"wrong type", func(w ipfix.RecordBuilder) ipfix.RecordBuilder { return w.String("tcp") }, "cannot write a string"},
+		{"overflow", func(w ipfix.RecordBuilder) ipfix.RecordBuilder { return w.Uint(6).Uint(70000) }, "does not fit in 2 octets"},
+		{"family", func(w ipfix.RecordBuilder) ipfix.RecordBuilder {
 			return w.Uint(6).Uint(1).Addr(netip.MustParseAddr("::1"))
 		}, "other family"},
-		{"too few", func(w *ipfix.RecordWriter) *ipfix.RecordWriter { return w.Uint(6) }, "not written"},
-		{"too many", func(w *ipfix.RecordWriter) *ipfix.RecordWriter { return w.Uint(6).Uint(1).Addr(v4).Uint(1) }, "only 3 fields"},
+		{"too few", func(w ipfix.RecordBuilder) ipfix.RecordBuilder { return w.Uint(6) }, "not written"},
+		{"too many", func(w ipfix.RecordBuilder) ipfix.RecordBuilder { return w.Uint(6).Uint(1).Addr(v4).Uint(1) }, "only 3 fields"},
 	}
 	for _, c := range cases {
-		err := c.write(enc.Record(1, tmpl)).End()
+		err := c.write(enc.Begin(1, tmpl)).End()
 		if !errors.Is(err, ipfix.ErrType) || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: %v, want %q", c.name, err, c.want)
 		}
@@ -155,7 +155,7 @@ func TestRecordWriterChecks(t *testing.T) {
 		t.Fatalf("failed records produced %d message(s): % x", len(*msgs), (*msgs)[0])
 	}
 	// After all those failures, a good record still makes a clean message.
-	if err := enc.Record(1, tmpl).Uint(17).Uint(65535).Addr(v4).End(); err != nil {
+	if err := enc.Begin(1, tmpl).Uint(17).Uint(65535).Addr(v4).End(); err != nil {
 		t.Fatal(err)
 	}
 	enc.Flush()
@@ -225,13 +225,13 @@ func TestAllTypesRoundTrip(t *testing.T) {
 	enc.AddTemplate(9, tmpl)
 	when := time.Date(2026, 3, 4, 5, 6, 7, 123456789, time.UTC)
 	uuid := bytes.Repeat([]byte{0xab}, 16)
-	err = enc.Record(9, tmpl).Uint(200).Int(-300).Int(-70000).Float(0.5).Float(-1e300).Bool(false).
+	err = enc.Begin(9, tmpl).Uint(200).Int(-300).Int(-70000).Float(0.5).Float(-1e300).Bool(false).
 		MAC([6]byte{1, 2, 3, 4, 5, 6}).Bytes([]byte{9, 8, 7}).Time(when).Time(when).Time(when).Time(when).
 		Addr(netip.MustParseAddr("2001:db8::9")).Bytes(uuid).End()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := enc.Record(9, tmpl).Uint(1).Int(1).Int(1 << 23).End(); !errors.Is(err, ipfix.ErrType) {
+	if err := enc.Begin(9, tmpl).Uint(1).Int(1).Int(1 << 23).End(); !errors.Is(err, ipfix.ErrType) {
 		t.Errorf("2^23 in a 3-octet signed field: %v", err)
 	}
 	enc.Flush()
@@ -280,10 +280,10 @@ func TestOneSetPerMessage(t *testing.T) {
 		enc, _ := ipfix.NewEncoder(ipfix.EncoderOptions{OneSetPerMessage: one, Now: fixedClock}, emit)
 		enc.AddTemplate(1, t4)
 		enc.AddTemplate(1, t6)
-		enc.Record(1, t4).Addr(netip.MustParseAddr("10.0.0.1")).End()
-		enc.Record(1, t4).Addr(netip.MustParseAddr("10.0.0.2")).End()
-		enc.Record(1, t6).Addr(netip.MustParseAddr("::1")).End()
-		enc.Record(1, t4).Addr(netip.MustParseAddr("10.0.0.3")).End()
+		enc.Begin(1, t4).Addr(netip.MustParseAddr("10.0.0.1")).End()
+		enc.Begin(1, t4).Addr(netip.MustParseAddr("10.0.0.2")).End()
+		enc.Begin(1, t6).Addr(netip.MustParseAddr("::1")).End()
+		enc.Begin(1, t4).Addr(netip.MustParseAddr("10.0.0.3")).End()
 		enc.Flush()
 		sets := 0
 		for _, m := range *msgs {

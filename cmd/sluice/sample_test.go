@@ -84,7 +84,7 @@ func sampleMessages(t *testing.T) (udp, tcp [][]byte) {
 	}
 	base := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	for i := range 3 {
-		err := enc.Record(1, tmpl).
+		err := enc.Begin(1, tmpl).
 			Addr(netip.MustParseAddr("fd00:10:244:1::a")).Addr(netip.MustParseAddr("fd00:10:244:2::14")).
 			Uint(uint64(40000 + i)).Uint(443).Uint(6).Uint(uint64(1500 * (i + 1))).
 			Time(base.Add(time.Duration(i) * time.Second)).Time(base.Add(time.Duration(i)*time.Second + 250*time.Millisecond)).

@@ -120,7 +120,7 @@ func encodeFlows(t testing.TB, flows []antreaFlow) [][]byte {
 				t.Fatal(err)
 			}
 		}
-		err := enc.Record(testDomain, tmpl).
+		err := enc.Begin(testDomain, tmpl).
 			Addr(f.Key.Src).Addr(f.Key.Dst).
 			Uint(uint64(f.Key.SrcPort)).Uint(uint64(f.Key.DstPort)).Uint(uint64(f.Key.Proto)).
 			Uint(f.Octets).Uint(f.Packets).
