@@ -177,9 +177,7 @@ func (s *Sender) Run(ctx context.Context, q *queue.Queue) error {
 			if s.conn.Connect(ctx) != nil {
 				break
 			}
-			// Whatever was not acknowledged goes (again) on this connection.
-			next = q.Head()
-			s.committed = next
+			next = s.committed // the queue's head when it connected
 		}
 		if !s.wait(ctx, next) {
 			continue
@@ -246,8 +244,11 @@ func (s *Sender) emit(msg []byte) error {
 	return nil
 }
 
-// onConnect counts and logs a new connection.
+// onConnect counts and logs a new connection. Whatever was not
+// acknowledged goes (again) on it: committed is reset before the
+// templates leave, as their message acknowledges up to it.
 func (s *Sender) onConnect(addr string) {
+	s.committed = s.q.Head()
 	s.connects++
 	if s.connects > 1 {
 		inc(s.o.Metrics.Reconnects, 1)
