@@ -173,7 +173,7 @@ func (s *Sender) Run(ctx context.Context, q *queue.Queue) error {
 	var next uint64
 	batch := make([]flow.Flow, 0, s.o.Batch)
 	for ctx.Err() == nil {
-		if !s.conn.Connected() {
+		if !s.conn.Alive() {
 			if s.conn.Connect(ctx) != nil {
 				break
 			}
@@ -188,11 +188,12 @@ func (s *Sender) Run(ctx context.Context, q *queue.Queue) error {
 			s.committed = first // the queue dropped records meanwhile
 		}
 		for i := range batch {
-			err := s.write(&batch[i])
-			if !s.conn.Connected() {
-				break // the connection broke while a message left
-			}
-			if err != nil {
+			if err := s.write(&batch[i]); err != nil {
+				// A connection breaks only while a message leaves, and
+				// the record being written then fails too.
+				if !s.conn.Connected() {
+					break
+				}
 				inc(s.o.Metrics.EncodeErrors, 1)
 				s.o.Log.Error("cannot encode a flow record; dropped", "err", err)
 			}

@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"sync/atomic"
 	"time"
 
 	"sluice/ipfix"
@@ -91,9 +92,11 @@ func MessageSize(proto string) int {
 type Conn struct {
 	o  Options
 	nc net.Conn
-	// gone is closed when the collector ends a TCP/TLS connection; nil
-	// over UDP.
-	gone chan struct{}
+	// gone is set when the collector ends a TCP/TLS connection; nil over
+	// UDP. One per connection, so that the reader of a dropped one cannot
+	// mark its successor; a flag rather than a channel keeps Alive, which
+	// callers run per record, a few inlined loads.
+	gone *atomic.Bool
 	// lastAnnounce is when the templates were last announced.
 	lastAnnounce time.Time
 }
@@ -132,35 +135,33 @@ func New(o Options) (*Conn, error) {
 	return &Conn{o: o}, nil
 }
 
-// Connected reports whether there is a connection, as last seen; Alive
-// also looks whether the collector closed it.
+// Connected reports whether there is a connection, closed by the
+// collector or not; Alive also looks at that.
 func (c *Conn) Connected() bool { return c.nc != nil }
 
 // Alive reports whether there is a connection the collector has not
-// closed; one it closed is dropped.
+// closed. It leaves one the collector closed in place, for the next Write
+// or Connect to drop: it is cheap enough to ask per record.
 func (c *Conn) Alive() bool {
-	if c.nc == nil {
-		return false
-	}
-	if c.gone == nil {
-		return true
-	}
-	select {
-	case <-c.gone:
+	return c.nc != nil && (c.gone == nil || !c.gone.Load())
+}
+
+// dropHungUp drops the connection if the collector closed it.
+func (c *Conn) dropHungUp() {
+	if c.nc != nil && !c.Alive() {
 		c.drop(c.o.PeerClosed)
-		return false
-	default:
-		return true
 	}
 }
 
-// Connect returns nil at once if Alive; otherwise it tries to connect,
-// waiting between attempts, until a connection is made and its templates
-// are announced, or ctx ends (then it returns ctx's error).
+// Connect returns nil at once if Alive; otherwise it drops a connection
+// the collector closed and tries to connect, waiting between attempts,
+// until a connection is made and its templates are announced, or ctx ends
+// (then it returns ctx's error).
 func (c *Conn) Connect(ctx context.Context) error {
 	if c.Alive() {
 		return nil
 	}
+	c.dropHungUp()
 	backoff := c.o.MinBackoff
 	for {
 		err := c.dial(ctx)
@@ -219,14 +220,14 @@ func (c *Conn) dial(ctx context.Context) error {
 	c.nc = nc
 	c.gone = nil
 	if c.o.Proto == "tcp" {
-		gone := make(chan struct{})
+		gone := new(atomic.Bool)
 		c.gone = gone
 		go func() {
 			// Returns when the collector closes the connection, or when
 			// it is dropped here (Close makes the read fail).
 			var b [1]byte
 			_, _ = nc.Read(b[:])
-			close(gone)
+			gone.Store(true)
 		}()
 	}
 	if h := c.o.Hooks.Connected; h != nil {
@@ -262,7 +263,8 @@ func (c *Conn) Refresh() {
 // write fails, the connection is dropped and Write fails; with no
 // connection it returns ErrNotConnected.
 func (c *Conn) Write(msg []byte) error {
-	if !c.Alive() {
+	c.dropHungUp()
+	if c.nc == nil {
 		return ErrNotConnected
 	}
 	if _, err := c.nc.Write(msg); err != nil {

@@ -224,11 +224,14 @@ func TestReconnectAfterPeerCloses(t *testing.T) {
 
 			col.hangUp(0)
 			waitFor(t, "the hang-up to be noticed", func() bool { return !x.conn.Alive() })
-			if len(x.lost) != 1 || !errors.Is(x.lost[0], errHungUp) {
-				t.Fatalf("Lost saw %v, want one %v", x.lost, errHungUp)
+			if !x.conn.Connected() || len(x.lost) != 0 {
+				t.Fatalf("Alive dropped the connection: connected %v, Lost saw %v", x.conn.Connected(), x.lost)
 			}
 			if err := x.conn.Write([]byte("x")); !errors.Is(err, ipfixconn.ErrNotConnected) {
-				t.Fatalf("Write with no connection: %v", err)
+				t.Fatalf("Write after the hang-up: %v", err)
+			}
+			if x.conn.Connected() || len(x.lost) != 1 || !errors.Is(x.lost[0], errHungUp) {
+				t.Fatalf("after Write: connected %v, Lost saw %v, want one %v", x.conn.Connected(), x.lost, errHungUp)
 			}
 
 			if err := x.conn.Connect(ctx); err != nil {
