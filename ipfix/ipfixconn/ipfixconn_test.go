@@ -34,43 +34,44 @@ func collect(t *testing.T, ln net.Listener) *sessions {
 	s := &sessions{}
 	t.Cleanup(func() { ln.Close(); s.closeAll() })
 	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			s.mu.Lock()
-			i := len(s.conns)
-			s.conns = append(s.conns, c)
-			s.values = append(s.values, nil)
-			s.mu.Unlock()
-			go s.read(c, i)
+		for c, err := ln.Accept(); err == nil; c, err = ln.Accept() {
+			go s.read(c, s.add(c))
 		}
 	}()
 	return s
 }
 
+// add keeps c and returns its index.
+func (s *sessions) add(c net.Conn) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.conns = append(s.conns, c)
+	s.values = append(s.values, nil)
+	return len(s.conns) - 1
+}
+
+// read decodes the messages of connection i until it ends.
 func (s *sessions) read(c net.Conn, i int) {
 	d := ipfix.NewDecoder(ipfix.NewSession(ipfix.SessionOptions{}))
 	mr := ipfix.NewMessageReader(c)
-	for {
-		m, err := mr.Next()
-		if err != nil {
-			return
-		}
-		if d.Reset(m, time.Now()) != nil {
-			return
-		}
-		for d.Next() {
-			v, _ := d.Record().Uint(0)
-			s.mu.Lock()
-			s.values[i] = append(s.values[i], v)
-			s.mu.Unlock()
-		}
+	for m, err := mr.Next(); err == nil && d.Reset(m, time.Now()) == nil; m, err = mr.Next() {
+		vs := recordValues(d)
 		s.mu.Lock()
-		s.unknown = d.Session().Stats.UnknownTemplateSets
+		s.values[i] = append(s.values[i], vs...)
+		s.unknown += d.Session().Stats.UnknownTemplateSets
+		d.Session().Stats.UnknownTemplateSets = 0
 		s.mu.Unlock()
 	}
+}
+
+// recordValues returns the first field of each record of the message d
+// was reset to.
+func recordValues(d *ipfix.Decoder) (vs []uint64) {
+	for d.Next() {
+		v, _ := d.Record().Uint(0)
+		vs = append(vs, v)
+	}
+	return vs
 }
 
 // got returns the values read on connection i (nil before it exists).
@@ -164,14 +165,13 @@ func (x *exporter) send(vs ...uint64) error {
 	return x.enc.Flush()
 }
 
+// waitFor polls cond until it holds, failing t after 15 s.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
+	for end := time.Now().Add(15 * time.Second); !cond(); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(end) {
 			t.Fatalf("timed out waiting for %s", what)
 		}
-		time.Sleep(5 * time.Millisecond)
 	}
 }
 
@@ -347,10 +347,7 @@ func TestUDPTemplateRefresh(t *testing.T) {
 		if err := d.Reset(buf[:n], time.Now()); err != nil {
 			t.Fatal(err)
 		}
-		for d.Next() {
-			v, _ := d.Record().Uint(0)
-			values = append(values, v)
-		}
+		values = append(values, recordValues(d)...)
 	}
 	if templateSets != 3 || !slices.Equal(values, []uint64{42}) {
 		t.Fatalf("%d template sets and records %v, want 3 and [42]", templateSets, values)
@@ -425,12 +422,9 @@ func TestCancelEndsBackoff(t *testing.T) {
 // attempt (its failure is a failed attempt), and connections come from
 // LocalAddr.
 func TestResolveAndLocalAddr(t *testing.T) {
-	local := netip.MustParseAddr("127.0.0.2")
-	if ln, err := net.Listen("tcp", local.String()+":0"); err != nil {
-		local = netip.MustParseAddr("127.0.0.1") // a host with only 127.0.0.1
-	} else {
-		ln.Close()
-	}
+	// Linux routes all of 127/8 to the loopback: an address other than
+	// the one the kernel would pick.
+	local := netip.MustParseAddr("127.0.0.3")
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
