@@ -23,6 +23,7 @@ import (
 	"sluice/flow"
 	"sluice/flow/ipfixmap"
 	"sluice/ipfix"
+	"sluice/ipfix/ipfixconn"
 )
 
 // Template IDs of the two element sets, as an agent numbers them.
@@ -74,28 +75,20 @@ type Metrics = queue.SenderMetrics
 
 // Sender is the IPFIX transport.
 type Sender struct {
-	o        Options
-	els      [2][]*ipfixmap.Element
-	tmpl     [2]*ipfix.Template
-	enc      *ipfix.Encoder
-	conn     net.Conn
-	peerGone chan struct{}
-	q        *queue.Queue
+	o    Options
+	els  [2][]*ipfixmap.Element
+	tmpl [2]*ipfix.Template
+	enc  *ipfix.Encoder
+	conn *ipfixconn.Conn
+	q    *queue.Queue
 	// committed is the sequence number after the last record fully
 	// encoded; a message that leaves acknowledges up to it.
 	committed uint64
-	lastTpl   time.Time
 	connects  int
 }
 
 // New checks o and prepares the templates.
 func New(o Options) (*Sender, error) {
-	if o.Proto != "tcp" && o.Proto != "udp" {
-		return nil, fmt.Errorf("ipfixsend: protocol %q is neither tcp nor udp", o.Proto)
-	}
-	if o.TLS != nil && o.Proto != "tcp" {
-		return nil, errors.New("ipfixsend: TLS needs the tcp protocol")
-	}
 	if o.Resolve == nil {
 		if _, _, err := net.SplitHostPort(o.Address); err != nil {
 			return nil, fmt.Errorf("ipfixsend: aggregator address: %w", err)
@@ -105,19 +98,7 @@ func New(o Options) (*Sender, error) {
 		o.Profile = ipfixmap.NewestAgent
 	}
 	if o.MaxMessageSize == 0 {
-		o.MaxMessageSize = ipfix.MaxMessageLen
-		if o.Proto == "udp" {
-			o.MaxMessageSize = 1400
-		}
-	}
-	if o.TemplateRefresh == 0 {
-		o.TemplateRefresh = 600 * time.Second
-	}
-	if o.MinBackoff == 0 {
-		o.MinBackoff = time.Second
-	}
-	if o.MaxBackoff == 0 {
-		o.MaxBackoff = 30 * time.Second
+		o.MaxMessageSize = ipfixconn.MessageSize(o.Proto)
 	}
 	if o.Batch <= 0 {
 		o.Batch = 512
@@ -130,6 +111,12 @@ func New(o Options) (*Sender, error) {
 		return nil, err
 	}
 	s := &Sender{o: o}
+	if s.conn, err = ipfixconn.New(ipfixconn.Options{Address: o.Address, Proto: o.Proto, Resolve: o.Resolve, TLS: o.TLS,
+		LocalAddr: o.LocalAddr, TemplateRefresh: o.TemplateRefresh, MinBackoff: o.MinBackoff, MaxBackoff: o.MaxBackoff,
+		Announce: s.announce, PeerClosed: errPeerClosed, Hooks: ipfixconn.Hooks{Connected: s.onConnect, Failed: s.onFail,
+			Lost: s.onLost}}); err != nil {
+		return nil, fmt.Errorf("ipfixsend: %w", err)
+	}
 	for i, fam := range []int{4, 6} {
 		names, err := ipfixmap.AgentElements(o.Profile, fam)
 		if err != nil {
@@ -182,30 +169,15 @@ func inc(c prometheus.Counter, n int) {
 // stay in q.
 func (s *Sender) Run(ctx context.Context, q *queue.Queue) error {
 	s.q = q
-	defer s.disconnect(nil)
-	backoff := s.o.MinBackoff
+	defer s.conn.Close()
 	var next uint64
 	batch := make([]flow.Flow, 0, s.o.Batch)
 	for ctx.Err() == nil {
-		if s.conn == nil {
-			if err := s.connect(ctx); err != nil {
-				if ctx.Err() != nil {
-					break
-				}
-				inc(s.o.Metrics.ConnectFailures, 1)
-				s.o.Log.Warn("cannot reach the flow aggregator; records wait in the buffer", "address", s.o.Address,
-					"retry_in", backoff.String(), "buffered", q.Len(), "err", err)
-				select {
-				case <-ctx.Done():
-				case <-time.After(backoff):
-				}
-				backoff = min(2*backoff, s.o.MaxBackoff)
-				continue
+		if !s.conn.Alive() {
+			if s.conn.Connect(ctx) != nil {
+				break
 			}
-			backoff = s.o.MinBackoff
-			// Whatever was not acknowledged goes (again) on this connection.
-			next = q.Head()
-			s.committed = next
+			next = s.committed // the queue's head when it connected
 		}
 		if !s.wait(ctx, next) {
 			continue
@@ -216,18 +188,19 @@ func (s *Sender) Run(ctx context.Context, q *queue.Queue) error {
 			s.committed = first // the queue dropped records meanwhile
 		}
 		for i := range batch {
-			err := s.write(&batch[i])
-			if s.conn == nil {
-				break // the connection broke while a message left
-			}
-			if err != nil {
+			if err := s.write(&batch[i]); err != nil {
+				// A connection breaks only while a message leaves, and
+				// the record being written then fails too.
+				if !s.conn.Connected() {
+					break
+				}
 				inc(s.o.Metrics.EncodeErrors, 1)
 				s.o.Log.Error("cannot encode a flow record; dropped", "err", err)
 			}
 			s.committed = first + uint64(i) + 1
 			next = s.committed
 		}
-		if s.conn != nil {
+		if s.conn.Connected() {
 			_ = s.enc.Flush()
 		}
 	}
@@ -240,17 +213,11 @@ func (s *Sender) wait(ctx context.Context, next uint64) bool {
 	wctx, cancel := context.WithTimeout(ctx, time.Second)
 	ok := s.q.Wait(wctx, next)
 	cancel()
-	if s.peerClosed() {
-		s.disconnect(errPeerClosed)
+	if !s.conn.Alive() {
 		return false
 	}
-	if s.conn != nil && s.o.Proto == "udp" && time.Since(s.lastTpl) >= s.o.TemplateRefresh {
-		if err := s.announce(); err != nil {
-			s.disconnect(err)
-			return false
-		}
-	}
-	return ok
+	s.conn.Refresh()
+	return ok && s.conn.Connected()
 }
 
 func (s *Sender) write(f *flow.Flow) error {
@@ -269,15 +236,8 @@ var errPeerClosed = errors.New("ipfixsend: the aggregator closed the connection"
 
 // emit is the encoder's output: one finished message.
 func (s *Sender) emit(msg []byte) error {
-	if s.peerClosed() {
-		s.disconnect(errPeerClosed)
-	}
-	if s.conn == nil {
-		return errors.New("ipfixsend: not connected")
-	}
 	n := s.enc.PendingRecords()
-	if _, err := s.conn.Write(msg); err != nil {
-		s.disconnect(err)
+	if err := s.conn.Write(msg); err != nil {
 		return err
 	}
 	inc(s.o.Metrics.Sent, n)
@@ -285,59 +245,11 @@ func (s *Sender) emit(msg []byte) error {
 	return nil
 }
 
-func (s *Sender) peerClosed() bool {
-	if s.conn == nil || s.peerGone == nil {
-		return false
-	}
-	select {
-	case <-s.peerGone:
-		return true
-	default:
-		return false
-	}
-}
-
-func (s *Sender) connect(ctx context.Context) error {
-	addr := s.o.Address
-	if s.o.Resolve != nil {
-		a, err := s.o.Resolve(ctx)
-		if err != nil {
-			return err
-		}
-		addr = a
-	}
-	d := net.Dialer{Timeout: 10 * time.Second}
-	if s.o.LocalAddr.IsValid() {
-		if s.o.Proto == "udp" {
-			d.LocalAddr = net.UDPAddrFromAddrPort(netip.AddrPortFrom(s.o.LocalAddr, 0))
-		} else {
-			d.LocalAddr = net.TCPAddrFromAddrPort(netip.AddrPortFrom(s.o.LocalAddr, 0))
-		}
-	}
-	var c net.Conn
-	var err error
-	if s.o.TLS != nil {
-		td := tls.Dialer{NetDialer: &d, Config: s.o.TLS}
-		c, err = td.DialContext(ctx, "tcp", addr)
-	} else {
-		c, err = d.DialContext(ctx, s.o.Proto, addr)
-	}
-	if err != nil {
-		return err
-	}
-	s.conn = c
-	s.peerGone = nil
-	if s.o.Proto == "tcp" {
-		// An IPFIX collector never writes: the end of a read means it
-		// closed the connection.
-		gone := make(chan struct{})
-		s.peerGone = gone
-		go func() {
-			var b [1]byte
-			_, _ = c.Read(b[:])
-			close(gone)
-		}()
-	}
+// onConnect counts and logs a new connection. Whatever was not
+// acknowledged goes (again) on it: committed is reset before the
+// templates leave, as their message acknowledges up to it.
+func (s *Sender) onConnect(addr string) {
+	s.committed = s.q.Head()
 	s.connects++
 	if s.connects > 1 {
 		inc(s.o.Metrics.Reconnects, 1)
@@ -347,11 +259,15 @@ func (s *Sender) connect(ctx context.Context) error {
 	}
 	s.o.Log.Info("connected to the flow aggregator", "address", addr, "proto", s.o.Proto, "tls", s.o.TLS != nil,
 		"profile", s.o.Profile)
-	return s.announce()
+}
+
+func (s *Sender) onFail(err error, retryIn time.Duration) {
+	inc(s.o.Metrics.ConnectFailures, 1)
+	s.o.Log.Warn("cannot reach the flow aggregator; records wait in the buffer", "address", s.o.Address,
+		"retry_in", retryIn.String(), "buffered", s.q.Len(), "err", err)
 }
 
 func (s *Sender) announce() error {
-	s.lastTpl = time.Now()
 	for _, t := range s.tmpl {
 		if err := s.enc.AddTemplate(s.o.ObservationDomainID, t); err != nil {
 			return err
@@ -360,17 +276,12 @@ func (s *Sender) announce() error {
 	return s.enc.Flush()
 }
 
-// disconnect closes the connection; records of the message being built
-// were not acknowledged and are sent again on the next connection.
-func (s *Sender) disconnect(err error) {
-	if s.conn == nil {
-		return
-	}
+// onLost follows the connection's close; records of the message being
+// built were not acknowledged and are sent again on the next connection.
+func (s *Sender) onLost(err error) {
 	if err != nil {
 		s.o.Log.Warn("lost the flow aggregator", "address", s.o.Address, "err", err)
 	}
-	s.conn.Close()
-	s.conn = nil
 	s.enc.Discard()
 	if s.o.Metrics.Connected != nil {
 		s.o.Metrics.Connected.Set(0)

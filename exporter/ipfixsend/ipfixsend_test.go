@@ -292,3 +292,42 @@ func TestExtraElementsAndLocalAddr(t *testing.T) {
 		t.Error("an extra element without a value was accepted")
 	}
 }
+
+// TestLostMessageStaysQueued: records encoded into a message that a
+// broken connection discarded are not acknowledged by the template
+// message of the next connection; they stay queued and go on it. (Run's
+// steps, taken one by one, so that the break falls inside the message.)
+func TestLostMessageStaysQueued(t *testing.T) {
+	k := listen(t, "127.0.0.1:0")
+	defer k.close()
+	s, err := New(Options{Address: k.ln.Addr().String(), Proto: "tcp", Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := queue.New(100)
+	s.q = q
+	q.Push(records(0, 10, false))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if err := s.conn.Connect(ctx); err != nil {
+		t.Fatal(err)
+	}
+	first, batch := q.Peek(q.Head(), nil, 10)
+	for i := range batch {
+		if err := s.write(&batch[i]); err != nil {
+			t.Fatal(err)
+		}
+		s.committed = first + uint64(i) + 1
+	}
+	s.conn.Close() // the connection breaks before the message leaves
+	if err := s.conn.Connect(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if q.Len() != 10 {
+		t.Fatalf("%d records queued after their message was lost, want 10", q.Len())
+	}
+	done := make(chan struct{})
+	go func() { defer close(done); _ = s.Run(ctx, q) }()
+	defer func() { cancel(); <-done }()
+	waitFor(t, "the 10 records", func() bool { return k.count() == 10 })
+}

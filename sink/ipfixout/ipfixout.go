@@ -21,6 +21,7 @@ import (
 	"sluice/flow/flowjson"
 	"sluice/flow/ipfixmap"
 	"sluice/ipfix"
+	"sluice/ipfix/ipfixconn"
 	"sluice/ring"
 	"sluice/sink"
 )
@@ -62,12 +63,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics { return sink.NewMetrics(reg
 // Sink is one external collector.
 type Sink struct {
 	o    Options
-	conn net.Conn
-	// peerGone is closed when the collector closes a TCP/TLS connection
-	// (an IPFIX collector never writes, so any end of a read means that).
-	peerGone chan struct{}
-	enc      *ipfix.Encoder
-	lastTpl  time.Time
+	conn *ipfixconn.Conn
+	enc  *ipfix.Encoder
 	// lastFlush is when the message being built was last sent out.
 	lastFlush time.Time
 	// announced holds the templates sent on the current connection.
@@ -101,32 +98,14 @@ func New(o Options) (*Sink, error) {
 	if o.Exporter == nil {
 		return nil, errors.New("ipfixout: Options.Exporter is required")
 	}
-	if o.Proto != "tcp" && o.Proto != "udp" {
-		return nil, fmt.Errorf("ipfixout: protocol %q is neither tcp nor udp", o.Proto)
-	}
-	if o.TLS != nil && o.Proto != "tcp" {
-		return nil, errors.New("ipfixout: TLS needs the tcp protocol")
-	}
 	if _, _, err := net.SplitHostPort(o.Address); err != nil {
 		return nil, fmt.Errorf("ipfixout: collector address: %w", err)
 	}
 	if o.MaxMessageSize == 0 {
-		o.MaxMessageSize = ipfix.MaxMessageLen
-		if o.Proto == "udp" {
-			o.MaxMessageSize = 1400
-		}
-	}
-	if o.TemplateRefresh == 0 {
-		o.TemplateRefresh = 600 * time.Second
+		o.MaxMessageSize = ipfixconn.MessageSize(o.Proto)
 	}
 	if o.FlushInterval == 0 {
 		o.FlushInterval = time.Second
-	}
-	if o.MinBackoff == 0 {
-		o.MinBackoff = time.Second
-	}
-	if o.MaxBackoff == 0 {
-		o.MaxBackoff = 30 * time.Second
 	}
 	if o.Log == nil {
 		o.Log = slog.Default()
@@ -139,6 +118,12 @@ func New(o Options) (*Sink, error) {
 	}
 	s := &Sink{o: o}
 	var err error
+	if s.conn, err = ipfixconn.New(ipfixconn.Options{Address: o.Address, Proto: o.Proto, TLS: o.TLS,
+		TemplateRefresh: o.TemplateRefresh, MinBackoff: o.MinBackoff, MaxBackoff: o.MaxBackoff, Announce: s.announce,
+		PeerClosed: errPeerClosed, Hooks: ipfixconn.Hooks{Attempt: s.onAttempt, Connected: s.onConnect, Failed: s.onFail,
+			Lost: s.onLost}}); err != nil {
+		return nil, fmt.Errorf("ipfixout: %w", err)
+	}
 	// One set per message: collectors built on go-ipfix (Antrea's own
 	// test collector among them) read only the first set of a message.
 	if s.enc, err = ipfix.NewEncoder(ipfix.EncoderOptions{MaxMessageSize: o.MaxMessageSize, OneSetPerMessage: true}, s.write); err != nil {
@@ -164,17 +149,12 @@ func New(o Options) (*Sink, error) {
 
 // write is the encoder's emit function: one finished message.
 func (s *Sink) write(msg []byte) error {
-	if s.closedByPeer() {
-		s.disconnect(errPeerClosed)
-	}
-	if s.conn == nil {
-		s.sendErrs.Add(float64(s.enc.PendingRecords()))
-		return errors.New("ipfixout: not connected")
-	}
 	n := s.enc.PendingRecords()
-	if _, err := s.conn.Write(msg); err != nil {
-		s.disconnect(err) // counts the message's records as lost
-		return err
+	if err := s.conn.Write(msg); err != nil {
+		if errors.Is(err, ipfixconn.ErrNotConnected) {
+			s.sendErrs.Add(float64(s.enc.PendingRecords()))
+		}
+		return err // a failed write counted the message's records as lost
 	}
 	s.exported.Add(float64(n))
 	return nil
@@ -182,63 +162,29 @@ func (s *Sink) write(msg []byte) error {
 
 var errPeerClosed = errors.New("ipfixout: the collector closed the connection")
 
-// closedByPeer reports whether the collector has closed the connection.
-func (s *Sink) closedByPeer() bool {
-	if s.conn == nil || s.peerGone == nil {
-		return false
-	}
-	select {
-	case <-s.peerGone:
-		return true
-	default:
-		return false
-	}
+func (s *Sink) onAttempt() { s.attempts.Inc() }
+
+func (s *Sink) onConnect(string) {
+	s.connected.Set(1)
+	s.o.Log.Info("connected to the flow collector", "sink", s.o.Name, "address", s.o.Address, "proto", s.o.Proto, "tls", s.o.TLS != nil, "json", s.o.JSON)
 }
 
-func (s *Sink) disconnect(err error) {
-	if s.conn == nil {
-		return
+func (s *Sink) onFail(err error, retryIn time.Duration) {
+	s.o.Log.Warn("cannot reach the flow collector; records wait in the buffer", "sink", s.o.Name,
+		"address", s.o.Address, "retry_in", retryIn.String(), "err", err)
+}
+
+// onLost follows the connection's close: the records of the message being
+// built are lost.
+func (s *Sink) onLost(err error) {
+	if err != nil {
+		s.o.Log.Warn("lost the flow collector", "sink", s.o.Name, "address", s.o.Address, "err", err)
 	}
-	s.o.Log.Warn("lost the flow collector", "sink", s.o.Name, "address", s.o.Address, "err", err)
-	s.conn.Close()
-	s.conn = nil
 	s.connected.Set(0)
 	s.sendErrs.Add(float64(s.enc.Discard()))
 }
 
-// connect dials the collector and announces the templates.
-func (s *Sink) connect(ctx context.Context) error {
-	s.attempts.Inc()
-	d := net.Dialer{Timeout: 10 * time.Second}
-	var c net.Conn
-	var err error
-	if s.o.TLS != nil {
-		td := tls.Dialer{NetDialer: &d, Config: s.o.TLS}
-		c, err = td.DialContext(ctx, "tcp", s.o.Address)
-	} else {
-		c, err = d.DialContext(ctx, s.o.Proto, s.o.Address)
-	}
-	if err != nil {
-		return err
-	}
-	s.conn = c
-	s.peerGone = nil
-	if s.o.Proto == "tcp" {
-		gone := make(chan struct{})
-		s.peerGone = gone
-		go func() {
-			var b [1]byte
-			_, _ = c.Read(b[:])
-			close(gone)
-		}()
-	}
-	s.connected.Set(1)
-	s.o.Log.Info("connected to the flow collector", "sink", s.o.Name, "address", s.o.Address, "proto", s.o.Proto, "tls", s.o.TLS != nil, "json", s.o.JSON)
-	return s.announce()
-}
-
 func (s *Sink) announce() error {
-	s.lastTpl = time.Now()
 	if s.o.JSON {
 		return nil
 	}
@@ -276,36 +222,15 @@ func (s *Sink) RunEncoded(ctx context.Context, c *ring.Consumer[ipfix.EncodedRec
 func run[T any](ctx context.Context, s *Sink, c *ring.Consumer[T], send func(T), idle func()) error {
 	defer func() {
 		s.flush()
-		if s.conn != nil {
-			s.conn.Close()
-			s.connected.Set(0)
-		}
+		s.conn.Close()
 	}()
-	backoff := s.o.MinBackoff
 	// pending are the items of buf not sent yet; buf is reused for every
 	// Next, so that taking items allocates nothing.
 	var buf, pending []T
 	var lost uint64
 	for {
-		if s.closedByPeer() {
-			s.disconnect(errPeerClosed)
-		}
-		if s.conn == nil {
-			if err := s.connect(ctx); err != nil {
-				if ctx.Err() != nil {
-					return nil
-				}
-				s.o.Log.Warn("cannot reach the flow collector; records wait in the buffer", "sink", s.o.Name,
-					"address", s.o.Address, "retry_in", backoff.String(), "err", err)
-				select {
-				case <-ctx.Done():
-					return nil
-				case <-time.After(backoff):
-				}
-				backoff = min(2*backoff, s.o.MaxBackoff)
-				continue
-			}
-			backoff = s.o.MinBackoff
+		if s.conn.Connect(ctx) != nil {
+			return nil // ctx ended
 		}
 		if len(pending) == 0 {
 			if idle != nil {
@@ -326,11 +251,11 @@ func run[T any](ctx context.Context, s *Sink, c *ring.Consumer[T], send func(T),
 					return nil
 				}
 				s.flush()
-				s.refresh()
+				s.conn.Refresh()
 				continue
 			}
 		}
-		for len(pending) > 0 && s.conn != nil && !s.closedByPeer() {
+		for len(pending) > 0 && s.conn.Alive() {
 			send(pending[0])
 			pending = pending[1:]
 		}
@@ -339,28 +264,19 @@ func run[T any](ctx context.Context, s *Sink, c *ring.Consumer[T], send func(T),
 		if time.Since(s.lastFlush) >= s.o.FlushInterval {
 			s.flush()
 		}
-		s.refresh()
+		s.conn.Refresh()
 	}
 }
 
 func (s *Sink) flush() {
 	s.lastFlush = time.Now()
-	if s.conn == nil {
+	if !s.conn.Connected() {
 		return
 	}
 	if s.o.JSON {
 		return // JSON lines are written as they come
 	}
 	_ = s.enc.Flush()
-}
-
-// refresh re-announces templates over UDP when it is time.
-func (s *Sink) refresh() {
-	if s.conn != nil && s.o.Proto == "udp" && time.Since(s.lastTpl) >= s.o.TemplateRefresh {
-		if err := s.announce(); err != nil {
-			s.disconnect(err)
-		}
-	}
 }
 
 func (s *Sink) send(f *flow.Flow) {
@@ -379,7 +295,7 @@ func (s *Sink) send(f *flow.Flow) {
 		return
 	}
 	if err := s.o.Exporter.Write(s.enc.Begin(s.o.ObservationDomainID, t), t, f); err != nil {
-		if s.conn == nil {
+		if !s.conn.Connected() {
 			// The connection failed while a full message went out; this
 			// record was waiting for the next message.
 			s.sendErrs.Inc()
@@ -409,7 +325,7 @@ func (s *Sink) sendEncoded(r ipfix.EncodedRecord) {
 		}
 	}
 	if err := s.enc.AddEncoded(s.o.ObservationDomainID, t, r.Data); err != nil {
-		if s.conn == nil {
+		if !s.conn.Connected() {
 			s.sendErrs.Inc() // as in send
 			return
 		}
@@ -457,14 +373,8 @@ func (s *Sink) sendJSON(f *flow.Flow) {
 	b = time.Now().UTC().AppendFormat(b, time.RFC3339)
 	b = append(b, "\"}\n"...)
 	s.jsonBuf = b
-	if s.closedByPeer() {
+	if s.conn.Write(b) != nil { // a write that fails drops the connection
 		s.sendErrs.Inc()
-		s.disconnect(errPeerClosed)
-		return
-	}
-	if _, err := s.conn.Write(b); err != nil {
-		s.sendErrs.Inc()
-		s.disconnect(err)
 		return
 	}
 	s.exported.Inc()
