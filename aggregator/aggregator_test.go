@@ -23,6 +23,8 @@ import (
 	"sluice/flow"
 	"sluice/flow/ipfixmap"
 	"sluice/internal/testkit"
+	"sluice/internal/testkit/stubcollector"
+	"sluice/internal/testkit/testagg"
 	"sluice/ipfix"
 	"sluice/ipfix/ipfixtest"
 )
@@ -60,10 +62,10 @@ func TestProxyOverMutualTLS(t *testing.T) {
 
 func testProxyOverMutualTLS(t *testing.T, fast bool) {
 	dir := t.TempDir()
-	coll := testkit.NewCollector(t)
+	coll := stubcollector.New(t)
 	inv := filepath.Join(dir, "inventory.yaml")
 	os.WriteFile(inv, []byte(inventory), 0o644)
-	a := testkit.StartAggregator(t, fmt.Sprintf(`
+	a := testagg.Start(t, fmt.Sprintf(`
 mode: Proxy
 aggregatorTransportProtocol: tls
 clusterID: test-cluster
@@ -157,9 +159,9 @@ sluice:
 // TCP session; the collector gets one record per connection carrying both
 // Pods and both nodes' counters.
 func TestAggregateCorrelatesTwoNodes(t *testing.T) {
-	coll := testkit.NewCollector(t)
+	coll := stubcollector.New(t)
 	logPath := filepath.Join(t.TempDir(), "flows.log")
-	a := testkit.StartAggregator(t, fmt.Sprintf(`
+	a := testagg.Start(t, fmt.Sprintf(`
 mode: Aggregate
 aggregatorTransportProtocol: tcp
 flowCollector: {enable: true, address: "%s:tcp"}
@@ -338,7 +340,7 @@ func TestRunEndsWhenACollectorFails(t *testing.T) {
 // waits for the sinks, so the flow log gets every one.
 func TestShutdownFlushOutrunsTheBuffer(t *testing.T) {
 	logPath := filepath.Join(t.TempDir(), "flows.log")
-	a := testkit.StartAggregator(t, fmt.Sprintf(`
+	a := testagg.Start(t, fmt.Sprintf(`
 mode: Aggregate
 aggregatorTransportProtocol: tcp
 recordBufferSize: 16

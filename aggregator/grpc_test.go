@@ -24,7 +24,7 @@ import (
 	"sluice/flow/flowpb"
 	"sluice/flow/flowproto"
 	"sluice/flow/flowtest"
-	"sluice/internal/testkit"
+	"sluice/internal/testkit/testagg"
 	"sluice/sink/flowstream"
 )
 
@@ -32,7 +32,7 @@ import (
 // on, and a sender to its gRPC collector.
 func grpcAggregator(t *testing.T, mode string) (queued, string, *certs.Bundle) {
 	dir := t.TempDir()
-	a := testkit.StartAggregator(t, fmt.Sprintf(`
+	a := testagg.Start(t, fmt.Sprintf(`
 mode: %s
 aggregatorTransportProtocol: none
 activeFlowRecordTimeout: 1s

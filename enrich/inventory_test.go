@@ -13,6 +13,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"sluice/internal/testkit"
 )
 
 type fakeClock struct {
@@ -405,18 +407,6 @@ func TestNewInventoryErrors(t *testing.T) {
 	}
 }
 
-// waitFor polls cond until it holds or the deadline passes.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
-}
-
 func TestInventoryRunFollowsFile(t *testing.T) {
 	a := testPod{name: "a", uid: "ua", ip: "10.0.0.1", created: at(0)}
 	inv, path, logs := newTestInventory(t, listYAML(true, a), InventoryOptions{Interval: 5 * time.Millisecond})
@@ -427,11 +417,11 @@ func TestInventoryRunFollowsFile(t *testing.T) {
 	// A changed file is picked up.
 	b := testPod{name: "b", uid: "ub", ip: "10.0.0.2", created: at(0)}
 	writeFile(t, path, listYAML(true, a, b))
-	waitFor(t, "pod b", func() bool { _, ok := inv.PodByIP(mustAddr("10.0.0.2"), time.Time{}); return ok })
+	testkit.WaitFor(t, "pod b", func() bool { _, ok := inv.PodByIP(mustAddr("10.0.0.2"), time.Time{}); return ok })
 
 	// A broken file is reported once, however many times it is polled.
 	writeFile(t, path, "kind: List\nitems: [\n")
-	waitFor(t, "load error", func() bool { return inv.Stats().LoadErrors == 1 })
+	testkit.WaitFor(t, "load error", func() bool { return inv.Stats().LoadErrors == 1 })
 	time.Sleep(50 * time.Millisecond)
 	if st := inv.Stats(); st.LoadErrors != 1 {
 		t.Errorf("LoadErrors = %d, want 1", st.LoadErrors)
@@ -444,13 +434,13 @@ func TestInventoryRunFollowsFile(t *testing.T) {
 	if err := os.Remove(path); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "missing file error", func() bool { return inv.Stats().LoadErrors == 2 })
+	testkit.WaitFor(t, "missing file error", func() bool { return inv.Stats().LoadErrors == 2 })
 	time.Sleep(50 * time.Millisecond)
 	if st := inv.Stats(); st.LoadErrors != 2 {
 		t.Errorf("LoadErrors = %d, want 2", st.LoadErrors)
 	}
 	writeFile(t, path, listYAML(true, b))
-	waitFor(t, "pod a deleted", func() bool {
+	testkit.WaitFor(t, "pod a deleted", func() bool {
 		p, ok := inv.PodByIP(mustAddr("10.0.0.1"), time.Time{})
 		return ok && !p.Deleted.IsZero()
 	})

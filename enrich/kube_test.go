@@ -29,6 +29,8 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/cache"
+
+	"sluice/internal/testkit"
 )
 
 type kpodOpt func(*corev1.Pod)
@@ -132,7 +134,7 @@ func startKube(t *testing.T, opts KubeOptions, objs ...kruntime.Object) *kubeHar
 			t.Error("Run did not return after cancel")
 		}
 	})
-	waitFor(t, "sync", h.k.HasSynced)
+	testkit.WaitFor(t, "sync", h.k.HasSynced)
 	return h
 }
 
@@ -216,14 +218,14 @@ func TestKubeEventsDeletionAndReuse(t *testing.T) {
 	if _, err := pods.Create(ctx, old, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "old Pod", func() bool { _, ok := k.PodByIP(ip, at(time.Minute)); return ok })
+	testkit.WaitFor(t, "old Pod", func() bool { _, ok := k.PodByIP(ip, at(time.Minute)); return ok })
 
 	// A label change is seen; a status-only change is dropped.
 	old.Labels = map[string]string{"v": "2"}
 	if _, err := pods.Update(ctx, old, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "label update", func() bool {
+	testkit.WaitFor(t, "label update", func() bool {
 		p, ok := k.PodByIP(ip, time.Time{})
 		return ok && p.LabelsJSON() == `{"v":"2"}`
 	})
@@ -231,7 +233,7 @@ func TestKubeEventsDeletionAndReuse(t *testing.T) {
 	if _, err := pods.UpdateStatus(ctx, old, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "unchanged update", func() bool { return k.Stats().Unchanged == 1 })
+	testkit.WaitFor(t, "unchanged update", func() bool { return k.Stats().Unchanged == 1 })
 
 	// Deleted at 2h: still found for flows that started before, within the
 	// retention.
@@ -239,7 +241,7 @@ func TestKubeEventsDeletionAndReuse(t *testing.T) {
 	if err := pods.Delete(ctx, "old", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "deletion", func() bool { return k.Stats().DeletedPods == 1 })
+	testkit.WaitFor(t, "deletion", func() bool { return k.Stats().DeletedPods == 1 })
 	p, ok := k.PodByIP(ip, at(90*time.Minute))
 	if !ok || p.Name != "old" || !p.Deleted.Equal(at(2*time.Hour)) {
 		t.Fatalf("PodByIP before deletion = %+v, %v", p, ok)
@@ -256,7 +258,7 @@ func TestKubeEventsDeletionAndReuse(t *testing.T) {
 	if _, err := pods.Create(ctx, kpod("new", "u-new", at(2*time.Hour+time.Minute), []string{"10.0.0.1"}), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "new Pod", func() bool { return k.Stats().Pods == 1 })
+	testkit.WaitFor(t, "new Pod", func() bool { return k.Stats().Pods == 1 })
 	for _, tc := range []struct {
 		at   time.Time
 		want string
@@ -273,7 +275,7 @@ func TestKubeEventsDeletionAndReuse(t *testing.T) {
 
 	// Past the retention the old Pod is forgotten (Run checks every second).
 	h.clock.Set(at(2*time.Hour + DefaultRetention))
-	waitFor(t, "expiry", func() bool { return k.Stats().DeletedPods == 0 })
+	testkit.WaitFor(t, "expiry", func() bool { return k.Stats().DeletedPods == 0 })
 	if got := podName(k.PodByIP(ip, at(90*time.Minute))); got != "ns/new" {
 		t.Errorf("PodByIP(90m) after expiry = %s, want new", got)
 	}
@@ -287,13 +289,13 @@ func TestKubeNodeAndServiceEvents(t *testing.T) {
 	if _, err := services.Create(ctx, kservice("svc", "u-svc", "10.96.0.10"), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "Service", func() bool { _, ok := k.ServiceByName("ns", "svc"); return ok })
+	testkit.WaitFor(t, "Service", func() bool { _, ok := k.ServiceByName("ns", "svc"); return ok })
 
 	n := knode("n1", "u-n1", "172.18.0.3", "10.0.1.0/24")
 	if _, err := nodes.Update(ctx, n, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "Node update", func() bool {
+	testkit.WaitFor(t, "Node update", func() bool {
 		n, ok := k.NodeByName("n1")
 		return ok && n.InternalIP == mustAddr("172.18.0.3") && len(n.PodCIDRs) == 1
 	})
@@ -302,7 +304,7 @@ func TestKubeNodeAndServiceEvents(t *testing.T) {
 	if _, err := nodes.UpdateStatus(ctx, n, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "unchanged Node", func() bool { return k.Stats().Unchanged == 1 })
+	testkit.WaitFor(t, "unchanged Node", func() bool { return k.Stats().Unchanged == 1 })
 
 	h.clock.Set(at(2 * time.Hour))
 	if err := nodes.Delete(ctx, "n1", metav1.DeleteOptions{}); err != nil {
@@ -311,7 +313,7 @@ func TestKubeNodeAndServiceEvents(t *testing.T) {
 	if err := services.Delete(ctx, "svc", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "deletions received", func() bool { return k.Stats().Events == 6 })
+	testkit.WaitFor(t, "deletions received", func() bool { return k.Stats().Events == 6 })
 	k.flush() // apply them now rather than wait for the batch
 	if _, ok := k.NodeByName("n1"); !ok {
 		t.Error("deleted Node forgotten within the retention")
@@ -320,7 +322,7 @@ func TestKubeNodeAndServiceEvents(t *testing.T) {
 		t.Error("deleted Service forgotten within the retention")
 	}
 	h.clock.Set(at(2*time.Hour + time.Minute))
-	waitFor(t, "expiry", func() bool { st := k.Stats(); return st.Nodes == 0 && st.Services == 0 })
+	testkit.WaitFor(t, "expiry", func() bool { st := k.Stats(); return st.Nodes == 0 && st.Services == 0 })
 }
 
 func TestKubeHostNetworkPods(t *testing.T) {
@@ -329,14 +331,14 @@ func TestKubeHostNetworkPods(t *testing.T) {
 	if _, err := pods.Create(h.ctx, kpod("agent", "u-agent", at(0), []string{"172.18.0.2"}, withHostNetwork()), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "host-network Pod counted", func() bool { return h.k.Stats().HostNetworkPods == 1 })
+	testkit.WaitFor(t, "host-network Pod counted", func() bool { return h.k.Stats().HostNetworkPods == 1 })
 	if p, ok := h.k.PodByIP(mustAddr("172.18.0.2"), time.Time{}); ok {
 		t.Errorf("host-network Pod found by IP: %+v", p)
 	}
 	if err := pods.Delete(h.ctx, "agent", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "host-network Pod gone", func() bool { return h.k.Stats().HostNetworkPods == 0 })
+	testkit.WaitFor(t, "host-network Pod gone", func() bool { return h.k.Stats().HostNetworkPods == 0 })
 	if st := h.k.Stats(); st.Pods != 0 || st.DeletedPods != 0 {
 		t.Errorf("Stats = %+v", st)
 	}
@@ -467,7 +469,7 @@ func TestKubeConcurrentLookupsDuringChurn(t *testing.T) {
 			}
 		}
 	}
-	waitFor(t, "churn applied", func() bool {
+	testkit.WaitFor(t, "churn applied", func() bool {
 		st := k.Stats()
 		return st.Pods == 51 && st.DeletedPods == n-50
 	})
@@ -524,7 +526,7 @@ func TestKubeSyncTimeout(t *testing.T) {
 	if k.HasSynced() {
 		t.Fatal("HasSynced with a failing list")
 	}
-	waitFor(t, "timeout logged", func() bool {
+	testkit.WaitFor(t, "timeout logged", func() bool {
 		return strings.Contains(logs.String(), "initial lists not complete") && k.Stats().WatchErrors > 0
 	})
 	if logs := logs.String(); !strings.Contains(logs, "missing=pods") || !strings.Contains(logs, "pods is forbidden") {
@@ -535,7 +537,7 @@ func TestKubeSyncTimeout(t *testing.T) {
 	}
 
 	failing.Store(false)
-	waitFor(t, "late sync", k.HasSynced)
+	testkit.WaitFor(t, "late sync", k.HasSynced)
 	if _, ok := k.PodByIP(mustAddr("10.0.0.1"), time.Time{}); !ok {
 		t.Error("Pod not found after the late sync")
 	}

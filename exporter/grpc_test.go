@@ -28,6 +28,7 @@ import (
 	"sluice/flow/flowpb"
 	"sluice/flow/flowproto"
 	"sluice/internal/testkit"
+	"sluice/internal/testkit/testagg"
 	"sluice/sink/flowstream"
 )
 
@@ -92,7 +93,7 @@ func freeAddr(t *testing.T) string {
 // on grpcAddr, with the certificates of certDir and the flow stream on.
 func startAggregator(t *testing.T, mode, grpcAddr, certDir string) *aggregator.Aggregator {
 	t.Helper()
-	a := testkit.StartAggregator(t, fmt.Sprintf(`
+	a := testagg.Start(t, fmt.Sprintf(`
 mode: %s
 aggregatorTransportProtocol: none
 activeFlowRecordTimeout: 1s

@@ -15,7 +15,7 @@ import (
 
 	"sluice/flow"
 	"sluice/flow/ipfixmap"
-	"sluice/internal/testkit"
+	"sluice/internal/testkit/testagg"
 	"sluice/ipfix"
 )
 
@@ -34,7 +34,7 @@ func runCLI(t *testing.T, args ...string) (string, string, error) {
 // TestGetFlowRecords: a node sends three one-sided flows to an aggregator
 // in Aggregate mode; `sluice get` reads them back in every format.
 func TestGetFlowRecords(t *testing.T) {
-	a := testkit.StartAggregator(t, `
+	a := testagg.Start(t, `
 mode: Aggregate
 aggregatorTransportProtocol: tcp
 sluice: {ipfixAddress: "127.0.0.1:0", apiAddress: "127.0.0.1:0"}

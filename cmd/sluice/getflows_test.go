@@ -15,7 +15,7 @@ import (
 	"sluice/exporter/queue"
 	"sluice/flow"
 	"sluice/flow/flowtest"
-	"sluice/internal/testkit"
+	"sluice/internal/testkit/testagg"
 )
 
 // TestGetFlows: records sent over gRPC to an aggregator in Proxy mode are
@@ -23,7 +23,7 @@ import (
 func TestGetFlows(t *testing.T) {
 	dir := t.TempDir()
 	certDir := filepath.Join(dir, "certs")
-	a := testkit.StartAggregator(t, fmt.Sprintf(`
+	a := testagg.Start(t, fmt.Sprintf(`
 mode: Proxy
 aggregatorTransportProtocol: none
 flowStreamService: {enable: true}

@@ -16,6 +16,7 @@ import (
 	"sluice/exporter/queue"
 	"sluice/flow"
 	"sluice/flow/ipfixmap"
+	"sluice/internal/testkit"
 	"sluice/ipfix"
 )
 
@@ -96,17 +97,6 @@ func (s *sink) close() {
 
 func (s *sink) count() int { s.mu.Lock(); defer s.mu.Unlock(); return len(s.flows) }
 
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 func records(from, n int, v6 bool) []flow.Flow {
 	out := make([]flow.Flow, n)
 	for i := range out {
@@ -149,9 +139,9 @@ func TestReconnectResendsTemplatesAndBufferedRecords(t *testing.T) {
 
 	q.Push(records(0, 100, false))
 	q.Push(records(100, 10, true))
-	waitFor(t, "110 records", func() bool { return first.count() == 110 })
+	testkit.WaitFor(t, "110 records", func() bool { return first.count() == 110 })
 	first.close()
-	waitFor(t, "the sender to notice", func() bool { return testutil.ToFloat64(m.Connected) == 0 })
+	testkit.WaitFor(t, "the sender to notice", func() bool { return testutil.ToFloat64(m.Connected) == 0 })
 	q.Push(records(1000, 500, false)) // the aggregator is down
 	time.Sleep(300 * time.Millisecond)
 	if q.Len() != 500 {
@@ -159,7 +149,7 @@ func TestReconnectResendsTemplatesAndBufferedRecords(t *testing.T) {
 	}
 	second := listen(t, addr)
 	defer second.close()
-	waitFor(t, "the buffered records", func() bool { return second.count() == 500 })
+	testkit.WaitFor(t, "the buffered records", func() bool { return second.count() == 500 })
 	second.mu.Lock()
 	defer second.mu.Unlock()
 	seen := map[uint16]bool{}
@@ -267,7 +257,7 @@ func TestExtraElementsAndLocalAddr(t *testing.T) {
 	go func() { defer close(done); _ = s.Run(ctx, q) }()
 	defer func() { cancel(); <-done }()
 	q.Push(records(0, 5, false))
-	waitFor(t, "5 records", func() bool { return k.count() == 5 })
+	testkit.WaitFor(t, "5 records", func() bool { return k.count() == 5 })
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	if n := k.fields[TemplateIDv4]; n != 43+2 {
@@ -329,5 +319,5 @@ func TestLostMessageStaysQueued(t *testing.T) {
 	done := make(chan struct{})
 	go func() { defer close(done); _ = s.Run(ctx, q) }()
 	defer func() { cancel(); <-done }()
-	waitFor(t, "the 10 records", func() bool { return k.count() == 10 })
+	testkit.WaitFor(t, "the 10 records", func() bool { return k.count() == 10 })
 }

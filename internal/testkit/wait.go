@@ -1,9 +1,13 @@
-// Package testkit holds what the project's tests share: waiting for a
-// condition, a stub IPFIX collector, and an aggregator running in-process
-// on free loopback ports. It is imported only by tests.
+// Package testkit holds what the project's tests share and needs nothing
+// of the project itself, so that any package's tests can import it: waiting
+// for a condition, a log buffer. Its sub-packages stubcollector (a stub
+// IPFIX collector) and testagg (an aggregator in-process on free loopback
+// ports) build on the project. Imported only by tests.
 package testkit
 
 import (
+	"bytes"
+	"sync"
 	"testing"
 	"time"
 )
@@ -24,4 +28,22 @@ func WaitFor(tb testing.TB, what string, cond func() bool) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// LogBuffer is a bytes.Buffer safe for a logger and a test to share.
+type LogBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *LogBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *LogBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"sluice/certs"
+	"sluice/internal/testkit"
 	"sluice/ipfix"
 	"sluice/ipfix/ipfixconn"
 )
@@ -165,16 +166,6 @@ func (x *exporter) send(vs ...uint64) error {
 	return x.enc.Flush()
 }
 
-// waitFor polls cond until it holds, failing t after 15 s.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	for end := time.Now().Add(15 * time.Second); !cond(); time.Sleep(5 * time.Millisecond) {
-		if time.Now().After(end) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-	}
-}
-
 func tlsPair(t *testing.T) (server, client *tls.Config) {
 	t.Helper()
 	b, err := certs.Ensure(t.TempDir(), certs.Options{})
@@ -220,10 +211,10 @@ func TestReconnectAfterPeerCloses(t *testing.T) {
 			if err := x.send(1, 2, 3); err != nil {
 				t.Fatal(err)
 			}
-			waitFor(t, "3 records on the first session", func() bool { return slices.Equal(col.got(0), []uint64{1, 2, 3}) })
+			testkit.WaitFor(t, "3 records on the first session", func() bool { return slices.Equal(col.got(0), []uint64{1, 2, 3}) })
 
 			col.hangUp(0)
-			waitFor(t, "the hang-up to be noticed", func() bool { return !x.conn.Alive() })
+			testkit.WaitFor(t, "the hang-up to be noticed", func() bool { return !x.conn.Alive() })
 			if !x.conn.Connected() || len(x.lost) != 0 {
 				t.Fatalf("Alive dropped the connection: connected %v, Lost saw %v", x.conn.Connected(), x.lost)
 			}
@@ -246,7 +237,7 @@ func TestReconnectAfterPeerCloses(t *testing.T) {
 			if err := x.send(4, 5); err != nil {
 				t.Fatal(err)
 			}
-			waitFor(t, "2 records on the second session", func() bool { return slices.Equal(col.got(1), []uint64{4, 5}) })
+			testkit.WaitFor(t, "2 records on the second session", func() bool { return slices.Equal(col.got(1), []uint64{4, 5}) })
 			col.mu.Lock()
 			unknown := col.unknown
 			col.mu.Unlock()
@@ -285,9 +276,9 @@ func TestWriteNoticesHangUp(t *testing.T) {
 	if err := x.send(7); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the record", func() bool { return len(col.got(0)) == 1 })
+	testkit.WaitFor(t, "the record", func() bool { return len(col.got(0)) == 1 })
 	col.hangUp(0)
-	waitFor(t, "a write to fail", func() bool { return x.send(8) != nil })
+	testkit.WaitFor(t, "a write to fail", func() bool { return x.send(8) != nil })
 	if x.conn.Connected() || len(x.lost) != 1 || x.lost[0] == nil {
 		t.Fatalf("connected %v, Lost saw %v", x.conn.Connected(), x.lost)
 	}
@@ -317,7 +308,7 @@ func TestUDPTemplateRefresh(t *testing.T) {
 	if err := fast.conn.Connect(ctx); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "a refresh", func() bool { fast.conn.Refresh(); return fast.announced == 2 })
+	testkit.WaitFor(t, "a refresh", func() bool { fast.conn.Refresh(); return fast.announced == 2 })
 	if err := fast.send(42); err != nil {
 		t.Fatal(err)
 	}
@@ -449,7 +440,7 @@ func TestResolveAndLocalAddr(t *testing.T) {
 	if len(x.dialed) != 1 || x.dialed[0] != ln.Addr().String() {
 		t.Fatalf("Connected saw %v, want the resolved %s", x.dialed, ln.Addr())
 	}
-	waitFor(t, "the connection", func() bool { col.mu.Lock(); defer col.mu.Unlock(); return len(col.conns) == 1 })
+	testkit.WaitFor(t, "the connection", func() bool { col.mu.Lock(); defer col.mu.Unlock(); return len(col.conns) == 1 })
 	col.mu.Lock()
 	from := col.conns[0].RemoteAddr().(*net.TCPAddr).AddrPort().Addr()
 	col.mu.Unlock()

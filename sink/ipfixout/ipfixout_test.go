@@ -17,6 +17,7 @@ import (
 
 	"sluice/flow"
 	"sluice/flow/ipfixmap"
+	"sluice/internal/testkit"
 	"sluice/ipfix"
 	"sluice/ring"
 	"sluice/sink/ipfixout"
@@ -93,17 +94,6 @@ func newSink(t *testing.T, addr, proto string, json bool, m *ipfixout.Metrics) *
 	return s
 }
 
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 // TestOutageBuffersThenDelivers: the collector is down at first; records
 // wait in the buffer and arrive when it comes up; a buffer too small for
 // the outage loses the oldest, and counts them.
@@ -133,7 +123,7 @@ func TestOutageBuffersThenDelivers(t *testing.T) {
 	}
 	defer ln2.Close()
 	serveIPFIX(t, ln2, &r)
-	waitFor(t, "64 buffered records", func() bool { return r.len() == 64 })
+	testkit.WaitFor(t, "64 buffered records", func() bool { return r.len() == 64 })
 	// The 36 oldest were overwritten while down: counted, not silent.
 	if v := testutil.ToFloat64(m.Dropped.WithLabelValues("ipfix", "buffer-full")); v != 36 {
 		t.Errorf("buffer-full drops %v, want 36", v)
@@ -149,7 +139,7 @@ func TestOutageBuffersThenDelivers(t *testing.T) {
 	}
 	// Live records flow too.
 	buf.Produce(testFlow(500))
-	waitFor(t, "a live record", func() bool { return r.len() == 65 })
+	testkit.WaitFor(t, "a live record", func() bool { return r.len() == 65 })
 	if v := testutil.ToFloat64(m.Exported.WithLabelValues("ipfix")); v != 65 {
 		t.Errorf("exported %v", v)
 	}
@@ -210,13 +200,13 @@ func TestReconnectResendsTemplates(t *testing.T) {
 	c := buf.Consumer()
 	go s.Run(ctx, c)
 	buf.Produce(testFlow(1))
-	waitFor(t, "first record", func() bool { return r.len() == 1 })
+	testkit.WaitFor(t, "first record", func() bool { return r.len() == 1 })
 	mu.Lock()
 	conns[0].Close() // the collector drops the session
 	mu.Unlock()
 	// Writes after the close eventually fail; keep producing until the
 	// sink reconnects and records arrive on the second session.
-	waitFor(t, "a second session with data", func() bool {
+	testkit.WaitFor(t, "a second session with data", func() bool {
 		buf.Produce(testFlow(2))
 		time.Sleep(20 * time.Millisecond)
 		mu.Lock()
@@ -288,7 +278,7 @@ func TestCloseDrains(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("Run did not return after the buffer closed")
 	}
-	waitFor(t, "the last records", func() bool { return r.len() == 10 })
+	testkit.WaitFor(t, "the last records", func() bool { return r.len() == 10 })
 }
 
 // TestTrickleIsFlushed: records that keep coming, each before the flush

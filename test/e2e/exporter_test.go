@@ -22,6 +22,8 @@ import (
 
 	"sluice/flow"
 	"sluice/internal/testkit"
+	"sluice/internal/testkit/stubcollector"
+	"sluice/internal/testkit/testagg"
 )
 
 // The two-Node cluster: a Pod behind a veth on each Node namespace, the
@@ -373,13 +375,13 @@ func twoNodes(t *testing.T, bin, tag, transport, profile1 string) {
 	if err := os.WriteFile(inv, []byte(inventory), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	out := testkit.NewCollector(t)
+	out := stubcollector.New(t)
 	ipfixTransport := "tcp"
 	if transport == "grpc" {
 		ipfixTransport = "none"
 	}
 	certDir := t.TempDir()
-	agg := testkit.StartAggregator(t, fmt.Sprintf(`
+	agg := testagg.Start(t, fmt.Sprintf(`
 mode: Aggregate
 aggregatorTransportProtocol: %s
 flowCollector: {enable: true, address: "%s:tcp"}
@@ -421,8 +423,8 @@ sluice: {ipfixAddress: "127.0.0.1:0", apiAddress: "127.0.0.1:0", grpcAddress: "1
 			t.Errorf("port %d: kernel counted %d/%d octets for %d/%d of payload", cn.port, cn.witness[1], cn.witnessReply[1], cn.sent, cn.received)
 		}
 	}
-	ours := func() []testkit.Record {
-		var recs []testkit.Record
+	ours := func() []stubcollector.Record {
+		var recs []stubcollector.Record
 		for _, r := range out.Records() {
 			if r.Flow.DestinationPort == serverPort && byPort[r.Flow.SourcePort] != nil {
 				recs = append(recs, r)

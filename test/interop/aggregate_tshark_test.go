@@ -15,7 +15,7 @@ import (
 
 	"sluice/flow"
 	"sluice/flow/ipfixmap"
-	"sluice/internal/testkit"
+	"sluice/internal/testkit/testagg"
 	"sluice/ipfix"
 )
 
@@ -120,7 +120,7 @@ func TestAggregateToTshark(t *testing.T) {
 		conns[i] = newAggConn(i)
 	}
 	coll := proxyStartUDPCollector(t)
-	a := testkit.StartAggregator(t, fmt.Sprintf(`
+	a := testagg.Start(t, fmt.Sprintf(`
 mode: Aggregate
 aggregatorTransportProtocol: tcp
 clusterID: tshark-aggregate

@@ -16,7 +16,7 @@ import (
 	"testing"
 	"time"
 
-	"sluice/internal/testkit"
+	"sluice/internal/testkit/testagg"
 	"sluice/ipfix"
 )
 
@@ -120,7 +120,7 @@ func TestProxySoftflowdToNfacctd(t *testing.T) {
 	want := writeFlowPcap(t, pcap)
 
 	nf, port, out := proxyStartNfacctd(t, dir)
-	a := testkit.StartAggregator(t, fmt.Sprintf(`
+	a := testagg.Start(t, fmt.Sprintf(`
 mode: Proxy
 aggregatorTransportProtocol: udp
 clusterID: softflowd-cluster

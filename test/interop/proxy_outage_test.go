@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"sluice/internal/testkit"
+	"sluice/internal/testkit/testagg"
 	"sluice/ipfix"
 	"sluice/ipfix/ipfixtest"
 )
@@ -27,7 +27,7 @@ func TestProxyCollectorOutage(t *testing.T) {
 		bufCap = 64
 	)
 	coll := proxyStartCollector(t)
-	a := testkit.StartAggregator(t, fmt.Sprintf(`
+	a := testagg.Start(t, fmt.Sprintf(`
 mode: Proxy
 aggregatorTransportProtocol: tcp
 recordBufferSize: %d

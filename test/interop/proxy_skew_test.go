@@ -16,7 +16,7 @@ import (
 	"sluice/certs"
 	"sluice/flow"
 	"sluice/flow/ipfixmap"
-	"sluice/internal/testkit"
+	"sluice/internal/testkit/testagg"
 	"sluice/ipfix"
 )
 
@@ -225,7 +225,7 @@ func proxyRunSkewMatrix(t *testing.T, transport string) {
 	if transport == "tls" {
 		tlsKeys = fmt.Sprintf("\n  tls: {certDir: %s}", filepath.Join(dir, "certs"))
 	}
-	a := testkit.StartAggregator(t, fmt.Sprintf(`
+	a := testagg.Start(t, fmt.Sprintf(`
 mode: Proxy
 aggregatorTransportProtocol: %s
 clusterID: %s

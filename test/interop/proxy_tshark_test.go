@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"sluice/internal/testkit"
+	"sluice/internal/testkit/testagg"
 	"sluice/ipfix"
 	"sluice/ipfix/ipfixtest"
 )
@@ -121,7 +121,7 @@ func TestProxyToTshark(t *testing.T) {
 		t.Fatal(err)
 	}
 	coll := proxyStartUDPCollector(t)
-	a := testkit.StartAggregator(t, fmt.Sprintf(`
+	a := testagg.Start(t, fmt.Sprintf(`
 mode: Proxy
 aggregatorTransportProtocol: tcp
 clusterID: tshark-cluster

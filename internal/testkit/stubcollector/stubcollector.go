@@ -1,4 +1,5 @@
-package testkit
+// Package stubcollector is a stub IPFIX collector for tests.
+package stubcollector
 
 import (
 	"bytes"
@@ -30,8 +31,8 @@ type Record struct {
 	Raw, ByName map[string][]byte
 }
 
-// NewCollector starts a Collector.
-func NewCollector(tb testing.TB) *Collector {
+// New starts a Collector.
+func New(tb testing.TB) *Collector {
 	tb.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

@@ -1,16 +1,16 @@
-package testkit
+// Package testagg runs an aggregator in a test process.
+package testagg
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"log/slog"
-	"sync"
 	"testing"
 	"time"
 
 	"sluice/aggregator"
 	"sluice/config"
+	"sluice/internal/testkit"
 )
 
 // Aggregator is an aggregator running in the test process.
@@ -19,15 +19,15 @@ type Aggregator struct {
 	cancel context.CancelFunc
 	done   chan error
 	err    error
-	logs   *LogBuffer
+	logs   *testkit.LogBuffer
 }
 
-// StartAggregator parses yaml, runs the aggregator it describes on
+// Start parses yaml, runs the aggregator it describes on
 // loopback and stops it when the test ends; its log is shown if the test
 // failed. The gRPC collector, unless yaml places it, gets a free port, and
 // generated certificates go to a temporary directory unless yaml names
 // certificates; edit, when given, changes the configuration last.
-func StartAggregator(tb testing.TB, yaml string, edit ...func(*config.Aggregator)) *Aggregator {
+func Start(tb testing.TB, yaml string, edit ...func(*config.Aggregator)) *Aggregator {
 	tb.Helper()
 	cfg, err := config.Parse([]byte(yaml), tb.Name()+".yaml")
 	if err != nil {
@@ -42,7 +42,7 @@ func StartAggregator(tb testing.TB, yaml string, edit ...func(*config.Aggregator
 	for _, e := range edit {
 		e(cfg)
 	}
-	logs := &LogBuffer{}
+	logs := &testkit.LogBuffer{}
 	a, err := aggregator.New(cfg, slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})))
 	if err != nil {
 		tb.Fatal(err)
@@ -72,28 +72,10 @@ func (a *Aggregator) Stop() error {
 			a.err = err
 		}
 		return a.err
-	case <-time.After(aggregator.DrainTimeout + WaitTimeout):
+	case <-time.After(aggregator.DrainTimeout + testkit.WaitTimeout):
 		return errors.New("Run did not return after its context ended")
 	}
 }
 
 // Logs is what the aggregator has logged so far.
 func (a *Aggregator) Logs() string { return a.logs.String() }
-
-// LogBuffer is a bytes.Buffer safe for a logger and a test to share.
-type LogBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *LogBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *LogBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
