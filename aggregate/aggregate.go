@@ -326,6 +326,39 @@ func (s *Store) create(nowNs int64, h, slot uint32, k *key, f *flow.Flow, corr b
 		e.str[sSrcIP] = s.strs.addAddr(f.SourceIP)
 		e.srcPort = f.SourcePort
 	}
+	s.internStrings(e, f)
+
+	// Counters: the common ones and those of the record's side (both
+	// sides when no correlation is needed).
+	fillSrc, fillDst := true, true
+	if corr {
+		fillSrc, fillDst = sd == sideSrc, sd != sideSrc
+	}
+	e.setCounters(f, fillSrc, fillDst)
+
+	e.inactive = nowNs + s.inactive
+	if corr {
+		e.active = nowNs + s.active
+	} else {
+		// Complete already: export on the next tick.
+		e.flags |= fReady
+		e.active = nowNs
+		// An inter-Node flow that skips correlation (denied) lacks the
+		// other side's Pod, which is looked up at export.
+		if f.FlowType != flow.FlowTypeInterNode {
+			e.flags |= fCorrFilled
+		}
+	}
+	s.idx.insertAt(h, i, slot)
+	s.schedule(i, e, min(e.active, e.inactive))
+	s.pushIdle(i, e)
+	s.n++
+	s.c.flows.Add(1)
+}
+
+// internStrings stores f's strings, UIDs and addresses in e, interned (the
+// inverse of snapshot's reads).
+func (s *Store) internStrings(e *entry, f *flow.Flow) {
 	t := &s.strs
 	e.str[sSrcPodNamespace] = t.add(f.SourcePodNamespace)
 	e.str[sSrcPodName] = t.add(f.SourcePodName)
@@ -358,13 +391,11 @@ func (s *Store) create(nowNs int64, h, slot uint32, k *key, f *flow.Flow, corr b
 	e.str[sHTTPVals] = t.add(f.HTTPVals)
 	e.str[sTCPState] = t.add(f.TCPState)
 	e.str[sSnatIP] = t.addAddr(f.ProxySnatIP)
+}
 
-	// Counters: the common ones and those of the record's side (both
-	// sides when no correlation is needed).
-	fillSrc, fillDst := true, true
-	if corr {
-		fillSrc, fillDst = sd == sideSrc, sd != sideSrc
-	}
+// setCounters stores f's counters and the throughputs they make over the
+// flow's life: the common ones, and those of each side asked for.
+func (e *entry) setCounters(f *flow.Flow, fillSrc, fillDst bool) {
 	var tp, rtp uint64
 	if d := sec(e.end) - sec(e.start); d > 0 {
 		tp = f.Stats.OctetTotalCount * 8 / uint64(d)
@@ -382,25 +413,6 @@ func (s *Store) create(nowNs int64, h, slot uint32, k *key, f *flow.Flow, corr b
 		e.tput[cDst], e.tput[cDstRev] = tp, rtp
 		e.endDst = e.end
 	}
-
-	e.inactive = nowNs + s.inactive
-	if corr {
-		e.active = nowNs + s.active
-	} else {
-		// Complete already: export on the next tick.
-		e.flags |= fReady
-		e.active = nowNs
-		// An inter-Node flow that skips correlation (denied) lacks the
-		// other side's Pod, which is looked up at export.
-		if f.FlowType != flow.FlowTypeInterNode {
-			e.flags |= fCorrFilled
-		}
-	}
-	s.idx.insertAt(h, i, slot)
-	s.schedule(i, e, min(e.active, e.inactive))
-	s.pushIdle(i, e)
-	s.n++
-	s.c.flows.Add(1)
 }
 
 // correlate merges the other Node's record into e (§3.4): every Kubernetes

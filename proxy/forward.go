@@ -346,26 +346,44 @@ func (f *forwarder) Forward(r *ipfix.Record, o *flow.Origin, arena []byte, out [
 			return arena, out, false
 		}
 	}
-	px := f.fw.p
-	flowType := uint8(0)
+	var d decisions
+	f.decide(r, p, &d)
+	start := len(arena)
+	arena, ok := f.write(arena, r, o, p, &d)
+	if !ok {
+		return arena[:start], out, false
+	}
+	rec := arena[start:len(arena):len(arena)]
+	return arena, append(out, ipfix.EncodedRecord{Template: p.out, Data: rec}), true
+}
+
+// decisions are what Process would decide for a record, read off its
+// octets: its flow type, its Pod strings, the Pods at its addresses, and
+// for each side whether FillPods names it (fill) and whether, after that,
+// it names a Pod (has).
+type decisions struct {
+	flowType  uint8
+	strs      [2][3][]byte
+	pods      [2]*enrich.Pod
+	fill, has [2]bool
+}
+
+// decide fills d for r: the record's Pod strings, then Process's decisions
+// on them: FillPods for an inter-Node record, then the direction and
+// labels of the result.
+func (f *forwarder) decide(r *ipfix.Record, p *fplan, d *decisions) {
 	if p.flowType >= 0 {
 		v, _ := r.Uint(p.flowType)
-		flowType = uint8(v)
+		d.flowType = uint8(v)
 	}
-	// The record's Pod strings, then Process's decisions on them: FillPods
-	// for an inter-Node record, then the direction and labels of the
-	// result.
-	var strs [2][3][]byte
 	for s := range p.pod {
 		for w, i := range p.pod[s] {
 			if i >= 0 {
-				strs[s][w] = r.Bytes(i)
+				d.strs[s][w] = r.Bytes(i)
 			}
 		}
 	}
-	var pods [2]*enrich.Pod
-	var fill [2]bool
-	if f.fw.lookups && (f.fw.labels || flowType == flow.FlowTypeInterNode) {
+	if f.fw.lookups && (f.fw.labels || d.flowType == flow.FlowTypeInterNode) {
 		var start time.Time
 		if p.start >= 0 {
 			start, _ = r.Time(p.start)
@@ -373,23 +391,26 @@ func (f *forwarder) Forward(r *ipfix.Record, o *flow.Origin, arena []byte, out [
 		for s, i := range [2]int{p.srcIP, p.dstIP} {
 			if i >= 0 {
 				a, _ := r.Addr(i)
-				pods[s] = px.enr.Pod(a, start)
+				d.pods[s] = f.fw.p.enr.Pod(a, start)
 			}
 		}
-		if flowType == flow.FlowTypeInterNode {
-			fill[0] = len(strs[0][podName]) == 0 && pods[0] != nil
-			fill[1] = len(strs[1][podName]) == 0 && pods[1] != nil
+		if d.flowType == flow.FlowTypeInterNode {
+			d.fill[0] = len(d.strs[0][podName]) == 0 && d.pods[0] != nil
+			d.fill[1] = len(d.strs[1][podName]) == 0 && d.pods[1] != nil
 		}
 	}
 	// The Pod names after FillPods.
-	var has [2]bool
-	for s := range has {
-		has[s] = len(strs[s][podName]) > 0
-		if fill[s] {
-			has[s] = pods[s].Name != ""
+	for s := range d.has {
+		d.has[s] = len(d.strs[s][podName]) > 0
+		if d.fill[s] {
+			d.has[s] = d.pods[s].Name != ""
 		}
 	}
-	start := len(arena)
+}
+
+// write appends r's export record to arena by p's operations, with d's
+// decisions; false when the record must take the normal path after all.
+func (f *forwarder) write(arena []byte, r *ipfix.Record, o *flow.Origin, p *fplan, d *decisions) ([]byte, bool) {
 	for _, op := range p.ops {
 		switch op.kind {
 		case opCopy:
@@ -399,18 +420,18 @@ func (f *forwarder) Forward(r *ipfix.Record, o *flow.Origin, arena []byte, out [
 		case opEmpty:
 			arena = append(arena, 0)
 		case opPod:
-			if !fill[op.a] {
-				arena = appendVarBytes(arena, strs[op.a][op.b])
+			if !d.fill[op.a] {
+				arena = appendVarBytes(arena, d.strs[op.a][op.b])
 				break
 			}
-			pod := pods[op.a]
+			pod := d.pods[op.a]
 			switch op.b {
 			case podNamespace:
 				arena = appendVar(arena, pod.Namespace)
 			case podName:
 				arena = appendVar(arena, pod.Name)
 			default:
-				if node := strs[op.a][podNode]; len(node) == 0 && pod.NodeName != "" {
+				if node := d.strs[op.a][podNode]; len(node) == 0 && pod.NodeName != "" {
 					arena = appendVar(arena, pod.NodeName)
 				} else {
 					arena = appendVarBytes(arena, node)
@@ -423,15 +444,15 @@ func (f *forwarder) Forward(r *ipfix.Record, o *flow.Origin, arena []byte, out [
 			}
 			// As enrich.Labels: only for the Pod the record names (after
 			// FillPods, which names it after the Pod itself).
-			s, pod := op.a, pods[op.a]
-			if pod == nil || !has[s] || !fill[s] &&
-				(string(strs[s][podName]) != pod.Name || string(strs[s][podNamespace]) != pod.Namespace) {
+			s, pod := op.a, d.pods[op.a]
+			if pod == nil || !d.has[s] || !d.fill[s] &&
+				(string(d.strs[s][podName]) != pod.Name || string(d.strs[s][podNamespace]) != pod.Namespace) {
 				arena = append(arena, 0)
 				break
 			}
 			l := pod.LabelsJSON()
 			if len(l) > 0xffff {
-				return arena[:start], out, false // the normal path reports it
+				return arena, false // the normal path reports it
 			}
 			arena = appendVar(arena, l)
 		case opCluster:
@@ -460,11 +481,10 @@ func (f *forwarder) Forward(r *ipfix.Record, o *flow.Origin, arena []byte, out [
 			}
 			arena = append(arena, b[:]...)
 		case opDirection:
-			arena = append(arena, direction(flowType, has[0], has[1]))
+			arena = append(arena, direction(d.flowType, d.has[0], d.has[1]))
 		}
 	}
-	rec := arena[start:len(arena):len(arena)]
-	return arena, append(out, ipfix.EncodedRecord{Template: p.out, Data: rec}), true
+	return arena, true
 }
 
 // appendVar appends s as a variable-length value (RFC 7011 §7), as the
