@@ -1,6 +1,7 @@
-// Package api is the aggregator's HTTP API: Prometheus metrics, health and
-// readiness. Later additions (flow records, record metrics) hang off the
-// same mux.
+// Package api is Sluice's HTTP API, served by the aggregator and the
+// exporter: Prometheus metrics, health and readiness; and, for the
+// aggregator, the flow records a FlowSource answers for and the record
+// metrics. Its client is what `sluice get` uses.
 package api
 
 import (

@@ -73,7 +73,7 @@ func (a *Aggregator) Stop() error {
 		}
 		return a.err
 	case <-time.After(aggregator.DrainTimeout + testkit.WaitTimeout):
-		return errors.New("Run did not return after its context ended")
+		return errors.New("the aggregator's Run did not return after its context ended")
 	}
 }
 
