@@ -17,6 +17,7 @@ import (
 	"sluice/traceflow/crd"
 	"sluice/traceflow/datapath"
 	"sluice/traceflow/flowspec"
+	"sluice/traceflow/ovs"
 	"sluice/traceflow/pipeline"
 	"sluice/traceflow/render"
 	"sluice/traceflow/tracer"
@@ -328,13 +329,21 @@ func printHops(w io.Writer, hops []tracer.Hop) {
 func newTraceflowPipelineCmd(f *traceflowFlags) *cobra.Command {
 	var node string
 	var tag uint8
+	var script bool
 	cmd := &cobra.Command{
-		Use:   "pipeline --node NAME (--cluster PATH | --kubeconfig FILE)",
-		Short: "Print a Node's modelled flows in ovs-ofctl dump-flows syntax",
+		Use:   "pipeline --node NAME [--ovs-script] (--cluster PATH | --kubeconfig FILE)",
+		Short: "Print a Node's modelled flows in ovs-ofctl dump-flows syntax, or a script that loads them",
 		Long: `Prints every flow of the Node's modelled bridge, table by table in pipeline
 order, then its groups, as ovs-ofctl dump-flows and dump-groups would show
 them (without counters). --tag adds the flows a running Traceflow with that
-dataplane tag installs.`,
+dataplane tag installs.
+
+--ovs-script prints instead a shell script of ovs-vsctl and ovs-ofctl
+commands that builds the bridge on a running Open vSwitch: the bridge
+(userspace datapath by default), its ports with the modelled OpenFlow port
+numbers, the groups and every flow, tables numbered in pipeline order. The
+environment renames what it creates: BR (default br-int), PORT_PREFIX
+(default antrea-) and DATAPATH_TYPE (default netdev).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
@@ -360,10 +369,14 @@ dataplane tag installs.`,
 				}
 				return fmt.Errorf("node %q is not in the cluster state (Nodes: %s)", node, strings.Join(names, ", "))
 			}
+			if script {
+				return ovs.Script(cmd.OutOrStdout(), nm, m.Config)
+			}
 			return printPipeline(cmd.OutOrStdout(), nm.Bridge)
 		},
 	}
 	cmd.Flags().StringVar(&node, "node", "", "the Node whose bridge to print")
+	cmd.Flags().BoolVar(&script, "ovs-script", false, "print a shell script that builds the bridge on a running Open vSwitch")
 	cmd.Flags().Uint8Var(&tag, "tag", 0, "also print the flows of a Traceflow with this dataplane tag (1-63)")
 	return cmd
 }
