@@ -33,6 +33,12 @@ type Hop struct {
 	Trail    []datapath.Step
 	PacketIn bool
 	Note     string // why the trace stopped here, when it did
+	// Entry, Frame and Result are the packet as it entered the Node's
+	// bridge and everything the bridge did with it, so that the same
+	// packet can be replayed elsewhere (package ovscheck does, in OVS).
+	Entry  datapath.Entry
+	Frame  []byte
+	Result *datapath.Result
 }
 
 // Trace is a finished run: the Traceflow with its status, and the hops.
@@ -280,7 +286,7 @@ func walk(ctx context.Context, m *pipeline.Model, src *cluster.Pod, pkt datapath
 		if err != nil {
 			return fmt.Errorf("tracer: %w", err)
 		}
-		h := Hop{Node: nm.Node.Name, Trail: res.Trail}
+		h := Hop{Node: nm.Node.Name, Trail: res.Trail, Entry: entry, Frame: frame, Result: res}
 		var pin *datapath.PacketIn
 		for i := range res.PacketIns {
 			if res.PacketIns[i].Category == pipeline.CategoryTraceflow {
