@@ -49,7 +49,6 @@ func (b *Bridge) Delete(ctx context.Context) error {
 	return err
 }
 
-
 // Verify checks that the bridge holds exactly the modelled flows and
 // groups: as many as the model has, and none that OVS, comparing with
 // ovs-ofctl diff-flows, finds different.

@@ -146,3 +146,138 @@ func TestCorpusAgreesWithOVS(t *testing.T) {
 		t.Errorf("only %d hops compared for %d cases", hops, len(cases))
 	}
 }
+
+// TestPacketOutReachesTheModelledPort sends the traced packet, tag and
+// all, through the real bridge, one case per kind of verdict, and
+// requires the Traceflow packet-in to come from the table and carry the
+// output port, tunnel destination, addresses and mark the model has.
+func TestPacketOutReachesTheModelledPort(t *testing.T) {
+	ctx, s := startOVS(t)
+	cases, err := corpus.Load(testdata)
+	if err != nil {
+		t.Fatal(err)
+	}
+	byName := map[string]*corpus.Case{}
+	for i := range cases {
+		byName[cases[i].Name] = &cases[i]
+	}
+	l := &loader{s: s}
+	for _, name := range []string{
+		"intra-node delivered",            // Delivered to a local Pod
+		"inter-node through the tunnel",   // Forwarded through the tunnel
+		"service clusterIP load-balanced", // DNAT by real conntrack, then the tunnel
+		"hairpin service",                 // DNAT and SNAT, back out of the ingress port
+		"pod to external IP",              // ForwardedOutOfNetwork through the gateway
+		"local egress",                    // marked for SNAT, to the gateway
+		"k8s egress default drop",         // Dropped by the default rule
+		"antrea policy reject",            // Rejected by an Antrea rule
+	} {
+		c := byName[name]
+		if c == nil {
+			t.Fatalf("no corpus case %q", name)
+		}
+		t.Run(name, func(t *testing.T) {
+			m, tr := traceCase(t, ctx, c)
+			h := tr.Hops[0]
+			if h.Result == nil || len(h.Result.PacketIns) == 0 {
+				t.Fatalf("the model sends no packet-in on %s", h.Node)
+			}
+			want := &h.Result.PacketIns[0]
+			b, err := l.load(ctx, c, m, h.Node)
+			if err != nil {
+				t.Fatal(err)
+			}
+			pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+			defer cancel()
+			got, err := b.PacketOut(pctx, h.Entry, h.Frame, want.Category)
+			if err != nil {
+				t.Fatal(err)
+			}
+			tableOf := func(n string) int { return b.Tables[n] }
+			if diffs := ComparePacketIn(tableOf, want, got); len(diffs) > 0 {
+				t.Errorf("Node %s: the real packet differs from the model:\n  %s\npacket-in:\n%s", h.Node, strings.Join(diffs, "\n  "), got.Text)
+			}
+		})
+	}
+}
+
+// TestVerifyNoticesAChangedBridge shows the load check can fail: a flow
+// removed from, or added to, the real bridge is reported.
+func TestVerifyNoticesAChangedBridge(t *testing.T) {
+	ctx, s := startOVS(t)
+	c := &corpus.Case{Name: "fixture"}
+	m, err := c.Model(ctx, testdata)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := &loader{s: s}
+	b, err := l.load(ctx, c, m, "k8s-node-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	output := b.Tables[pipeline.TOutput]
+	if _, err := s.Run(ctx, "", "ovs-ofctl", "-O", "OpenFlow15", "del-flows", "--strict", b.Name, fmt.Sprintf("table=%d,priority=0", output)); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Verify(ctx); err == nil {
+		t.Error("a removed flow went unnoticed")
+	}
+	// Back to the model's count, but with a different flow.
+	if _, err := s.Run(ctx, "", "ovs-ofctl", "-O", "OpenFlow15", "add-flow", b.Name, fmt.Sprintf("table=%d,priority=0,actions=normal", output)); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Verify(ctx); err == nil || !strings.Contains(err.Error(), "differs") {
+		t.Errorf("a changed flow went unnoticed: %v", err)
+	}
+}
+
+// TestParseTrace reads a recorded ofproto/trace of a tagged packet that
+// is committed, translated and sent through the tunnel.
+func TestParseTrace(t *testing.T) {
+	const out = `Flow: tcp,in_port=3,nw_src=10.10.1.5,nw_dst=10.96.0.20
+
+bridge("br")
+------------
+ 0. ip, priority 200
+    ct(table=5,zone=65520,nat)
+    nat
+
+recirc(0x8) - resume conntrack with default ct_state=trk|new (use --ct-next to customize)
+
+bridge("br")
+------------
+    thaw
+        Resuming from table 5
+ 5. ip,nw_tos=28, priority 191
+    group:2
+    bucket 0
+            resubmit(,8)
+         8. tcp,reg3=0xa0a0207, priority 200
+            set_field:0x1->reg1
+25. ip,reg1=0x1,nw_tos=28, priority 203
+    output:NXM_NX_REG1[]
+     -> output port is 1
+     -> output to native tunnel
+     >> native tunnel routing failed
+    controller(reason=no_match,userdata=01)
+    output:NXM_NX_REG1[]
+     -> output port is 3
+     >> skipping output to input port
+
+Final flow: recirc_id=0x8,ct_mark=0x10,eth,tcp,tun_dst=192.168.77.102,in_port=3,nw_src=10.10.1.5,nw_dst=10.10.2.7,tp_dst=5432
+`
+	r, err := ParseTrace(out, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(r.Tables) != "[0 5 8 25]" || fmt.Sprint(r.Outputs) != "[1]" || fmt.Sprint(r.PacketIns) != "[{1 25}]" || r.Dropped {
+		t.Errorf("tables %v outputs %v packet-ins %v dropped %v", r.Tables, r.Outputs, r.PacketIns, r.Dropped)
+	}
+	if r.Final["nw_dst"] != "10.10.2.7" || r.Final["tun_dst"] != "192.168.77.102" || r.Final["ct_mark"] != "0x10" {
+		t.Errorf("final %v", r.Final)
+	}
+	d, err := ParseTrace("Flow: ip\n\nbridge(\"br\")\n 0. priority 0\n    goto_table:4\n 4. No match.\n    drop\n", 1)
+	if err != nil || !d.Dropped || d.DropTable != 4 {
+		t.Errorf("miss: %+v %v", d, err)
+	}
+}
