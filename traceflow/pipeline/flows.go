@@ -4,6 +4,7 @@ import (
 	"net/netip"
 
 	"sluice/traceflow/cluster"
+	"sluice/traceflow/crd"
 	"sluice/traceflow/datapath"
 )
 
@@ -121,7 +122,7 @@ func (g *gen) classify() {
 }
 
 func (g *gen) conntrack() {
-	hairpin := []netip.Addr{netip.MustParseAddr("169.254.0.253"), netip.MustParseAddr("fc01::aabb:ccdd:eeff")}
+	hairpin := []netip.Addr{netip.MustParseAddr(crd.HairpinVirtualIPv4), netip.MustParseAddr(crd.HairpinVirtualIPv6)}
 	for _, ip := range append(hairpin, g.nm.GatewayIPs...) {
 		g.add(TUnSNAT, 200, M{EthType: ethOf(ip), NwDst: host(ip)},
 			datapath.Ct{Zone: snatZone(ethOf(ip)), Table: TConntrackZone, NAT: true})
@@ -324,12 +325,25 @@ func (g *gen) postRouting() {
 		}
 	}
 	g.add(TSNATMark, 0, M{}, goTo(TSNAT))
-	for _, v := range []string{"169.254.0.253", "fc01::aabb:ccdd:eeff"} {
-		ip := netip.MustParseAddr(v)
-		g.add(TSNAT, 200, M{CtState: datapath.CtStateMatch{Set: datapath.CtNew | datapath.CtTrk},
-			CtMark: datapath.Masked{Value: HairpinCTMark, Mask: HairpinCTMark}, EthType: ethOf(ip)},
-			datapath.Ct{Commit: true, Zone: snatZone(ethOf(ip)), Table: TL2ForwardingCalc, Xlate: &datapath.NAT{Src: true, IP: ip},
-				Mark: datapath.Masked{Value: HairpinCTMark, Mask: HairpinCTMark}})
+	// Hairpin SNAT: a local Pod reaching itself through a Service gets
+	// the Node's gateway IP as source; traffic that came in through the
+	// gateway and goes back out of it gets the virtual Service IP.
+	for _, eth := range families {
+		virtual := netip.MustParseAddr(crd.HairpinVirtualIPv4)
+		if eth == datapath.EthIPv6 {
+			virtual = netip.MustParseAddr(crd.HairpinVirtualIPv6)
+		}
+		snat := func(source uint32, ip netip.Addr) {
+			g.add(TSNAT, 200, M{CtState: datapath.CtStateMatch{Set: datapath.CtNew | datapath.CtTrk},
+				CtMark: datapath.Masked{Value: HairpinCTMark, Mask: HairpinCTMark}, EthType: eth,
+				Regs: []datapath.RegMatch{reg0Match(0, 3, source)}},
+				datapath.Ct{Commit: true, Zone: snatZone(eth), Table: TL2ForwardingCalc, Xlate: &datapath.NAT{Src: true, IP: ip},
+					Mark: datapath.Masked{Value: HairpinCTMark, Mask: HairpinCTMark}})
+		}
+		if gw, ok := g.nm.GatewayIP(eth == datapath.EthIPv6); ok {
+			snat(SourcePod, gw)
+		}
+		snat(SourceGateway, virtual)
 	}
 	g.add(TSNAT, 0, M{}, goTo(TL2ForwardingCalc))
 }
