@@ -45,23 +45,49 @@ type compiledPolicies struct {
 // compilePolicies resolves every policy rule and numbers it with a
 // conjunction ID recorded in refs.
 func compilePolicies(st *cluster.State, refs map[uint32]RuleRef) (*compiledPolicies, error) {
-	c := &compiledPolicies{isolatedIngress: map[*cluster.Pod]bool{}, isolatedEgress: map[*cluster.Pod]bool{}}
-	next := uint32(1)
-	newID := func(r RuleRef) uint32 {
-		id := next
-		next++
-		refs[id] = r
-		return id
+	pc := &policyCompiler{st: st, refs: refs, next: 1,
+		out: &compiledPolicies{isolatedIngress: map[*cluster.Pod]bool{}, isolatedEgress: map[*cluster.Pod]bool{}}}
+	// Antrea-native rules first: their IDs follow their precedence.
+	for pos, r := range antreaRulesInOrder(st) {
+		if err := pc.antreaRule(r, pos); err != nil {
+			return nil, err
+		}
 	}
-	// Antrea-native rules first, ordered by tier, policy priority and rule
-	// position: that order is their precedence.
-	type apRule struct {
-		pol   *crd.AntreaPolicy
-		rule  crd.AntreaPolicyRule
-		index int
-		in    bool
-		tier  int
+	for _, np := range st.NetworkPolicies {
+		if err := pc.k8sPolicy(np); err != nil {
+			return nil, fmt.Errorf("NetworkPolicy %s/%s: %w", np.Namespace, np.Name, err)
+		}
 	}
+	return pc.out, nil
+}
+
+// policyCompiler numbers rules as it resolves them.
+type policyCompiler struct {
+	st   *cluster.State
+	refs map[uint32]RuleRef
+	next uint32
+	out  *compiledPolicies
+}
+
+func (pc *policyCompiler) newID(r RuleRef) uint32 {
+	id := pc.next
+	pc.next++
+	pc.refs[id] = r
+	return id
+}
+
+// apRule is one rule of an Antrea-native policy with what orders it.
+type apRule struct {
+	pol   *crd.AntreaPolicy
+	rule  crd.AntreaPolicyRule
+	index int
+	in    bool
+	tier  int
+}
+
+// antreaRulesInOrder lists every Antrea-native rule by tier, policy
+// priority and rule position: that order is their precedence.
+func antreaRulesInOrder(st *cluster.State) []apRule {
 	var ap []apRule
 	for _, p := range st.AntreaPolicies {
 		tier, _ := cluster.TierPriority(p.Spec.Tier)
@@ -82,86 +108,97 @@ func compilePolicies(st *cluster.State, refs map[uint32]RuleRef) (*compiledPolic
 		}
 		return a.index < b.index
 	})
-	for pos, r := range ap {
-		typ := crd.AntreaNetworkPolicyType
-		if r.pol.Kind == crd.KindAntreaClusterPolicy {
-			typ = crd.AntreaClusterPolicyType
-		}
-		dir := "egress"
-		if r.in {
-			dir = "ingress"
-		}
-		name := r.rule.Name
-		if name == "" {
-			// Upstream generates a name for unnamed rules; ours is readable.
-			name = fmt.Sprintf("%s-%s-%d", dir, strings.ToLower(r.rule.Action), r.index)
-		}
-		cr := &compiledRule{ingress: r.in, action: r.rule.Action}
-		cr.id = newID(RuleRef{PolicyType: typ, Namespace: r.pol.Namespace, Name: r.pol.Name, Rule: name, Action: r.rule.Action})
-		switch {
-		case r.tier == 253 && r.in: // baseline: after K8s policy, in the DefaultRule tables
-			cr.table, cr.priority = TIngressDefaultRule, 150-pos%100
-		case r.tier == 253:
-			cr.table, cr.priority = TEgressDefaultRule, 150-pos%100
-		case r.in:
-			cr.table, cr.priority = TAntreaPolicyIngressRule, 60000-pos
-		default:
-			cr.table, cr.priority = TAntreaPolicyEgressRule, 60000-pos
-		}
-		applied := r.rule.AppliedTo
-		if len(applied) == 0 {
-			applied = r.pol.Spec.AppliedTo
-		}
-		ns := r.pol.Namespace
+	return ap
+}
+
+// antreaRule compiles the Antrea-native rule at precedence position pos.
+func (pc *policyCompiler) antreaRule(r apRule, pos int) error {
+	typ := crd.AntreaNetworkPolicyType
+	if r.pol.Kind == crd.KindAntreaClusterPolicy {
+		typ = crd.AntreaClusterPolicyType
+	}
+	dir := "egress"
+	if r.in {
+		dir = "ingress"
+	}
+	name := r.rule.Name
+	if name == "" {
+		// Upstream generates a name for unnamed rules; ours is readable.
+		name = fmt.Sprintf("%s-%s-%d", dir, strings.ToLower(r.rule.Action), r.index)
+	}
+	cr := &compiledRule{ingress: r.in, action: r.rule.Action}
+	cr.id = pc.newID(RuleRef{PolicyType: typ, Namespace: r.pol.Namespace, Name: r.pol.Name, Rule: name, Action: r.rule.Action})
+	switch {
+	case r.tier == 253 && r.in: // baseline: after K8s policy, in the DefaultRule tables
+		cr.table, cr.priority = TIngressDefaultRule, 150-pos%100
+	case r.tier == 253:
+		cr.table, cr.priority = TEgressDefaultRule, 150-pos%100
+	case r.in:
+		cr.table, cr.priority = TAntreaPolicyIngressRule, 60000-pos
+	default:
+		cr.table, cr.priority = TAntreaPolicyEgressRule, 60000-pos
+	}
+	applied := r.rule.AppliedTo
+	if len(applied) == 0 {
+		applied = r.pol.Spec.AppliedTo
+	}
+	ns := r.pol.Namespace
+	var err error
+	if cr.appliedTo, err = antreaPods(pc.st, applied, ns); err != nil {
+		return fmt.Errorf("%s %s: appliedTo: %w", typ, r.pol.Name, err)
+	}
+	peers := r.rule.To
+	if r.in {
+		peers = r.rule.From
+	}
+	if cr.anyPeer, cr.peers, err = antreaPeers(pc.st, peers, ns); err != nil {
+		return fmt.Errorf("%s %s: %w", typ, r.pol.Name, err)
+	}
+	cr.anyPort, cr.ports = portMatches(antreaToK8sPorts(r.rule.Ports))
+	pc.out.rules = append(pc.out.rules, cr)
+	return nil
+}
+
+// k8sPolicy isolates the Pods a Kubernetes NetworkPolicy selects, in the
+// directions it covers, and compiles its allow rules.
+func (pc *policyCompiler) k8sPolicy(np *networkingv1.NetworkPolicy) error {
+	applied, err := pc.st.SelectPods(&np.Spec.PodSelector, nil, np.Namespace)
+	if err != nil {
+		return err
+	}
+	in, eg := policyTypes(np)
+	ref := RuleRef{PolicyType: crd.K8sNetworkPolicyType, Namespace: np.Namespace, Name: np.Name, Action: crd.RuleActionAllow}
+	add := func(ingress bool, table string, peers []networkingv1.NetworkPolicyPeer, ports []networkingv1.NetworkPolicyPort) error {
+		cr := &compiledRule{id: pc.newID(ref), ingress: ingress, table: table, priority: 200, action: crd.RuleActionAllow, appliedTo: applied}
 		var err error
-		if cr.appliedTo, err = antreaPods(st, applied, ns); err != nil {
-			return nil, fmt.Errorf("%s %s: appliedTo: %w", typ, r.pol.Name, err)
+		if cr.anyPeer, cr.peers, err = k8sPeers(pc.st, peers, np.Namespace); err != nil {
+			return err
 		}
-		peers := r.rule.To
-		if r.in {
-			peers = r.rule.From
-		}
-		if cr.anyPeer, cr.peers, err = antreaPeers(st, peers, ns); err != nil {
-			return nil, fmt.Errorf("%s %s: %w", typ, r.pol.Name, err)
-		}
-		cr.anyPort, cr.ports = antreaPorts(r.rule.Ports)
-		c.rules = append(c.rules, cr)
+		cr.anyPort, cr.ports = portMatches(ports)
+		pc.out.rules = append(pc.out.rules, cr)
+		return nil
 	}
-	for _, np := range st.NetworkPolicies {
-		applied, err := st.SelectPods(&np.Spec.PodSelector, nil, np.Namespace)
-		if err != nil {
-			return nil, fmt.Errorf("NetworkPolicy %s/%s: %w", np.Namespace, np.Name, err)
+	if in {
+		for _, p := range applied {
+			pc.out.isolatedIngress[p] = true
 		}
-		in, eg := policyTypes(np)
-		ref := RuleRef{PolicyType: crd.K8sNetworkPolicyType, Namespace: np.Namespace, Name: np.Name, Action: crd.RuleActionAllow}
-		if in {
-			for _, p := range applied {
-				c.isolatedIngress[p] = true
-			}
-			for _, r := range np.Spec.Ingress {
-				cr := &compiledRule{id: newID(ref), ingress: true, table: TIngressRule, priority: 200, action: crd.RuleActionAllow, appliedTo: applied}
-				if cr.anyPeer, cr.peers, err = k8sPeers(st, r.From, np.Namespace); err != nil {
-					return nil, fmt.Errorf("NetworkPolicy %s/%s: %w", np.Namespace, np.Name, err)
-				}
-				cr.anyPort, cr.ports = k8sPorts(r.Ports)
-				c.rules = append(c.rules, cr)
-			}
-		}
-		if eg {
-			for _, p := range applied {
-				c.isolatedEgress[p] = true
-			}
-			for _, r := range np.Spec.Egress {
-				cr := &compiledRule{id: newID(ref), table: TEgressRule, priority: 200, action: crd.RuleActionAllow, appliedTo: applied}
-				if cr.anyPeer, cr.peers, err = k8sPeers(st, r.To, np.Namespace); err != nil {
-					return nil, fmt.Errorf("NetworkPolicy %s/%s: %w", np.Namespace, np.Name, err)
-				}
-				cr.anyPort, cr.ports = k8sPorts(r.Ports)
-				c.rules = append(c.rules, cr)
+		for _, r := range np.Spec.Ingress {
+			if err := add(true, TIngressRule, r.From, r.Ports); err != nil {
+				return err
 			}
 		}
 	}
-	return c, nil
+	if eg {
+		for _, p := range applied {
+			pc.out.isolatedEgress[p] = true
+		}
+		for _, r := range np.Spec.Egress {
+			if err := add(false, TEgressRule, r.To, r.Ports); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 func policyTypes(np *networkingv1.NetworkPolicy) (ingress, egress bool) {
@@ -296,7 +333,10 @@ func rangeMatches(proto uint8, lo, hi int32) []portMatch {
 	return out
 }
 
-func k8sPorts(ports []networkingv1.NetworkPolicyPort) (bool, []portMatch) {
+// portMatches turns a rule's ports (Kubernetes or, converted,
+// Antrea-native) into matches; no ports is any port. Named ports and
+// unmodelled protocols match nothing.
+func portMatches(ports []networkingv1.NetworkPolicyPort) (bool, []portMatch) {
 	if len(ports) == 0 {
 		return true, nil
 	}
@@ -324,32 +364,18 @@ func k8sPorts(ports []networkingv1.NetworkPolicyPort) (bool, []portMatch) {
 	return false, out
 }
 
-func antreaPorts(ports []crd.PolicyPort) (bool, []portMatch) {
-	if len(ports) == 0 {
-		return true, nil
-	}
-	var out []portMatch
-	for _, p := range ports {
-		proto := ""
+// antreaToK8sPorts converts Antrea-native rule ports, which have the same
+// fields as Kubernetes ones.
+func antreaToK8sPorts(ports []crd.PolicyPort) []networkingv1.NetworkPolicyPort {
+	out := make([]networkingv1.NetworkPolicyPort, len(ports))
+	for i, p := range ports {
+		out[i] = networkingv1.NetworkPolicyPort{Port: p.Port, EndPort: p.EndPort}
 		if p.Protocol != nil {
-			proto = *p.Protocol
-		}
-		n, ok := protoNumber(proto)
-		if !ok {
-			continue
-		}
-		switch {
-		case p.Port == nil:
-			out = append(out, portMatch{proto: n})
-		case p.Port.Type == 0:
-			hi := p.Port.IntVal
-			if p.EndPort != nil {
-				hi = *p.EndPort
-			}
-			out = append(out, rangeMatches(n, p.Port.IntVal, hi)...)
+			proto := corev1.Protocol(*p.Protocol)
+			out[i].Protocol = &proto
 		}
 	}
-	return false, out
+	return out
 }
 
 // subtract returns the prefixes covering p minus every prefix in except.
