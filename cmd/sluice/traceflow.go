@@ -136,12 +136,8 @@ func (f *traceflowFlags) model(ctx context.Context, stderr io.Writer, objs []clu
 
 func newTraceflowCmd() *cobra.Command {
 	var (
-		f                      traceflowFlags
-		src, dst, flow, output string
-		withFiles              []string
-		diff                   bool
-		objectFile             string
-		showFlows              bool
+		f traceflowFlags
+		o traceOptions
 	)
 	cmd := &cobra.Command{
 		Use:     "traceflow -S NS/POD -D DEST [-f FLOW] (--cluster PATH | --kubeconfig FILE)",
@@ -172,91 +168,112 @@ The exit status is 0 when the trace ran, whatever its phase, and 2 with a
 message when the input cannot be used.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			ctx := cmd.Context()
-			if ctx == nil {
-				ctx = context.Background()
-			}
-			switch output {
-			case "yaml", "json", "dot":
-			default:
-				return fmt.Errorf("-o %q: want yaml, json or dot", output)
-			}
-			if diff && len(withFiles) == 0 {
-				return errors.New("--diff needs --with FILE (the proposed change)")
-			}
-			var tf *crd.Traceflow
-			if objectFile != "" {
-				if src != "" || dst != "" || flow != "" {
-					return errors.New("--traceflow replaces -S, -D and -f; give one or the other")
-				}
-				var err error
-				if tf, err = readTraceflow(objectFile); err != nil {
-					return err
-				}
-			} else if src == "" || dst == "" {
-				return errors.New("please provide source (-S) and destination (-D)")
-			}
-			objs, err := f.objects(ctx, cmd.ErrOrStderr())
-			if err != nil {
-				return err
-			}
-			var proposed []cluster.Object
-			for _, w := range withFiles {
-				top, err := cluster.ReadPath(ctx, w)
-				if err != nil {
-					return fmt.Errorf("--with: %w", err)
-				}
-				proposed = cluster.Overlay(proposed, top)
-			}
-			after := cluster.Overlay(objs, proposed)
-			run := func(objs []cluster.Object, label string, tf *crd.Traceflow) (*tracer.Trace, error) {
-				m, err := f.model(ctx, cmd.ErrOrStderr(), objs, crd.FirstTraceflowTag, label)
-				if err != nil {
-					return nil, err
-				}
-				if tf == nil {
-					if tf, err = newTraceflow(m.State, src, dst, flow); err != nil {
-						return nil, err
-					}
-				}
-				return tracer.Run(ctx, m, tf, tracer.Options{})
-			}
-			out := cmd.OutOrStdout()
-			if diff {
-				before, err := run(objs, "before: ", tf)
-				if err != nil {
-					return err
-				}
-				// The same name and packet on both sides, so only the
-				// state differs.
-				next, err := run(after, "after: ", before.Traceflow.Clone())
-				if err != nil {
-					return err
-				}
-				return render.Diff(out, before.Traceflow, next.Traceflow)
-			}
-			tr, err := run(after, "", tf)
-			if err != nil {
-				return err
-			}
-			if showFlows {
-				printHops(cmd.ErrOrStderr(), tr.Hops)
-			}
-			return printTrace(out, tr.Traceflow, output, objectFile != "")
+			return runTrace(cmd, &f, &o)
 		},
 	}
 	f.register(cmd)
 	fl := cmd.Flags()
-	fl.StringVarP(&src, "source", "S", "", "source Pod: ns/pod or pod")
-	fl.StringVarP(&dst, "destination", "D", "", "destination: ns/pod, ns/service, pod, service or an IP")
-	fl.StringVarP(&flow, "flow", "f", "", `packet, e.g. "tcp,tcp_dst=80" (default ICMP echo request)`)
-	fl.StringVarP(&output, "output", "o", "yaml", "output format: yaml, json or dot")
-	fl.StringArrayVar(&withFiles, "with", nil, "overlay proposed objects from FILE (or directory) on the cluster state; repeatable")
-	fl.BoolVar(&diff, "diff", false, "with --with: trace before and after the change and print both and what changed")
-	fl.StringVar(&objectFile, "traceflow", "", "read a Traceflow object (YAML or JSON; - for stdin) and print it back with its status")
-	fl.BoolVar(&showFlows, "show-flows", false, "print, on stderr, every flow the packet hit on each Node")
+	fl.StringVarP(&o.src, "source", "S", "", "source Pod: ns/pod or pod")
+	fl.StringVarP(&o.dst, "destination", "D", "", "destination: ns/pod, ns/service, pod, service or an IP")
+	fl.StringVarP(&o.flow, "flow", "f", "", `packet, e.g. "tcp,tcp_dst=80" (default ICMP echo request)`)
+	fl.StringVarP(&o.output, "output", "o", "yaml", "output format: yaml, json or dot")
+	fl.StringArrayVar(&o.withFiles, "with", nil, "overlay proposed objects from FILE (or directory) on the cluster state; repeatable")
+	fl.BoolVar(&o.diff, "diff", false, "with --with: trace before and after the change and print both and what changed")
+	fl.StringVar(&o.objectFile, "traceflow", "", "read a Traceflow object (YAML or JSON; - for stdin) and print it back with its status")
+	fl.BoolVar(&o.showFlows, "show-flows", false, "print, on stderr, every flow the packet hit on each Node")
 	cmd.AddCommand(newTraceflowPipelineCmd(&f))
 	return cmd
+}
+
+// traceOptions are the flags of a trace.
+type traceOptions struct {
+	src, dst, flow, output string
+	withFiles              []string
+	diff                   bool
+	objectFile             string
+	showFlows              bool
+}
+
+// traceflow checks the flags and returns the Traceflow of --traceflow, or
+// nil when -S, -D and -f describe it.
+func (o *traceOptions) traceflow() (*crd.Traceflow, error) {
+	switch o.output {
+	case "yaml", "json", "dot":
+	default:
+		return nil, fmt.Errorf("-o %q: want yaml, json or dot", o.output)
+	}
+	if o.diff && len(o.withFiles) == 0 {
+		return nil, errors.New("--diff needs --with FILE (the proposed change)")
+	}
+	if o.objectFile != "" {
+		if o.src != "" || o.dst != "" || o.flow != "" {
+			return nil, errors.New("--traceflow replaces -S, -D and -f; give one or the other")
+		}
+		return readTraceflow(o.objectFile)
+	}
+	if o.src == "" || o.dst == "" {
+		return nil, errors.New("please provide source (-S) and destination (-D)")
+	}
+	return nil, nil
+}
+
+// runTrace reads the state, overlays --with, traces (twice with --diff)
+// and prints the result.
+func runTrace(cmd *cobra.Command, f *traceflowFlags, o *traceOptions) error {
+	ctx := cmd.Context()
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	tf, err := o.traceflow()
+	if err != nil {
+		return err
+	}
+	objs, err := f.objects(ctx, cmd.ErrOrStderr())
+	if err != nil {
+		return err
+	}
+	var proposed []cluster.Object
+	for _, w := range o.withFiles {
+		top, err := cluster.ReadPath(ctx, w)
+		if err != nil {
+			return fmt.Errorf("--with: %w", err)
+		}
+		proposed = cluster.Overlay(proposed, top)
+	}
+	after := cluster.Overlay(objs, proposed)
+	run := func(objs []cluster.Object, label string, tf *crd.Traceflow) (*tracer.Trace, error) {
+		m, err := f.model(ctx, cmd.ErrOrStderr(), objs, crd.FirstTraceflowTag, label)
+		if err != nil {
+			return nil, err
+		}
+		if tf == nil {
+			if tf, err = newTraceflow(m.State, o.src, o.dst, o.flow); err != nil {
+				return nil, err
+			}
+		}
+		return tracer.Run(ctx, m, tf, tracer.Options{})
+	}
+	out := cmd.OutOrStdout()
+	if o.diff {
+		before, err := run(objs, "before: ", tf)
+		if err != nil {
+			return err
+		}
+		// The same name and packet on both sides, so only the state differs.
+		next, err := run(after, "after: ", before.Traceflow.Clone())
+		if err != nil {
+			return err
+		}
+		return render.Diff(out, before.Traceflow, next.Traceflow)
+	}
+	tr, err := run(after, "", tf)
+	if err != nil {
+		return err
+	}
+	if o.showFlows {
+		printHops(cmd.ErrOrStderr(), tr.Hops)
+	}
+	return printTrace(out, tr.Traceflow, o.output, o.objectFile != "")
 }
 
 // newTraceflow builds the Traceflow that antctl would create.
