@@ -163,22 +163,23 @@ func Script(w io.Writer, nm *pipeline.NodeModel, cfg pipeline.Config) error {
 BR=${BR:-br-int}
 P=${PORT_PREFIX-antrea-}
 DATAPATH_TYPE=${DATAPATH_TYPE:-netdev}
-# fail_mode=secure: no NORMAL flow of OVS's own, only the modelled ones.
+# One transaction, so OVS reconfigures once. fail_mode=secure: no NORMAL
+# flow of OVS's own, only the modelled ones.
 ovs-vsctl --may-exist add-br "$BR" -- set bridge "$BR" datapath_type="$DATAPATH_TYPE" \
-  fail_mode=secure protocols=OpenFlow10,OpenFlow13,OpenFlow15
-`)
-	for _, p := range Ports(nm, cfg) {
-		fmt.Fprintf(&b, "# port %d: %s\n", p.OFPort, p.About)
+  fail_mode=secure protocols=OpenFlow10,OpenFlow13,OpenFlow15`)
+	ports := Ports(nm, cfg)
+	for _, p := range ports {
 		opts := ""
 		if p.Type == "geneve" || p.Type == "vxlan" {
 			opts = " options:remote_ip=flow options:key=flow"
 		}
-		fmt.Fprintf(&b, "ovs-vsctl --may-exist add-port \"$BR\" \"${P}%s\" -- set interface \"${P}%s\" type=%s%s ofport_request=%d\n",
+		fmt.Fprintf(&b, " \\\n  -- --may-exist add-port \"$BR\" \"${P}%s\" -- set interface \"${P}%s\" type=%s%s ofport_request=%d",
 			p.Name, p.Name, p.Type, opts, p.OFPort)
-		// ovs-vsctl exits 0 when OVS cannot open the port (a second
-		// flow-based tunnel on one UDP port, say): check the number.
-		fmt.Fprintf(&b, "[ \"$(ovs-vsctl get interface \"${P}%s\" ofport)\" = %d ] || { echo \"${P}%s did not get OpenFlow port %d\" >&2; exit 1; }\n",
-			p.Name, p.OFPort, p.Name, p.OFPort)
+	}
+	b.WriteString("\n# ovs-vsctl exits 0 when OVS cannot open a port (a second flow-based\n# tunnel on one UDP port, say): check every port's number.\n")
+	for _, p := range ports {
+		fmt.Fprintf(&b, "[ \"$(ovs-vsctl get interface \"${P}%s\" ofport)\" = %d ] || { echo \"${P}%s (%s) did not get OpenFlow port %d\" >&2; exit 1; }\n",
+			p.Name, p.OFPort, p.Name, p.About, p.OFPort)
 	}
 	b.WriteString(`ovs-ofctl -O OpenFlow15 del-flows "$BR"
 ovs-ofctl -O OpenFlow15 del-groups "$BR"
