@@ -210,6 +210,26 @@ func (b *builder) service(o Object, s *corev1.Service) {
 		}
 		svc.ClusterIPs = append(svc.ClusterIPs, ip)
 	}
+	for _, c := range s.Spec.ExternalIPs {
+		ip, err := netip.ParseAddr(c)
+		if err != nil {
+			b.fail(o.Describe(), "externalIP %q is not an IP address", c)
+			return
+		}
+		svc.ExternalIPs = append(svc.ExternalIPs, ip)
+	}
+	for _, in := range s.Status.LoadBalancer.Ingress {
+		if in.IP == "" {
+			continue // a hostname-only ingress is resolved outside the cluster
+		}
+		ip, err := netip.ParseAddr(in.IP)
+		if err != nil {
+			b.fail(o.Describe(), "loadBalancer ingress IP %q is not an IP address", in.IP)
+			return
+		}
+		svc.LoadBalancerIPs = append(svc.LoadBalancerIPs, ip)
+	}
+	svc.InternalLocal = s.Spec.InternalTrafficPolicy != nil && *s.Spec.InternalTrafficPolicy == corev1.ServiceInternalTrafficPolicyLocal
 	for _, p := range s.Spec.Ports {
 		proto := p.Protocol
 		if proto == "" {
@@ -268,7 +288,11 @@ func (b *builder) endpointSlice(s *discoveryv1.EndpointSlice) {
 				b.fail(obj, "endpoint address %q is not an IP address", a)
 				continue
 			}
-			svc.Endpoints = append(svc.Endpoints, Endpoint{IP: ip, Ports: ports, Proto: protos})
+			node := ""
+			if ep.NodeName != nil {
+				node = *ep.NodeName
+			}
+			svc.Endpoints = append(svc.Endpoints, Endpoint{IP: ip, Node: node, Ports: ports, Proto: protos})
 		}
 	}
 }

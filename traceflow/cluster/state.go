@@ -62,6 +62,7 @@ type ServicePort struct {
 // Endpoint is one ready address behind a Service with its ports by name.
 type Endpoint struct {
 	IP    netip.Addr
+	Node  string // the EndpointSlice's nodeName; "" if unknown
 	Ports map[string]uint16 // port name ("" for unnamed) -> target port
 	Proto map[string]corev1.Protocol
 }
@@ -71,7 +72,14 @@ type Service struct {
 	Namespace  string
 	Name       string
 	ClusterIPs []netip.Addr
-	Headless   bool
+	// ExternalIPs and LoadBalancerIPs (status.loadBalancer.ingress) are
+	// load-balanced like the ClusterIPs.
+	ExternalIPs     []netip.Addr
+	LoadBalancerIPs []netip.Addr
+	// InternalLocal is internalTrafficPolicy: Local: traffic from Pods to
+	// the ClusterIPs goes only to endpoints on the Pod's own Node.
+	InternalLocal bool
+	Headless      bool
 	Ports      []ServicePort
 	Endpoints  []Endpoint
 	HasSlices  bool

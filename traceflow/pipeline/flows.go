@@ -147,54 +147,76 @@ func protoOf(s string) uint8 {
 	return n
 }
 
+// serviceLB load-balances every Service address (ClusterIPs, externalIPs,
+// LoadBalancer ingress IPs) and port through a select group whose buckets
+// pick an endpoint for EndpointDNAT.
 func (g *gen) serviceLB() {
-	groupID := uint32(1)
-	dnat := map[string]bool{}
+	lb := &serviceFlows{g: g, nextGroup: 1, dnat: map[string]bool{}}
 	for _, svc := range g.m.State.Services {
-		for _, cip := range svc.ClusterIPs {
-			for _, sp := range svc.Ports {
-				proto := protoOf(string(sp.Protocol))
-				if proto == 0 {
-					continue
-				}
-				m := M{EthType: ethOf(cip), IPProto: proto, NwDst: host(cip), TpDst: datapath.Masked{Value: uint32(sp.Port), Mask: 0xffff}}
-				var buckets [][]A
-				for _, ep := range svc.Endpoints {
-					if ep.IP.Is6() != cip.Is6() {
-						continue
-					}
-					tport, ok := ep.Ports[sp.Name]
-					if !ok {
-						continue
-					}
-					buckets = append(buckets, []A{datapath.SetEndpoint{IP: ep.IP, Port: tport}, datapath.Resubmit{Table: TEndpointDNAT}})
-					key := ep.IP.String() + "|" + string(rune(proto)) + "|" + string(rune(tport))
-					if !dnat[key] {
-						dnat[key] = true
-						em := M{EthType: ethOf(ep.IP), IPProto: proto}
-						datapath.EndpointMatch(&em, ep.IP, tport)
-						g.add(TEndpointDNAT, 200, em, datapath.Ct{Commit: true, Zone: ctZone(ethOf(ep.IP)), Table: TAntreaPolicyEgressRule,
-							Xlate: &datapath.NAT{IP: ep.IP, Port: tport}, Mark: datapath.Masked{Value: ServiceCTMark, Mask: ServiceCTMark}})
-					}
-				}
-				if len(buckets) == 0 {
-					// No endpoint: the agent answers with a reject, which is
-					// not a Traceflow packet-in.
-					g.add(TServiceLB, 200, m, datapath.LoadReg{Reg: 4, Lo: SvcNoEndpointBit, Hi: SvcNoEndpointBit, Value: 1}, goTo(TEndpointDNAT))
-					continue
-				}
-				if g.err == nil {
-					g.err = g.nm.Bridge.AddGroup(&datapath.Group{ID: groupID, Buckets: buckets})
-				}
-				g.add(TServiceLB, 200, m, datapath.GroupAction{ID: groupID})
-				groupID++
-			}
+		for _, ip := range svc.ClusterIPs {
+			// internalTrafficPolicy governs the ClusterIPs only.
+			lb.frontend(svc, ip, svc.InternalLocal)
+		}
+		// A traced packet comes from a Pod: externalTrafficPolicy, which
+		// governs traffic from outside the cluster, does not apply to it.
+		for _, ip := range append(append([]netip.Addr(nil), svc.ExternalIPs...), svc.LoadBalancerIPs...) {
+			lb.frontend(svc, ip, false)
 		}
 	}
 	g.add(TServiceLB, 0, M{}, goTo(TEndpointDNAT))
 	g.add(TEndpointDNAT, 190, M{Regs: []datapath.RegMatch{{Reg: 4, Masked: datapath.Masked{Value: 1 << SvcNoEndpointBit, Mask: 1 << SvcNoEndpointBit}}}},
 		datapath.Controller{Category: CategorySvcReject})
 	g.add(TEndpointDNAT, 0, M{}, goTo(TAntreaPolicyEgressRule))
+}
+
+// serviceFlows numbers the groups and shares EndpointDNAT flows.
+type serviceFlows struct {
+	g         *gen
+	nextGroup uint32
+	dnat      map[string]bool // endpoint|proto|port with a DNAT flow
+}
+
+// frontend adds the ServiceLB flows of one Service address, one per port;
+// localOnly keeps only endpoints on this Node.
+func (lb *serviceFlows) frontend(svc *cluster.Service, ip netip.Addr, localOnly bool) {
+	g := lb.g
+	for _, sp := range svc.Ports {
+		proto := protoOf(string(sp.Protocol))
+		if proto == 0 {
+			continue
+		}
+		m := M{EthType: ethOf(ip), IPProto: proto, NwDst: host(ip), TpDst: datapath.Masked{Value: uint32(sp.Port), Mask: 0xffff}}
+		var buckets [][]A
+		for _, ep := range svc.Endpoints {
+			if ep.IP.Is6() != ip.Is6() || (localOnly && ep.Node != g.nm.Node.Name) {
+				continue
+			}
+			tport, ok := ep.Ports[sp.Name]
+			if !ok {
+				continue
+			}
+			buckets = append(buckets, []A{datapath.SetEndpoint{IP: ep.IP, Port: tport}, datapath.Resubmit{Table: TEndpointDNAT}})
+			key := ep.IP.String() + "|" + string(rune(proto)) + "|" + string(rune(tport))
+			if !lb.dnat[key] {
+				lb.dnat[key] = true
+				em := M{EthType: ethOf(ep.IP), IPProto: proto}
+				datapath.EndpointMatch(&em, ep.IP, tport)
+				g.add(TEndpointDNAT, 200, em, datapath.Ct{Commit: true, Zone: ctZone(ethOf(ep.IP)), Table: TAntreaPolicyEgressRule,
+					Xlate: &datapath.NAT{IP: ep.IP, Port: tport}, Mark: datapath.Masked{Value: ServiceCTMark, Mask: ServiceCTMark}})
+			}
+		}
+		if len(buckets) == 0 {
+			// No endpoint: the agent answers with a reject, which is
+			// not a Traceflow packet-in.
+			g.add(TServiceLB, 200, m, datapath.LoadReg{Reg: 4, Lo: SvcNoEndpointBit, Hi: SvcNoEndpointBit, Value: 1}, goTo(TEndpointDNAT))
+			continue
+		}
+		if g.err == nil {
+			g.err = g.nm.Bridge.AddGroup(&datapath.Group{ID: lb.nextGroup, Buckets: buckets})
+		}
+		g.add(TServiceLB, 200, m, datapath.GroupAction{ID: lb.nextGroup})
+		lb.nextGroup++
+	}
 }
 
 func (g *gen) l3Forwarding() {

@@ -58,3 +58,51 @@ func TestBuildIsDeterministic(t *testing.T) {
 		}
 	}
 }
+
+// TestServiceAddresses checks which Service addresses each Node
+// load-balances: LoadBalancer ingress IPs and externalIPs everywhere, a
+// Service with internalTrafficPolicy Local only where it has an endpoint
+// (elsewhere it is a Service without endpoints).
+func TestServiceAddresses(t *testing.T) {
+	ctx := context.Background()
+	objs, err := cluster.ReadPath(ctx, "../testdata/cluster")
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, probs := cluster.Build(objs)
+	if probs.Err() != nil {
+		t.Fatal(probs.Err())
+	}
+	m, _, err := Build(ctx, st, DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	lbFlow := func(node, match string) string {
+		for _, f := range m.Nodes[node].Bridge.Flows() {
+			if f.Table == TServiceLB && strings.Contains(f.String(), match+" ") {
+				return f.String()
+			}
+		}
+		return ""
+	}
+	for _, c := range []struct {
+		node, match, action string // action "" means no flow
+	}{
+		{"k8s-node-1", "nw_dst=172.18.0.50,tp_dst=5432", "group:"},
+		{"k8s-node-3", "nw_dst=172.18.0.50,tp_dst=5432", "group:"},
+		{"k8s-node-1", "nw_dst=192.168.77.50,tp_dst=5432", "group:"},
+		{"k8s-node-1", "nw_dst=10.96.0.50,tp_dst=5432", "group:"},
+		{"k8s-node-1", "nw_dst=192.168.77.50,tp_dst=30432", ""}, // externalIPs use the Service port
+		{"k8s-node-2", "nw_dst=10.96.0.60,tp_dst=5432", "group:"},
+		{"k8s-node-1", "nw_dst=10.96.0.60,tp_dst=5432", "->reg4"}, // no local endpoint: the reject mark
+		{"k8s-node-3", "nw_dst=10.96.0.60,tp_dst=5432", "->reg4"},
+	} {
+		f := lbFlow(c.node, c.match)
+		switch {
+		case c.action == "" && f != "":
+			t.Errorf("%s: unexpected flow %s", c.node, f)
+		case c.action != "" && !strings.Contains(f, c.action):
+			t.Errorf("%s %s: flow %q, want an action %q", c.node, c.match, f, c.action)
+		}
+	}
+}
