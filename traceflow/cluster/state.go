@@ -62,7 +62,7 @@ type ServicePort struct {
 // Endpoint is one ready address behind a Service with its ports by name.
 type Endpoint struct {
 	IP    netip.Addr
-	Node  string // the EndpointSlice's nodeName; "" if unknown
+	Node  string            // the EndpointSlice's nodeName; "" if unknown
 	Ports map[string]uint16 // port name ("" for unnamed) -> target port
 	Proto map[string]corev1.Protocol
 }
@@ -80,10 +80,10 @@ type Service struct {
 	// the ClusterIPs goes only to endpoints on the Pod's own Node.
 	InternalLocal bool
 	Headless      bool
-	Ports      []ServicePort
-	Endpoints  []Endpoint
-	HasSlices  bool
-	Selector   map[string]string
+	Ports         []ServicePort
+	Endpoints     []Endpoint
+	HasSlices     bool
+	Selector      map[string]string
 }
 
 // Key is "namespace/name".
