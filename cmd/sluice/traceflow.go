@@ -32,6 +32,7 @@ type traceflowFlags struct {
 	tunnelType     string
 	serviceCIDRs   []string
 	exceptCIDRs    []string
+	proxyAll       bool
 }
 
 func (f *traceflowFlags) register(cmd *cobra.Command) {
@@ -43,6 +44,7 @@ func (f *traceflowFlags) register(cmd *cobra.Command) {
 	fl.StringVar(&f.tunnelType, "tunnel-type", "geneve", "tunnel type in encap and hybrid modes: geneve or vxlan")
 	fl.StringSliceVar(&f.serviceCIDRs, "service-cidr", []string{crd.ServiceCIDRDefault}, "Service CIDRs (Egress never SNATs traffic to them)")
 	fl.StringSliceVar(&f.exceptCIDRs, "egress-except-cidr", nil, "the agents' egress.exceptCIDRs")
+	fl.BoolVar(&f.proxyAll, "proxy-all", false, "the agents' antreaProxy.proxyAll: NodePorts of each Node's own addresses are load-balanced in OVS")
 }
 
 // config turns the flags into a pipeline configuration.
@@ -72,7 +74,7 @@ func (f *traceflowFlags) config(tag uint8) (pipeline.Config, error) {
 	if cfg.EgressExceptCIDRs, err = parse("--egress-except-cidr", f.exceptCIDRs); err != nil {
 		return cfg, err
 	}
-	cfg.Tag = tag
+	cfg.Tag, cfg.ProxyAll = tag, f.proxyAll
 	return cfg, nil
 }
 

@@ -239,7 +239,11 @@ func (b *builder) service(o Object, s *corev1.Service) {
 			b.fail(o.Describe(), "port %d is out of range", p.Port)
 			return
 		}
-		svc.Ports = append(svc.Ports, ServicePort{Name: p.Name, Protocol: proto, Port: uint16(p.Port)})
+		sp := ServicePort{Name: p.Name, Protocol: proto, Port: uint16(p.Port)}
+		if p.NodePort > 0 && p.NodePort <= 65535 {
+			sp.NodePort = uint16(p.NodePort)
+		}
+		svc.Ports = append(svc.Ports, sp)
 	}
 	b.st.Services = append(b.st.Services, svc)
 }

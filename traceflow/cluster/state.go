@@ -57,6 +57,7 @@ type ServicePort struct {
 	Name     string
 	Protocol corev1.Protocol
 	Port     uint16
+	NodePort uint16 // 0 unless the Service is a NodePort or LoadBalancer one
 }
 
 // Endpoint is one ready address behind a Service with its ports by name.

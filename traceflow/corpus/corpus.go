@@ -25,6 +25,7 @@ type Case struct {
 	Dst      string           `json:"dst"`            // antctl's -D
 	Flow     string           `json:"flow,omitempty"` // antctl's -f
 	Overlays []string         `json:"overlays,omitempty"`
+	ProxyAll bool             `json:"proxyAll,omitempty"` // the agents' antreaProxy.proxyAll
 	Phase    crd.Phase        `json:"phase"`
 	Reason   string           `json:"reason,omitempty"`
 	Results  []crd.NodeResult `json:"results,omitempty"` // timestamps left out
@@ -55,8 +56,8 @@ func (c *Case) TrafficMode() pipeline.TrafficMode {
 	return pipeline.TrafficMode(c.Mode)
 }
 
-// Model builds the fixture cluster of dir with the case's overlays and
-// mode, with the corpus's Traceflow tag.
+// Model builds the fixture cluster of dir with the case's overlays, mode
+// and proxyAll, with the corpus's Traceflow tag.
 func (c *Case) Model(ctx context.Context, dir string) (*pipeline.Model, error) {
 	objs, err := cluster.ReadPath(ctx, filepath.Join(dir, "cluster"))
 	if err != nil {
@@ -74,7 +75,7 @@ func (c *Case) Model(ctx context.Context, dir string) (*pipeline.Model, error) {
 		return nil, err
 	}
 	cfg := pipeline.DefaultConfig()
-	cfg.TrafficMode, cfg.Tag = c.TrafficMode(), Tag
+	cfg.TrafficMode, cfg.Tag, cfg.ProxyAll = c.TrafficMode(), Tag, c.ProxyAll
 	m, _, err := pipeline.Build(ctx, st, cfg)
 	return m, err
 }

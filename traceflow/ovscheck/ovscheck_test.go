@@ -89,7 +89,7 @@ type loader struct {
 }
 
 func (l *loader) load(ctx context.Context, c *corpus.Case, m *pipeline.Model, node string) (*Bridge, error) {
-	key := c.Mode + "|" + strings.Join(c.Overlays, ",") + "|" + node
+	key := fmt.Sprintf("%s|%v|%s|%s", c.Mode, c.ProxyAll, strings.Join(c.Overlays, ","), node)
 	if l.current != nil && l.key == key {
 		return l.current, nil
 	}

@@ -139,7 +139,18 @@ func (g *gen) conntrack() {
 	g.add(TConntrackState, 190, M{CtState: datapath.CtStateMatch{Set: datapath.CtInv | datapath.CtTrk}}, datapath.Drop{})
 	g.add(TConntrackState, 190, M{CtState: datapath.CtStateMatch{Set: datapath.CtTrk, Clear: datapath.CtNew}}, goTo(TEgressMetric))
 	g.add(TConntrackState, 0, M{}, goTo(TPreRoutingClassifier))
-	g.add(TPreRoutingClassifier, 0, M{}, goTo(TServiceLB))
+	if !g.m.Config.ProxyAll {
+		g.add(TPreRoutingClassifier, 0, M{}, goTo(TServiceLB))
+		return
+	}
+	g.add(TPreRoutingClassifier, 0, M{}, goTo(TNodePortMark))
+	for _, ip := range []netip.Addr{g.nm.Node.TransportIP, g.nm.Node.TransportV6} {
+		if ip.IsValid() {
+			g.add(TNodePortMark, 200, M{EthType: ethOf(ip), NwDst: host(ip)},
+				datapath.LoadReg{Reg: 4, Lo: NodePortAddressBit, Hi: NodePortAddressBit, Value: 1}, goTo(TServiceLB))
+		}
+	}
+	g.add(TNodePortMark, 0, M{}, goTo(TServiceLB))
 }
 
 func protoOf(s string) uint8 {
@@ -155,12 +166,17 @@ func (g *gen) serviceLB() {
 	for _, svc := range g.m.State.Services {
 		for _, ip := range svc.ClusterIPs {
 			// internalTrafficPolicy governs the ClusterIPs only.
-			lb.frontend(svc, ip, svc.InternalLocal)
+			lb.frontend(svc, ip.Is6(), svc.InternalLocal, addressMatch(ip))
 		}
 		// A traced packet comes from a Pod: externalTrafficPolicy, which
 		// governs traffic from outside the cluster, does not apply to it.
 		for _, ip := range append(append([]netip.Addr(nil), svc.ExternalIPs...), svc.LoadBalancerIPs...) {
-			lb.frontend(svc, ip, false)
+			lb.frontend(svc, ip.Is6(), false, addressMatch(ip))
+		}
+		if g.m.Config.ProxyAll {
+			for _, v6 := range []bool{false, true} {
+				lb.frontend(svc, v6, false, nodePortMatch(v6))
+			}
 		}
 	}
 	g.add(TServiceLB, 0, M{}, goTo(TEndpointDNAT))
@@ -176,19 +192,40 @@ type serviceFlows struct {
 	dnat      map[string]bool // endpoint|proto|port with a DNAT flow
 }
 
-// frontend adds the ServiceLB flows of one Service address, one per port;
-// localOnly keeps only endpoints on this Node.
-func (lb *serviceFlows) frontend(svc *cluster.Service, ip netip.Addr, localOnly bool) {
+// addressMatch matches a Service address and port.
+func addressMatch(ip netip.Addr) func(cluster.ServicePort) (M, bool) {
+	return func(sp cluster.ServicePort) (M, bool) {
+		return M{EthType: ethOf(ip), NwDst: host(ip), TpDst: datapath.Masked{Value: uint32(sp.Port), Mask: 0xffff}}, true
+	}
+}
+
+// nodePortMatch matches a nodePort on an address NodePortMark marked.
+func nodePortMatch(v6 bool) func(cluster.ServicePort) (M, bool) {
+	eth := datapath.EthIPv4
+	if v6 {
+		eth = datapath.EthIPv6
+	}
+	return func(sp cluster.ServicePort) (M, bool) {
+		return M{EthType: eth, Regs: []datapath.RegMatch{{Reg: 4, Masked: datapath.Masked{Value: 1 << NodePortAddressBit, Mask: 1 << NodePortAddressBit}}},
+			TpDst: datapath.Masked{Value: uint32(sp.NodePort), Mask: 0xffff}}, sp.NodePort != 0
+	}
+}
+
+// frontend adds the ServiceLB flows of one Service frontend (an address,
+// or the nodePorts), one per port that match gives; localOnly keeps only
+// endpoints on this Node.
+func (lb *serviceFlows) frontend(svc *cluster.Service, v6, localOnly bool, match func(cluster.ServicePort) (M, bool)) {
 	g := lb.g
 	for _, sp := range svc.Ports {
 		proto := protoOf(string(sp.Protocol))
-		if proto == 0 {
+		m, ok := match(sp)
+		if proto == 0 || !ok {
 			continue
 		}
-		m := M{EthType: ethOf(ip), IPProto: proto, NwDst: host(ip), TpDst: datapath.Masked{Value: uint32(sp.Port), Mask: 0xffff}}
+		m.IPProto = proto
 		var buckets [][]A
 		for _, ep := range svc.Endpoints {
-			if ep.IP.Is6() != ip.Is6() || (localOnly && ep.Node != g.nm.Node.Name) {
+			if ep.IP.Is6() != v6 || (localOnly && ep.Node != g.nm.Node.Name) {
 				continue
 			}
 			tport, ok := ep.Ports[sp.Name]

@@ -106,3 +106,47 @@ func TestServiceAddresses(t *testing.T) {
 		}
 	}
 }
+
+// TestNodePortMark checks proxyAll's NodePort flows: the Node's own
+// address is marked, and ServiceLB load-balances the marked nodePort;
+// without proxyAll there is no NodePortMark table and no nodePort flow.
+func TestNodePortMark(t *testing.T) {
+	ctx := context.Background()
+	objs, err := cluster.ReadPath(ctx, "../testdata/cluster")
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, probs := cluster.Build(objs)
+	if probs.Err() != nil {
+		t.Fatal(probs.Err())
+	}
+	dump := func(proxyAll bool) string {
+		cfg := DefaultConfig()
+		cfg.ProxyAll = proxyAll
+		m, _, err := Build(ctx, st, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var b strings.Builder
+		for _, f := range m.Nodes["k8s-node-1"].Bridge.Flows() {
+			b.WriteString(f.String() + "\n")
+		}
+		return b.String()
+	}
+	with, without := dump(true), dump(false)
+	for _, want := range []string{
+		"table=PreRoutingClassifier, priority=0 actions=goto_table:NodePortMark\n",
+		"table=NodePortMark, priority=200,ip,nw_dst=192.168.77.101 actions=set_field:0x100000/0x100000->reg4,goto_table:ServiceLB\n",
+		"table=ServiceLB, priority=200,tcp,reg4=0x100000/0x100000,tp_dst=30432 actions=group:",
+	} {
+		if !strings.Contains(with, want) {
+			t.Errorf("proxyAll: no %q", want)
+		}
+	}
+	if strings.Contains(with, "nw_dst=192.168.77.102 actions=set_field:0x100000") {
+		t.Error("proxyAll marks another Node's address")
+	}
+	if strings.Contains(without, "NodePortMark") || strings.Contains(without, "tp_dst=30432") {
+		t.Error("NodePort flows without proxyAll")
+	}
+}
