@@ -150,3 +150,54 @@ func TestNodePortMark(t *testing.T) {
 		t.Error("NodePort flows without proxyAll")
 	}
 }
+
+// TestNamedTargetPort checks that a named target port resolves per Pod:
+// two EndpointSlices give the name two numbers, and each endpoint is
+// DNATed to its own.
+func TestNamedTargetPort(t *testing.T) {
+	ctx := context.Background()
+	objs, err := cluster.ReadPath(ctx, "../testdata/cluster")
+	if err != nil {
+		t.Fatal(err)
+	}
+	more, err := cluster.ParseObjects([]byte(`apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata:
+  name: web-named-77xqp
+  namespace: default
+  labels: {kubernetes.io/service-name: web-named}
+addressType: IPv4
+ports: [{name: http, port: 9090, protocol: TCP}]
+endpoints:
+- addresses: [10.10.2.9]
+  nodeName: k8s-node-2
+`), "slice.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, probs := cluster.Build(append(objs, more...))
+	if probs.Err() != nil {
+		t.Fatal(probs.Err())
+	}
+	m, _, err := Build(ctx, st, DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	for _, f := range m.Nodes["k8s-node-3"].Bridge.Flows() {
+		b.WriteString(f.String() + "\n")
+	}
+	for _, g := range m.Nodes["k8s-node-3"].Bridge.Groups() {
+		b.WriteString(g.String() + "\n")
+	}
+	for _, want := range []string{
+		"nat(dst=10.10.1.6:8080)",
+		"nat(dst=10.10.2.9:9090)",
+		"load:0xa0a0106->NXM_NX_REG3[],set_field:0x21f90/0x7ffff->reg4", // 8080
+		"load:0xa0a0209->NXM_NX_REG3[],set_field:0x22382/0x7ffff->reg4", // 9090
+	} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("no %q", want)
+		}
+	}
+}
