@@ -379,6 +379,9 @@ func (b *builder) antreaPolicy(o Object, ap *crd.AntreaPolicy) {
 			if p.Group != "" {
 				b.warn(o.Describe(), "%s: ClusterGroup %q is not modelled; that peer matches nothing", where, p.Group)
 			}
+			if p.Namespaces != nil && !p.IsSelf() {
+				b.warn(o.Describe(), "%s: namespaces.match %q is not modelled (only Self is); that peer matches nothing", where, p.Namespaces.Match)
+			}
 			for _, sel := range []*metav1.LabelSelector{p.PodSelector, p.NamespaceSelector} {
 				if sel == nil {
 					continue

@@ -263,6 +263,23 @@ type PolicyPeer struct {
 	NamespaceSelector *metav1.LabelSelector `json:"namespaceSelector,omitempty"`
 	IPBlock           *IPBlock              `json:"ipBlock,omitempty"`
 	Group             string                `json:"group,omitempty"`
+	Namespaces        *PeerNamespaces       `json:"namespaces,omitempty"`
+}
+
+// PeerNamespaces selects namespaces relative to the Pod a rule applies
+// to; match Self is its own namespace.
+type PeerNamespaces struct {
+	Match string `json:"match,omitempty"`
+}
+
+// NamespaceMatchSelf is the namespaces.match value for the applied-to
+// Pod's own namespace.
+const NamespaceMatchSelf = "Self"
+
+// IsSelf reports whether the peer selects in the applied-to Pod's own
+// namespace.
+func (p *PolicyPeer) IsSelf() bool {
+	return p.Namespaces != nil && p.Namespaces.Match == NamespaceMatchSelf
 }
 
 // IPBlock is a CIDR (Antrea-native blocks have no except list).

@@ -4,10 +4,12 @@ import (
 	"context"
 	"net/netip"
 	"reflect"
+	"sort"
 	"strings"
 	"testing"
 
 	"sluice/traceflow/cluster"
+	"sluice/traceflow/datapath"
 )
 
 func TestSubtract(t *testing.T) {
@@ -198,6 +200,60 @@ endpoints:
 	} {
 		if !strings.Contains(b.String(), want) {
 			t.Errorf("no %q", want)
+		}
+	}
+}
+
+// TestNamespacesMatchSelf checks that a namespaces.match Self peer gives
+// one rule per applied-to namespace, each allowing only its own Pods.
+func TestNamespacesMatchSelf(t *testing.T) {
+	ctx := context.Background()
+	objs, err := cluster.ReadPath(ctx, "../testdata/cluster")
+	if err != nil {
+		t.Fatal(err)
+	}
+	top, err := cluster.ReadPath(ctx, "../testdata/overlays/antrea-self.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, probs := cluster.Build(cluster.Overlay(objs, top))
+	if probs.Err() != nil {
+		t.Fatal(probs.Err())
+	}
+	m, _, err := Build(ctx, st, DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []uint32
+	for id, r := range m.Rules {
+		if r.Rule == "allow-same-namespace" {
+			ids = append(ids, id)
+		}
+	}
+	if len(ids) != 2 { // default and prod hold the applied-to Pods
+		t.Fatalf("allow-same-namespace compiled to %d rules, want 2", len(ids))
+	}
+	// On k8s-node-2 (db in default; api, batch in prod) each rule's peer
+	// clause lists only its own namespace's Pod IPs.
+	peers := map[uint32][]string{}
+	for _, f := range m.Nodes["k8s-node-2"].Bridge.Flows() {
+		for _, a := range f.Actions {
+			if c, ok := a.(datapath.Conjunction); ok && c.K == 2 && f.Match.NwSrc.IsValid() {
+				peers[c.ID] = append(peers[c.ID], f.Match.NwSrc.String())
+			}
+		}
+	}
+	got := map[string]bool{}
+	for _, id := range ids {
+		sort.Strings(peers[id])
+		got[strings.Join(peers[id], " ")] = true
+	}
+	for _, want := range []string{
+		"10.10.1.5/32 10.10.1.6/32 10.10.2.7/32 fd00:10:1::5/128 fd00:10:2::7/128",
+		"10.10.2.8/32 10.10.2.9/32",
+	} {
+		if !got[want] {
+			t.Errorf("no Self rule whose peers are %s; got %v", want, got)
 		}
 	}
 }

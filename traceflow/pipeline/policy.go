@@ -127,7 +127,7 @@ func (pc *policyCompiler) antreaRule(r apRule, pos int) error {
 		name = fmt.Sprintf("%s-%s-%d", dir, strings.ToLower(r.rule.Action), r.index)
 	}
 	cr := &compiledRule{ingress: r.in, action: r.rule.Action}
-	cr.id = pc.newID(RuleRef{PolicyType: typ, Namespace: r.pol.Namespace, Name: r.pol.Name, Rule: name, Action: r.rule.Action})
+	ref := RuleRef{PolicyType: typ, Namespace: r.pol.Namespace, Name: r.pol.Name, Rule: name, Action: r.rule.Action}
 	switch {
 	case r.tier == 253 && r.in: // baseline: after K8s policy, in the DefaultRule tables
 		cr.table, cr.priority = TIngressDefaultRule, 150-pos%100
@@ -144,19 +144,46 @@ func (pc *policyCompiler) antreaRule(r apRule, pos int) error {
 	}
 	ns := r.pol.Namespace
 	var err error
-	if cr.appliedTo, err = antreaPods(pc.st, applied, ns); err != nil {
+	if cr.appliedTo, err = antreaPods(pc.st, applied, ns, ""); err != nil {
 		return fmt.Errorf("%s %s: appliedTo: %w", typ, r.pol.Name, err)
 	}
 	peers := r.rule.To
 	if r.in {
 		peers = r.rule.From
 	}
-	if cr.anyPeer, cr.peers, err = antreaPeers(pc.st, peers, ns); err != nil {
-		return fmt.Errorf("%s %s: %w", typ, r.pol.Name, err)
-	}
 	cr.anyPort, cr.ports = portMatches(antreaToK8sPorts(r.rule.Ports))
-	pc.out.rules = append(pc.out.rules, cr)
+	// A peer with namespaces.match Self selects in each applied-to Pod's
+	// own namespace: one rule per namespace, each with its own ID.
+	byNS := map[string][]*cluster.Pod{"": cr.appliedTo}
+	if hasSelf(peers) {
+		byNS = map[string][]*cluster.Pod{}
+		for _, p := range cr.appliedTo {
+			byNS[p.Namespace] = append(byNS[p.Namespace], p)
+		}
+	}
+	namespaces := make([]string, 0, len(byNS))
+	for n := range byNS {
+		namespaces = append(namespaces, n)
+	}
+	sort.Strings(namespaces)
+	for _, self := range namespaces {
+		one := *cr
+		one.id, one.appliedTo = pc.newID(ref), byNS[self]
+		if one.anyPeer, one.peers, err = antreaPeers(pc.st, peers, ns, self); err != nil {
+			return fmt.Errorf("%s %s: %w", typ, r.pol.Name, err)
+		}
+		pc.out.rules = append(pc.out.rules, &one)
+	}
 	return nil
+}
+
+func hasSelf(peers []crd.PolicyPeer) bool {
+	for i := range peers {
+		if peers[i].IsSelf() {
+			return true
+		}
+	}
+	return false
 }
 
 // k8sPolicy isolates the Pods a Kubernetes NetworkPolicy selects, in the
@@ -264,14 +291,20 @@ func k8sPeers(st *cluster.State, peers []networkingv1.NetworkPolicyPeer, ns stri
 	return false, out, nil
 }
 
-func antreaPods(st *cluster.State, peers []crd.PolicyPeer, ns string) ([]*cluster.Pod, error) {
+// antreaPods selects the Pods of peers in namespace ns (cluster-wide for
+// ""); self is the namespace a namespaces.match Self peer selects in.
+func antreaPods(st *cluster.State, peers []crd.PolicyPeer, ns, self string) ([]*cluster.Pod, error) {
 	var out []*cluster.Pod
 	seen := map[*cluster.Pod]bool{}
 	for _, p := range peers {
-		if p.PodSelector == nil && p.NamespaceSelector == nil {
+		in := ns
+		switch {
+		case p.IsSelf() && self != "":
+			in = self
+		case p.Namespaces != nil, p.PodSelector == nil && p.NamespaceSelector == nil:
 			continue
 		}
-		pods, err := st.SelectPods(p.PodSelector, p.NamespaceSelector, ns)
+		pods, err := st.SelectPods(p.PodSelector, p.NamespaceSelector, in)
 		if err != nil {
 			return nil, err
 		}
@@ -285,7 +318,7 @@ func antreaPods(st *cluster.State, peers []crd.PolicyPeer, ns string) ([]*cluste
 	return out, nil
 }
 
-func antreaPeers(st *cluster.State, peers []crd.PolicyPeer, ns string) (bool, []netip.Prefix, error) {
+func antreaPeers(st *cluster.State, peers []crd.PolicyPeer, ns, self string) (bool, []netip.Prefix, error) {
 	if len(peers) == 0 {
 		return true, nil, nil
 	}
@@ -299,7 +332,7 @@ func antreaPeers(st *cluster.State, peers []crd.PolicyPeer, ns string) (bool, []
 			out = append(out, cidr.Masked())
 		}
 	}
-	pods, err := antreaPods(st, peers, ns)
+	pods, err := antreaPods(st, peers, ns, self)
 	if err != nil {
 		return false, nil, err
 	}

@@ -35,17 +35,30 @@ import (
 	"sluice/traceflow/tracer"
 )
 
-// fileObjects reads the fixture cluster with every overlay applied when
-// overlays is set.
+// policyOverlays are the overlays that together still let traffic
+// through (the others isolate namespaces or move an Egress).
+var policyOverlays = []string{"allow-external.yaml", "antrea-deny.yaml", "k8s-egress-allow.yaml", "k8s-ingress-isolate.yaml"}
+
+// fileObjects reads the fixture cluster with the policy overlays applied
+// when overlays is set.
 func fileObjects(t *testing.T, overlays bool) []cluster.Object {
+	t.Helper()
+	if overlays {
+		return fileObjectsWith(t, policyOverlays...)
+	}
+	return fileObjectsWith(t)
+}
+
+// fileObjectsWith reads the fixture cluster with the given overlays.
+func fileObjectsWith(t *testing.T, overlays ...string) []cluster.Object {
 	t.Helper()
 	ctx := context.Background()
 	objs, err := cluster.ReadPath(ctx, "../../testdata/cluster")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if overlays {
-		top, err := cluster.ReadPath(ctx, "../../testdata/overlays")
+	for _, o := range overlays {
+		top, err := cluster.ReadPath(ctx, "../../testdata/overlays/"+o)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -178,14 +191,15 @@ func ids(objs []cluster.Object) []string {
 func TestLiveTracesLikeFiles(t *testing.T) {
 	for _, c := range []struct {
 		name     string
-		overlays bool
+		overlays []string
 		want     []string // in the file traces, so they are not trivially equal
 	}{
-		{"base", false, []string{"action: MarkedForSNAT", "action: ForwardedToEgressNode", "translatedDstIP: 10.10.2.7", "action: Delivered"}},
-		{"policies", true, []string{"action: Rejected", "action: Dropped", "networkPolicyRule: reject-db", "networkPolicy: K8sNetworkPolicy:default/client-external", "networkPolicy: K8sNetworkPolicy:default/db-from-prod", "action: Delivered"}},
+		{"base", nil, []string{"action: MarkedForSNAT", "action: ForwardedToEgressNode", "translatedDstIP: 10.10.2.7", "action: Delivered"}},
+		{"policies", policyOverlays, []string{"action: Rejected", "action: Dropped", "networkPolicyRule: reject-db", "networkPolicy: K8sNetworkPolicy:default/client-external", "networkPolicy: K8sNetworkPolicy:default/db-from-prod", "action: Delivered"}},
+		{"self and failover", []string{"antrea-self.yaml", "egress-failover.yaml"}, []string{"networkPolicyRule: drop-other-namespaces", "networkPolicyRule: allow-same-namespace", "egressNode: k8s-node-2"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			files := fileObjects(t, c.overlays)
+			files := fileObjectsWith(t, c.overlays...)
 			client, dyn := fakes(t, files, allAntrea)
 			live, probs, err := Load(context.Background(), client, dyn, Options{})
 			if err != nil {
