@@ -150,24 +150,3 @@ func TestTraceflowPipeline(t *testing.T) {
 		}
 	}
 }
-
-// TestTraceflowPipelineOVSScript checks the exact --ovs-script flag: the
-// script package ovs writes (traceflow/ovscheck runs it in real OVS), with
-// the tag's flows in numbered tables.
-func TestTraceflowPipelineOVSScript(t *testing.T) {
-	out, _, code := runSluice(t, "traceflow", "pipeline", "--node", "k8s-node-3", "--ovs-script", "--cluster", tfCluster, "--tag", "7")
-	if code != 0 {
-		t.Fatalf("exit %d", code)
-	}
-	for _, want := range []string{
-		"#!/bin/sh\n",
-		"# Builds the modelled Antrea bridge of Node k8s-node-3",
-		"ovs-ofctl -O OpenFlow15 add-flows \"$BR\" - <<'SLUICE_FLOWS'\n",
-		"table=25, priority=203,ip,reg0=0x200000/0x600000,reg1=0x1,ip_dscp=7 actions=output:NXM_NX_REG1[],controller(reason=no_match,userdata=01)\n",
-		"group_id=2,type=select,selection_method=hash,",
-	} {
-		if !strings.Contains(out, want) {
-			t.Errorf("script lacks %q", want)
-		}
-	}
-}

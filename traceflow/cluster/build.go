@@ -60,6 +60,11 @@ func Build(objs []Object) (*State, Problems) {
 			if b.decode(o, &ap) {
 				b.antreaPolicy(o, &ap)
 			}
+		case group == "crd.antrea.io" && (o.Kind == crd.KindClusterGroup || o.Kind == crd.KindGroup):
+			var g crd.AntreaGroup
+			if b.decode(o, &g) {
+				b.group(o, &g)
+			}
 		case group == "crd.antrea.io" && o.Kind == crd.KindEgress:
 			var e crd.Egress
 			if b.decode(o, &e) {
@@ -357,6 +362,33 @@ func (b *builder) checkPorts(o Object, ports []networkingv1.NetworkPolicyPort) b
 	return true
 }
 
+func (b *builder) group(o Object, g *crd.AntreaGroup) {
+	if g.Kind == crd.KindClusterGroup {
+		g.Namespace = ""
+	} else if g.Namespace == "" {
+		g.Namespace = "default"
+	}
+	for _, ib := range g.Spec.IPBlocks {
+		if _, err := netip.ParsePrefix(ib.CIDR); err != nil {
+			b.fail(o.Describe(), "ipBlocks: cidr %q is not a CIDR", ib.CIDR)
+			return
+		}
+	}
+	for _, sel := range []*metav1.LabelSelector{g.Spec.PodSelector, g.Spec.NamespaceSelector} {
+		if sel == nil {
+			continue
+		}
+		if _, err := metav1.LabelSelectorAsSelector(sel); err != nil {
+			b.fail(o.Describe(), "selector: %v", err)
+			return
+		}
+	}
+	if b.st.Groups == nil {
+		b.st.Groups = map[string]*crd.AntreaGroup{}
+	}
+	b.st.Groups[g.Namespace+"/"+g.Name] = g
+}
+
 func (b *builder) antreaPolicy(o Object, ap *crd.AntreaPolicy) {
 	if ap.Kind == crd.KindAntreaNetworkPolicy && ap.Namespace == "" {
 		ap.Namespace = "default"
@@ -375,9 +407,6 @@ func (b *builder) antreaPolicy(o Object, ap *crd.AntreaPolicy) {
 					b.fail(o.Describe(), "%s: ipBlock cidr %q is not a CIDR", where, p.IPBlock.CIDR)
 					return false
 				}
-			}
-			if p.Group != "" {
-				b.warn(o.Describe(), "%s: ClusterGroup %q is not modelled; that peer matches nothing", where, p.Group)
 			}
 			if p.Namespaces != nil && !p.IsSelf() {
 				b.warn(o.Describe(), "%s: namespaces.match %q is not modelled (only Self is); that peer matches nothing", where, p.Namespaces.Match)
@@ -461,6 +490,24 @@ func (b *builder) egress(o Object, e *crd.Egress) {
 
 // crossChecks finds inconsistencies between objects.
 func (b *builder) crossChecks() {
+	for _, ap := range b.st.AntreaPolicies {
+		obj := ap.Kind + " " + ap.Name
+		if ap.Namespace != "" {
+			obj = ap.Kind + " " + ap.Namespace + "/" + ap.Name
+		}
+		peers := append([]crd.PolicyPeer(nil), ap.Spec.AppliedTo...)
+		for _, r := range append(append([]crd.AntreaPolicyRule(nil), ap.Spec.Ingress...), ap.Spec.Egress...) {
+			peers = append(append(append(peers, r.From...), r.To...), r.AppliedTo...)
+		}
+		for _, p := range peers {
+			if p.Group == "" {
+				continue
+			}
+			if _, _, err := b.st.GroupMembers(ap.Namespace, p.Group); err != nil {
+				b.warn(obj, "%v; that peer matches nothing", err)
+			}
+		}
+	}
 	st := b.st
 	for i, n := range st.Nodes {
 		for _, m := range st.Nodes[i+1:] {

@@ -100,6 +100,9 @@ type State struct {
 	NetworkPolicies []*networkingv1.NetworkPolicy
 	AntreaPolicies  []*crd.AntreaPolicy
 	Egresses        []*crd.Egress
+	// Groups holds ClusterGroups under "/name" and Groups under
+	// "namespace/name".
+	Groups map[string]*crd.AntreaGroup
 
 	nodeByName map[string]*Node
 	podByKey   map[string]*Pod

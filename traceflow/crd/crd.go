@@ -209,6 +209,8 @@ const (
 	KindAntreaNetworkPolicy  = "NetworkPolicy"
 	KindAntreaClusterPolicy  = "ClusterNetworkPolicy"
 	KindEgress               = "Egress"
+	KindClusterGroup         = "ClusterGroup"
+	KindGroup                = "Group"
 	KindTraceflow            = "Traceflow"
 	RuleActionAllow          = "Allow"
 	RuleActionDrop           = "Drop"
@@ -229,6 +231,23 @@ const (
 	MaxTraceflowTag          = 59
 	DefaultTraceflowHopLimit = 64
 )
+
+// AntreaGroup is a ClusterGroup (cluster-scoped) or a Group (namespaced),
+// which policies select through by name; Kind tells which.
+type AntreaGroup struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+	Spec              GroupSpec `json:"spec"`
+}
+
+// GroupSpec selects Pods, IP blocks, or other groups of the same kind
+// (and, for a Group, namespace) by name.
+type GroupSpec struct {
+	PodSelector       *metav1.LabelSelector `json:"podSelector,omitempty"`
+	NamespaceSelector *metav1.LabelSelector `json:"namespaceSelector,omitempty"`
+	IPBlocks          []IPBlock             `json:"ipBlocks,omitempty"`
+	ChildGroups       []string              `json:"childGroups,omitempty"`
+}
 
 // AntreaPolicy is an Antrea-native NetworkPolicy (namespaced) or
 // ClusterNetworkPolicy (cluster-scoped); Kind tells which.

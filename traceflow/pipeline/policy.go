@@ -298,15 +298,19 @@ func antreaPods(st *cluster.State, peers []crd.PolicyPeer, ns, self string) ([]*
 	seen := map[*cluster.Pod]bool{}
 	for _, p := range peers {
 		in := ns
+		var pods []*cluster.Pod
+		var err error
 		switch {
+		case p.Group != "":
+			// A missing or looping group was warned about; it selects nothing.
+			pods, _, _ = st.GroupMembers(ns, p.Group)
 		case p.IsSelf() && self != "":
 			in = self
-		case p.Namespaces != nil, p.PodSelector == nil && p.NamespaceSelector == nil:
-			continue
-		}
-		pods, err := st.SelectPods(p.PodSelector, p.NamespaceSelector, in)
-		if err != nil {
-			return nil, err
+			fallthrough
+		case p.Namespaces == nil && (p.PodSelector != nil || p.NamespaceSelector != nil):
+			if pods, err = st.SelectPods(p.PodSelector, p.NamespaceSelector, in); err != nil {
+				return nil, err
+			}
 		}
 		for _, q := range pods {
 			if !seen[q] {
@@ -330,6 +334,10 @@ func antreaPeers(st *cluster.State, peers []crd.PolicyPeer, ns, self string) (bo
 				return false, nil, fmt.Errorf("ipBlock %q: %w", p.IPBlock.CIDR, err)
 			}
 			out = append(out, cidr.Masked())
+		}
+		if p.Group != "" {
+			_, blocks, _ := st.GroupMembers(ns, p.Group)
+			out = append(out, blocks...)
 		}
 	}
 	pods, err := antreaPods(st, peers, ns, self)

@@ -71,6 +71,8 @@ var antreaListKinds = map[schema.GroupVersionResource]string{
 	antreaGroupVersion.WithResource("egresses"):               "EgressList",
 	antreaGroupVersion.WithResource("networkpolicies"):        "NetworkPolicyList",
 	antreaGroupVersion.WithResource("clusternetworkpolicies"): "ClusterNetworkPolicyList",
+	antreaGroupVersion.WithResource("clustergroups"):          "ClusterGroupList",
+	antreaGroupVersion.WithResource("groups"):                 "GroupList",
 }
 
 // fakes populates a fake clientset and a fake dynamic client with objs,
@@ -123,7 +125,7 @@ func fakes(t *testing.T, objs []cluster.Object, served []string) (*fake.Clientse
 	return client, dyn
 }
 
-var allAntrea = []string{"egresses", "networkpolicies", "clusternetworkpolicies"}
+var allAntrea = []string{"egresses", "networkpolicies", "clusternetworkpolicies", "clustergroups", "groups"}
 
 var fixedNow = func() time.Time { return time.Unix(1700000000, 0) }
 
@@ -197,6 +199,7 @@ func TestLiveTracesLikeFiles(t *testing.T) {
 		{"base", nil, []string{"action: MarkedForSNAT", "action: ForwardedToEgressNode", "translatedDstIP: 10.10.2.7", "action: Delivered"}},
 		{"policies", policyOverlays, []string{"action: Rejected", "action: Dropped", "networkPolicyRule: reject-db", "networkPolicy: K8sNetworkPolicy:default/client-external", "networkPolicy: K8sNetworkPolicy:default/db-from-prod", "action: Delivered"}},
 		{"self and failover", []string{"antrea-self.yaml", "egress-failover.yaml"}, []string{"networkPolicyRule: drop-other-namespaces", "networkPolicyRule: allow-same-namespace", "egressNode: k8s-node-2"}},
+		{"groups", []string{"antrea-groups.yaml"}, []string{"networkPolicyRule: allow-frontends", "networkPolicyRule: drop-others", "networkPolicyRule: reject-public-dns"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			files := fileObjectsWith(t, c.overlays...)
@@ -239,8 +242,8 @@ func TestMissingCRDIsAWarning(t *testing.T) {
 		react   bool // the list of egresses answers NotFound
 		missing []string
 	}{
-		{"no Antrea group", nil, false, allAntrea},
-		{"no Egress CRD in discovery", []string{"networkpolicies", "clusternetworkpolicies"}, false, []string{"egresses"}},
+		{"no Antrea group", nil, false, []string{"egresses", "networkpolicies", "clusternetworkpolicies"}}, // missing group CRDs are quiet
+		{"no Egress CRD in discovery", []string{"networkpolicies", "clusternetworkpolicies", "clustergroups", "groups"}, false, []string{"egresses"}},
 		{"Egress list not found", allAntrea, true, []string{"egresses"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
