@@ -383,6 +383,9 @@ func (b *builder) group(o Object, g *crd.AntreaGroup) {
 			return
 		}
 	}
+	if len(g.Spec.ServiceReference) > 0 || len(g.Spec.ExternalEntitySelector) > 0 {
+		b.warn(o.Describe(), "serviceReference and externalEntitySelector are not modelled; they select nothing")
+	}
 	if b.st.Groups == nil {
 		b.st.Groups = map[string]*crd.AntreaGroup{}
 	}

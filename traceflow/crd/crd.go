@@ -247,6 +247,9 @@ type GroupSpec struct {
 	NamespaceSelector *metav1.LabelSelector `json:"namespaceSelector,omitempty"`
 	IPBlocks          []IPBlock             `json:"ipBlocks,omitempty"`
 	ChildGroups       []string              `json:"childGroups,omitempty"`
+	// Not modelled; kept to warn that such a group selects nothing.
+	ServiceReference       json.RawMessage `json:"serviceReference,omitempty"`
+	ExternalEntitySelector json.RawMessage `json:"externalEntitySelector,omitempty"`
 }
 
 // AntreaPolicy is an Antrea-native NetworkPolicy (namespaced) or
