@@ -3,6 +3,7 @@ package ovscheck
 import (
 	"context"
 	"fmt"
+	"net/netip"
 	"os"
 	"os/exec"
 	"strings"
@@ -11,7 +12,9 @@ import (
 
 	"sluice/traceflow/corpus"
 	"sluice/traceflow/crd"
+	"sluice/traceflow/datapath"
 	"sluice/traceflow/flowspec"
+	"sluice/traceflow/ovs"
 	"sluice/traceflow/pipeline"
 	"sluice/traceflow/tracer"
 )
@@ -88,8 +91,13 @@ type loader struct {
 	current *Bridge
 }
 
+// bridgeKey names the bridge a case's hop on node needs.
+func bridgeKey(c *corpus.Case, node string) string {
+	return fmt.Sprintf("%s|%v|%s|%s", c.Mode, c.ProxyAll, strings.Join(c.Overlays, ","), node)
+}
+
 func (l *loader) load(ctx context.Context, c *corpus.Case, m *pipeline.Model, node string) (*Bridge, error) {
-	key := fmt.Sprintf("%s|%v|%s|%s", c.Mode, c.ProxyAll, strings.Join(c.Overlays, ","), node)
+	key := bridgeKey(c, node)
 	if l.current != nil && l.key == key {
 		return l.current, nil
 	}
@@ -110,37 +118,56 @@ func (l *loader) load(ctx context.Context, c *corpus.Case, m *pipeline.Model, no
 
 // TestCorpusAgreesWithOVS traces every hop of every corpus case in real
 // Open vSwitch and requires the same tables, verdict and rewrites as the
-// model.
+// model. Hops are grouped by the bridge they need, so each bridge (a
+// Node of one mode and set of overlays) is loaded once.
 func TestCorpusAgreesWithOVS(t *testing.T) {
 	ctx, s := startOVS(t)
 	cases, err := corpus.Load(testdata)
 	if err != nil {
 		t.Fatal(err)
 	}
-	l := &loader{s: s}
-	hops := 0
+	type hop struct {
+		c    *corpus.Case
+		m    *pipeline.Model
+		h    tracer.Hop
+		n    int // the hop's place in its trace
+		node string
+	}
+	byBridge := map[string][]hop{}
+	var keys []string
 	for i := range cases {
 		c := &cases[i]
-		t.Run(c.Name, func(t *testing.T) {
-			m, tr := traceCase(t, ctx, c)
-			for _, h := range tr.Hops {
-				if h.Result == nil {
-					continue
-				}
-				b, err := l.load(ctx, c, m, h.Node)
+		m, tr := traceCase(t, ctx, c)
+		for n, h := range tr.Hops {
+			if h.Result == nil {
+				continue // the agent's checks failed before any packet ran
+			}
+			k := bridgeKey(c, h.Node)
+			if byBridge[k] == nil {
+				keys = append(keys, k)
+			}
+			byBridge[k] = append(byBridge[k], hop{c, m, h, n, h.Node})
+		}
+	}
+	l := &loader{s: s}
+	hops := 0
+	for _, k := range keys {
+		for _, hp := range byBridge[k] {
+			t.Run(fmt.Sprintf("%s/hop%d", hp.c.Name, hp.n), func(t *testing.T) {
+				b, err := l.load(ctx, hp.c, hp.m, hp.node)
 				if err != nil {
 					t.Fatal(err)
 				}
-				got, err := b.Trace(ctx, h.Entry, h.Frame)
+				got, err := b.Trace(ctx, hp.h.Entry, hp.h.Frame)
 				if err != nil {
 					t.Fatal(err)
 				}
 				hops++
-				if diffs := Compare(b.Tables, h.Result, got); len(diffs) > 0 {
-					t.Errorf("Node %s disagrees with OVS:\n  %s\nOVS trace:\n%s", h.Node, strings.Join(diffs, "\n  "), got.Text)
+				if diffs := Compare(b.Tables, hp.h.Result, got); len(diffs) > 0 {
+					t.Errorf("Node %s disagrees with OVS:\n  %s\nOVS trace:\n%s", hp.node, strings.Join(diffs, "\n  "), got.Text)
 				}
-			}
-		})
+			})
+		}
 	}
 	if hops < len(cases) {
 		t.Errorf("only %d hops compared for %d cases", hops, len(cases))
@@ -228,6 +255,31 @@ func TestVerifyNoticesAChangedBridge(t *testing.T) {
 	}
 	if err := b.Verify(ctx); err == nil || !strings.Contains(err.Error(), "differs") {
 		t.Errorf("a changed flow went unnoticed: %v", err)
+	}
+}
+
+// TestCompareReportsDifferences shows the comparison can fail: a model
+// run that differs from the trace in each respect is reported in each.
+func TestCompareReportsDifferences(t *testing.T) {
+	br := datapath.NewBridge("n", []string{"A", "B", "C"})
+	tables := ovs.TablesOf(br)
+	got := &Result{Tables: []int{0, 2}, Outputs: []uint32{1}, PacketIns: []PacketIn{{1, 2}}, DropTable: -1,
+		Final: map[string]string{"nw_src": "10.0.0.1", "nw_dst": "10.0.0.2", "tun_dst": "192.168.0.2"}}
+	pkt := datapath.Packet{Src: netip.MustParseAddr("10.0.0.1"), Dst: netip.MustParseAddr("10.0.0.9")}
+	want := &datapath.Result{
+		Trail:     []datapath.Step{{Table: "A"}, {Table: "B"}},
+		Outputs:   []datapath.Output{{Port: 2, Packet: pkt}},
+		PacketIns: []datapath.PacketIn{{Category: 2, Table: "B", Packet: pkt, Meta: datapath.Metadata{PktMark: 1}}},
+	}
+	diffs := strings.Join(Compare(tables, want, got), "\n")
+	for _, w := range []string{"tables visited", "output ports", "packet-ins", "final nw_dst", "final tun_dst", "final pkt_mark", "final nw_ttl"} {
+		if !strings.Contains(diffs, w) {
+			t.Errorf("no %q difference in:\n%s", w, diffs)
+		}
+	}
+	if d := Compare(tables, &datapath.Result{Trail: []datapath.Step{{Table: "A"}, {Table: "C"}}, Dropped: true, DropTable: "C"},
+		&Result{Tables: []int{0, 2}, Dropped: true, DropTable: 2}); len(d) != 0 {
+		t.Errorf("a matching drop reported %v", d)
 	}
 }
 
