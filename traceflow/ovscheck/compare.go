@@ -83,7 +83,7 @@ func expectedFields(p *datapath.Packet, md *datapath.Metadata) map[string]string
 	} else {
 		f["nw_src"], f["nw_dst"] = p.Src.String(), p.Dst.String()
 	}
-	if p.Proto == datapath.ProtoTCP || p.Proto == datapath.ProtoUDP {
+	if p.Proto == datapath.ProtoTCP || p.Proto == datapath.ProtoUDP || p.Proto == datapath.ProtoSCTP {
 		f["tp_src"], f["tp_dst"] = strconv.Itoa(int(p.SrcPort)), strconv.Itoa(int(p.DstPort))
 	}
 	f["tun_dst"] = ""

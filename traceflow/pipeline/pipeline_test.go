@@ -8,6 +8,10 @@ import (
 	"strings"
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+
 	"sluice/traceflow/cluster"
 	"sluice/traceflow/datapath"
 )
@@ -255,5 +259,16 @@ func TestNamespacesMatchSelf(t *testing.T) {
 		if !got[want] {
 			t.Errorf("no Self rule whose peers are %s; got %v", want, got)
 		}
+	}
+}
+
+// TestPolicySCTPPort checks that an SCTP port of a policy rule matches
+// SCTP, not nothing.
+func TestPolicySCTPPort(t *testing.T) {
+	sctp := corev1.ProtocolSCTP
+	port := intstr.FromInt32(3868)
+	anyPort, ms := portMatches([]networkingv1.NetworkPolicyPort{{Protocol: &sctp, Port: &port}})
+	if anyPort || len(ms) != 1 || ms[0].proto != datapath.ProtoSCTP || ms[0].port.Value != 3868 {
+		t.Errorf("any %v matches %+v", anyPort, ms)
 	}
 }

@@ -353,8 +353,10 @@ func protoNumber(p string) (uint8, bool) {
 		return datapath.ProtoTCP, true
 	case corev1.ProtocolUDP:
 		return datapath.ProtoUDP, true
+	case corev1.ProtocolSCTP:
+		return datapath.ProtoSCTP, true
 	}
-	return 0, false // SCTP and others are not modelled: they match nothing
+	return 0, false // other protocols are not modelled: they match nothing
 }
 
 func rangeMatches(proto uint8, lo, hi int32) []portMatch {

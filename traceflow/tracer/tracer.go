@@ -254,8 +254,11 @@ func setTransport(p *datapath.Packet, spec crd.TraceflowSpec, svcPort *cluster.S
 		p.Proto, p.ICMPID, p.ICMPSeq = datapath.ProtoICMP, uint16(th.ICMP.ID), uint16(th.ICMP.Sequence)
 	case svcPort != nil:
 		p.Proto = datapath.ProtoTCP
-		if svcPort.Protocol == "UDP" {
+		switch svcPort.Protocol {
+		case "UDP":
 			p.Proto = datapath.ProtoUDP
+		case "SCTP":
+			p.Proto = datapath.ProtoSCTP
 		}
 	case !v6 && spec.Packet.IPHeader != nil && spec.Packet.IPHeader.Protocol != 0:
 		p.Proto = uint8(spec.Packet.IPHeader.Protocol)
@@ -272,7 +275,7 @@ func setTransport(p *datapath.Packet, spec crd.TraceflowSpec, svcPort *cluster.S
 		p.ICMPType = 8
 	case datapath.ProtoICMPv6:
 		p.ICMPType = 128
-	case datapath.ProtoTCP, datapath.ProtoUDP:
+	case datapath.ProtoTCP, datapath.ProtoUDP, datapath.ProtoSCTP:
 		if svcPort != nil && p.DstPort == 0 {
 			p.DstPort = svcPort.Port
 		}
