@@ -72,6 +72,9 @@ func Start(ctx context.Context) (s *Server, err error) {
 	if err := s.until(ctx, "ovsdb-server to accept connections", "ovs-vsctl", "--no-wait", "init"); err != nil {
 		return nil, err
 	}
+	if err := waitForNoUserspaceDatapath(ctx); err != nil {
+		return nil, err
+	}
 	s.vs = s.daemon("ovs-vswitchd", sock, "--pidfile", "--unixctl="+s.ctl(), "--log-file="+filepath.Join(dir, "ovs-vswitchd.log"))
 	if err := s.vs.Start(); err != nil {
 		return nil, fmt.Errorf("ovscheck: ovs-vswitchd: %w", err)
@@ -80,6 +83,25 @@ func Start(ctx context.Context) (s *Server, err error) {
 		return nil, err
 	}
 	return s, nil
+}
+
+// netdevTap is the host interface every userspace datapath creates under
+// one fixed name, so two ovs-vswitchd with bridges of type netdev cannot
+// share a host: Start waits for another one (another test, a developer's
+// own) to finish.
+const netdevTap = "/sys/class/net/ovs-netdev"
+
+func waitForNoUserspaceDatapath(ctx context.Context) error {
+	for {
+		if _, err := os.Stat(netdevTap); errors.Is(err, os.ErrNotExist) {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("ovscheck: another Open vSwitch userspace datapath runs on this host (%s exists): %w", netdevTap, ctx.Err())
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
 }
 
 func (s *Server) ctl() string { return filepath.Join(s.Dir, "ovs-vswitchd.ctl") }
