@@ -15,6 +15,9 @@ command -v nfacctd >/dev/null || need+=(pmacct)
 command -v ip >/dev/null || need+=(iproute2)
 command -v nft >/dev/null || need+=(nftables)
 command -v conntrack >/dev/null || need+=(conntrack)
+# The Traceflow model's check against real Open vSwitch (userspace
+# datapath: no kernel module; the test starts its own daemons).
+command -v ovs-vswitchd >/dev/null || need+=(openvswitch-switch)
 # `make generate-check`: protoc and the well-known .proto files it includes.
 command -v protoc >/dev/null || need+=(protobuf-compiler)
 [[ -f /usr/include/google/protobuf/timestamp.proto ]] || need+=(libprotobuf-dev)

@@ -17,6 +17,7 @@ import (
 	"sluice/traceflow/crd"
 	"sluice/traceflow/datapath"
 	"sluice/traceflow/flowspec"
+	"sluice/traceflow/ovs"
 	"sluice/traceflow/pipeline"
 	"sluice/traceflow/render"
 	"sluice/traceflow/tracer"
@@ -31,6 +32,7 @@ type traceflowFlags struct {
 	tunnelType     string
 	serviceCIDRs   []string
 	exceptCIDRs    []string
+	proxyAll       bool
 }
 
 func (f *traceflowFlags) register(cmd *cobra.Command) {
@@ -42,6 +44,7 @@ func (f *traceflowFlags) register(cmd *cobra.Command) {
 	fl.StringVar(&f.tunnelType, "tunnel-type", "geneve", "tunnel type in encap and hybrid modes: geneve or vxlan")
 	fl.StringSliceVar(&f.serviceCIDRs, "service-cidr", []string{crd.ServiceCIDRDefault}, "Service CIDRs (Egress never SNATs traffic to them)")
 	fl.StringSliceVar(&f.exceptCIDRs, "egress-except-cidr", nil, "the agents' egress.exceptCIDRs")
+	fl.BoolVar(&f.proxyAll, "proxy-all", false, "the agents' antreaProxy.proxyAll: NodePorts of each Node's own addresses are load-balanced in OVS")
 }
 
 // config turns the flags into a pipeline configuration.
@@ -71,7 +74,7 @@ func (f *traceflowFlags) config(tag uint8) (pipeline.Config, error) {
 	if cfg.EgressExceptCIDRs, err = parse("--egress-except-cidr", f.exceptCIDRs); err != nil {
 		return cfg, err
 	}
-	cfg.Tag = tag
+	cfg.Tag, cfg.ProxyAll = tag, f.proxyAll
 	return cfg, nil
 }
 
@@ -135,12 +138,8 @@ func (f *traceflowFlags) model(ctx context.Context, stderr io.Writer, objs []clu
 
 func newTraceflowCmd() *cobra.Command {
 	var (
-		f                      traceflowFlags
-		src, dst, flow, output string
-		withFiles              []string
-		diff                   bool
-		objectFile             string
-		showFlows              bool
+		f traceflowFlags
+		o traceOptions
 	)
 	cmd := &cobra.Command{
 		Use:     "traceflow -S NS/POD -D DEST [-f FLOW] (--cluster PATH | --kubeconfig FILE)",
@@ -171,91 +170,112 @@ The exit status is 0 when the trace ran, whatever its phase, and 2 with a
 message when the input cannot be used.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			ctx := cmd.Context()
-			if ctx == nil {
-				ctx = context.Background()
-			}
-			switch output {
-			case "yaml", "json", "dot":
-			default:
-				return fmt.Errorf("-o %q: want yaml, json or dot", output)
-			}
-			if diff && len(withFiles) == 0 {
-				return errors.New("--diff needs --with FILE (the proposed change)")
-			}
-			var tf *crd.Traceflow
-			if objectFile != "" {
-				if src != "" || dst != "" || flow != "" {
-					return errors.New("--traceflow replaces -S, -D and -f; give one or the other")
-				}
-				var err error
-				if tf, err = readTraceflow(objectFile); err != nil {
-					return err
-				}
-			} else if src == "" || dst == "" {
-				return errors.New("please provide source (-S) and destination (-D)")
-			}
-			objs, err := f.objects(ctx, cmd.ErrOrStderr())
-			if err != nil {
-				return err
-			}
-			var proposed []cluster.Object
-			for _, w := range withFiles {
-				top, err := cluster.ReadPath(ctx, w)
-				if err != nil {
-					return fmt.Errorf("--with: %w", err)
-				}
-				proposed = cluster.Overlay(proposed, top)
-			}
-			after := cluster.Overlay(objs, proposed)
-			run := func(objs []cluster.Object, label string, tf *crd.Traceflow) (*tracer.Trace, error) {
-				m, err := f.model(ctx, cmd.ErrOrStderr(), objs, crd.FirstTraceflowTag, label)
-				if err != nil {
-					return nil, err
-				}
-				if tf == nil {
-					if tf, err = newTraceflow(m.State, src, dst, flow); err != nil {
-						return nil, err
-					}
-				}
-				return tracer.Run(ctx, m, tf, tracer.Options{})
-			}
-			out := cmd.OutOrStdout()
-			if diff {
-				before, err := run(objs, "before: ", tf)
-				if err != nil {
-					return err
-				}
-				// The same name and packet on both sides, so only the
-				// state differs.
-				next, err := run(after, "after: ", before.Traceflow.Clone())
-				if err != nil {
-					return err
-				}
-				return render.Diff(out, before.Traceflow, next.Traceflow)
-			}
-			tr, err := run(after, "", tf)
-			if err != nil {
-				return err
-			}
-			if showFlows {
-				printHops(cmd.ErrOrStderr(), tr.Hops)
-			}
-			return printTrace(out, tr.Traceflow, output, objectFile != "")
+			return runTrace(cmd, &f, &o)
 		},
 	}
 	f.register(cmd)
 	fl := cmd.Flags()
-	fl.StringVarP(&src, "source", "S", "", "source Pod: ns/pod or pod")
-	fl.StringVarP(&dst, "destination", "D", "", "destination: ns/pod, ns/service, pod, service or an IP")
-	fl.StringVarP(&flow, "flow", "f", "", `packet, e.g. "tcp,tcp_dst=80" (default ICMP echo request)`)
-	fl.StringVarP(&output, "output", "o", "yaml", "output format: yaml, json or dot")
-	fl.StringArrayVar(&withFiles, "with", nil, "overlay proposed objects from FILE (or directory) on the cluster state; repeatable")
-	fl.BoolVar(&diff, "diff", false, "with --with: trace before and after the change and print both and what changed")
-	fl.StringVar(&objectFile, "traceflow", "", "read a Traceflow object (YAML or JSON; - for stdin) and print it back with its status")
-	fl.BoolVar(&showFlows, "show-flows", false, "print, on stderr, every flow the packet hit on each Node")
+	fl.StringVarP(&o.src, "source", "S", "", "source Pod: ns/pod or pod")
+	fl.StringVarP(&o.dst, "destination", "D", "", "destination: ns/pod, ns/service, pod, service or an IP")
+	fl.StringVarP(&o.flow, "flow", "f", "", `packet, e.g. "tcp,tcp_dst=80" (default ICMP echo request)`)
+	fl.StringVarP(&o.output, "output", "o", "yaml", "output format: yaml, json or dot")
+	fl.StringArrayVar(&o.withFiles, "with", nil, "overlay proposed objects from FILE (or directory) on the cluster state; repeatable")
+	fl.BoolVar(&o.diff, "diff", false, "with --with: trace before and after the change and print both and what changed")
+	fl.StringVar(&o.objectFile, "traceflow", "", "read a Traceflow object (YAML or JSON; - for stdin) and print it back with its status")
+	fl.BoolVar(&o.showFlows, "show-flows", false, "print, on stderr, every flow the packet hit on each Node")
 	cmd.AddCommand(newTraceflowPipelineCmd(&f))
 	return cmd
+}
+
+// traceOptions are the flags of a trace.
+type traceOptions struct {
+	src, dst, flow, output string
+	withFiles              []string
+	diff                   bool
+	objectFile             string
+	showFlows              bool
+}
+
+// traceflow checks the flags and returns the Traceflow of --traceflow, or
+// nil when -S, -D and -f describe it.
+func (o *traceOptions) traceflow() (*crd.Traceflow, error) {
+	switch o.output {
+	case "yaml", "json", "dot":
+	default:
+		return nil, fmt.Errorf("-o %q: want yaml, json or dot", o.output)
+	}
+	if o.diff && len(o.withFiles) == 0 {
+		return nil, errors.New("--diff needs --with FILE (the proposed change)")
+	}
+	if o.objectFile != "" {
+		if o.src != "" || o.dst != "" || o.flow != "" {
+			return nil, errors.New("--traceflow replaces -S, -D and -f; give one or the other")
+		}
+		return readTraceflow(o.objectFile)
+	}
+	if o.src == "" || o.dst == "" {
+		return nil, errors.New("please provide source (-S) and destination (-D)")
+	}
+	return nil, nil
+}
+
+// runTrace reads the state, overlays --with, traces (twice with --diff)
+// and prints the result.
+func runTrace(cmd *cobra.Command, f *traceflowFlags, o *traceOptions) error {
+	ctx := cmd.Context()
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	tf, err := o.traceflow()
+	if err != nil {
+		return err
+	}
+	objs, err := f.objects(ctx, cmd.ErrOrStderr())
+	if err != nil {
+		return err
+	}
+	var proposed []cluster.Object
+	for _, w := range o.withFiles {
+		top, err := cluster.ReadPath(ctx, w)
+		if err != nil {
+			return fmt.Errorf("--with: %w", err)
+		}
+		proposed = cluster.Overlay(proposed, top)
+	}
+	after := cluster.Overlay(objs, proposed)
+	run := func(objs []cluster.Object, label string, tf *crd.Traceflow) (*tracer.Trace, error) {
+		m, err := f.model(ctx, cmd.ErrOrStderr(), objs, crd.FirstTraceflowTag, label)
+		if err != nil {
+			return nil, err
+		}
+		if tf == nil {
+			if tf, err = newTraceflow(m.State, o.src, o.dst, o.flow); err != nil {
+				return nil, err
+			}
+		}
+		return tracer.Run(ctx, m, tf, tracer.Options{})
+	}
+	out := cmd.OutOrStdout()
+	if o.diff {
+		before, err := run(objs, "before: ", tf)
+		if err != nil {
+			return err
+		}
+		// The same name and packet on both sides, so only the state differs.
+		next, err := run(after, "after: ", before.Traceflow.Clone())
+		if err != nil {
+			return err
+		}
+		return render.Diff(out, before.Traceflow, next.Traceflow)
+	}
+	tr, err := run(after, "", tf)
+	if err != nil {
+		return err
+	}
+	if o.showFlows {
+		printHops(cmd.ErrOrStderr(), tr.Hops)
+	}
+	return printTrace(out, tr.Traceflow, o.output, o.objectFile != "")
 }
 
 // newTraceflow builds the Traceflow that antctl would create.
@@ -328,13 +348,21 @@ func printHops(w io.Writer, hops []tracer.Hop) {
 func newTraceflowPipelineCmd(f *traceflowFlags) *cobra.Command {
 	var node string
 	var tag uint8
+	var script bool
 	cmd := &cobra.Command{
-		Use:   "pipeline --node NAME (--cluster PATH | --kubeconfig FILE)",
-		Short: "Print a Node's modelled flows in ovs-ofctl dump-flows syntax",
+		Use:   "pipeline --node NAME [--ovs-script] (--cluster PATH | --kubeconfig FILE)",
+		Short: "Print a Node's modelled flows in ovs-ofctl dump-flows syntax, or a script that loads them",
 		Long: `Prints every flow of the Node's modelled bridge, table by table in pipeline
 order, then its groups, as ovs-ofctl dump-flows and dump-groups would show
 them (without counters). --tag adds the flows a running Traceflow with that
-dataplane tag installs.`,
+dataplane tag installs.
+
+--ovs-script prints instead a shell script of ovs-vsctl and ovs-ofctl
+commands that builds the bridge on a running Open vSwitch: the bridge
+(userspace datapath by default), its ports with the modelled OpenFlow port
+numbers, the groups and every flow, tables numbered in pipeline order. The
+environment renames what it creates: BR (default br-int), PORT_PREFIX
+(default antrea-) and DATAPATH_TYPE (default netdev).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
@@ -360,10 +388,14 @@ dataplane tag installs.`,
 				}
 				return fmt.Errorf("node %q is not in the cluster state (Nodes: %s)", node, strings.Join(names, ", "))
 			}
+			if script {
+				return ovs.Script(cmd.OutOrStdout(), nm, m.Config)
+			}
 			return printPipeline(cmd.OutOrStdout(), nm.Bridge)
 		},
 	}
 	cmd.Flags().StringVar(&node, "node", "", "the Node whose bridge to print")
+	cmd.Flags().BoolVar(&script, "ovs-script", false, "print a shell script that builds the bridge on a running Open vSwitch")
 	cmd.Flags().Uint8Var(&tag, "tag", 0, "also print the flows of a Traceflow with this dataplane tag (1-63)")
 	return cmd
 }

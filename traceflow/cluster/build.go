@@ -60,6 +60,11 @@ func Build(objs []Object) (*State, Problems) {
 			if b.decode(o, &ap) {
 				b.antreaPolicy(o, &ap)
 			}
+		case group == "crd.antrea.io" && (o.Kind == crd.KindClusterGroup || o.Kind == crd.KindGroup):
+			var g crd.AntreaGroup
+			if b.decode(o, &g) {
+				b.group(o, &g)
+			}
 		case group == "crd.antrea.io" && o.Kind == crd.KindEgress:
 			var e crd.Egress
 			if b.decode(o, &e) {
@@ -210,6 +215,26 @@ func (b *builder) service(o Object, s *corev1.Service) {
 		}
 		svc.ClusterIPs = append(svc.ClusterIPs, ip)
 	}
+	for _, c := range s.Spec.ExternalIPs {
+		ip, err := netip.ParseAddr(c)
+		if err != nil {
+			b.fail(o.Describe(), "externalIP %q is not an IP address", c)
+			return
+		}
+		svc.ExternalIPs = append(svc.ExternalIPs, ip)
+	}
+	for _, in := range s.Status.LoadBalancer.Ingress {
+		if in.IP == "" {
+			continue // a hostname-only ingress is resolved outside the cluster
+		}
+		ip, err := netip.ParseAddr(in.IP)
+		if err != nil {
+			b.fail(o.Describe(), "loadBalancer ingress IP %q is not an IP address", in.IP)
+			return
+		}
+		svc.LoadBalancerIPs = append(svc.LoadBalancerIPs, ip)
+	}
+	svc.InternalLocal = s.Spec.InternalTrafficPolicy != nil && *s.Spec.InternalTrafficPolicy == corev1.ServiceInternalTrafficPolicyLocal
 	for _, p := range s.Spec.Ports {
 		proto := p.Protocol
 		if proto == "" {
@@ -219,7 +244,11 @@ func (b *builder) service(o Object, s *corev1.Service) {
 			b.fail(o.Describe(), "port %d is out of range", p.Port)
 			return
 		}
-		svc.Ports = append(svc.Ports, ServicePort{Name: p.Name, Protocol: proto, Port: uint16(p.Port)})
+		sp := ServicePort{Name: p.Name, Protocol: proto, Port: uint16(p.Port)}
+		if p.NodePort > 0 && p.NodePort <= 65535 {
+			sp.NodePort = uint16(p.NodePort)
+		}
+		svc.Ports = append(svc.Ports, sp)
 	}
 	b.st.Services = append(b.st.Services, svc)
 }
@@ -268,7 +297,11 @@ func (b *builder) endpointSlice(s *discoveryv1.EndpointSlice) {
 				b.fail(obj, "endpoint address %q is not an IP address", a)
 				continue
 			}
-			svc.Endpoints = append(svc.Endpoints, Endpoint{IP: ip, Ports: ports, Proto: protos})
+			node := ""
+			if ep.NodeName != nil {
+				node = *ep.NodeName
+			}
+			svc.Endpoints = append(svc.Endpoints, Endpoint{IP: ip, Node: node, Ports: ports, Proto: protos})
 		}
 	}
 }
@@ -329,6 +362,36 @@ func (b *builder) checkPorts(o Object, ports []networkingv1.NetworkPolicyPort) b
 	return true
 }
 
+func (b *builder) group(o Object, g *crd.AntreaGroup) {
+	if g.Kind == crd.KindClusterGroup {
+		g.Namespace = ""
+	} else if g.Namespace == "" {
+		g.Namespace = "default"
+	}
+	for _, ib := range g.Spec.IPBlocks {
+		if _, err := netip.ParsePrefix(ib.CIDR); err != nil {
+			b.fail(o.Describe(), "ipBlocks: cidr %q is not a CIDR", ib.CIDR)
+			return
+		}
+	}
+	for _, sel := range []*metav1.LabelSelector{g.Spec.PodSelector, g.Spec.NamespaceSelector} {
+		if sel == nil {
+			continue
+		}
+		if _, err := metav1.LabelSelectorAsSelector(sel); err != nil {
+			b.fail(o.Describe(), "selector: %v", err)
+			return
+		}
+	}
+	if len(g.Spec.ServiceReference) > 0 || len(g.Spec.ExternalEntitySelector) > 0 {
+		b.warn(o.Describe(), "serviceReference and externalEntitySelector are not modelled; they select nothing")
+	}
+	if b.st.Groups == nil {
+		b.st.Groups = map[string]*crd.AntreaGroup{}
+	}
+	b.st.Groups[g.Namespace+"/"+g.Name] = g
+}
+
 func (b *builder) antreaPolicy(o Object, ap *crd.AntreaPolicy) {
 	if ap.Kind == crd.KindAntreaNetworkPolicy && ap.Namespace == "" {
 		ap.Namespace = "default"
@@ -348,8 +411,8 @@ func (b *builder) antreaPolicy(o Object, ap *crd.AntreaPolicy) {
 					return false
 				}
 			}
-			if p.Group != "" {
-				b.warn(o.Describe(), "%s: ClusterGroup %q is not modelled; that peer matches nothing", where, p.Group)
+			if p.Namespaces != nil && !p.IsSelf() {
+				b.warn(o.Describe(), "%s: namespaces.match %q is not modelled (only Self is); that peer matches nothing", where, p.Namespaces.Match)
 			}
 			for _, sel := range []*metav1.LabelSelector{p.PodSelector, p.NamespaceSelector} {
 				if sel == nil {
@@ -430,6 +493,24 @@ func (b *builder) egress(o Object, e *crd.Egress) {
 
 // crossChecks finds inconsistencies between objects.
 func (b *builder) crossChecks() {
+	for _, ap := range b.st.AntreaPolicies {
+		obj := ap.Kind + " " + ap.Name
+		if ap.Namespace != "" {
+			obj = ap.Kind + " " + ap.Namespace + "/" + ap.Name
+		}
+		peers := append([]crd.PolicyPeer(nil), ap.Spec.AppliedTo...)
+		for _, r := range append(append([]crd.AntreaPolicyRule(nil), ap.Spec.Ingress...), ap.Spec.Egress...) {
+			peers = append(append(append(peers, r.From...), r.To...), r.AppliedTo...)
+		}
+		for _, p := range peers {
+			if p.Group == "" {
+				continue
+			}
+			if _, _, err := b.st.GroupMembers(ap.Namespace, p.Group); err != nil {
+				b.warn(obj, "%v; that peer matches nothing", err)
+			}
+		}
+	}
 	st := b.st
 	for i, n := range st.Nodes {
 		for _, m := range st.Nodes[i+1:] {

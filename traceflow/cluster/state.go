@@ -57,11 +57,13 @@ type ServicePort struct {
 	Name     string
 	Protocol corev1.Protocol
 	Port     uint16
+	NodePort uint16 // 0 unless the Service is a NodePort or LoadBalancer one
 }
 
 // Endpoint is one ready address behind a Service with its ports by name.
 type Endpoint struct {
 	IP    netip.Addr
+	Node  string            // the EndpointSlice's nodeName; "" if unknown
 	Ports map[string]uint16 // port name ("" for unnamed) -> target port
 	Proto map[string]corev1.Protocol
 }
@@ -71,11 +73,18 @@ type Service struct {
 	Namespace  string
 	Name       string
 	ClusterIPs []netip.Addr
-	Headless   bool
-	Ports      []ServicePort
-	Endpoints  []Endpoint
-	HasSlices  bool
-	Selector   map[string]string
+	// ExternalIPs and LoadBalancerIPs (status.loadBalancer.ingress) are
+	// load-balanced like the ClusterIPs.
+	ExternalIPs     []netip.Addr
+	LoadBalancerIPs []netip.Addr
+	// InternalLocal is internalTrafficPolicy: Local: traffic from Pods to
+	// the ClusterIPs goes only to endpoints on the Pod's own Node.
+	InternalLocal bool
+	Headless      bool
+	Ports         []ServicePort
+	Endpoints     []Endpoint
+	HasSlices     bool
+	Selector      map[string]string
 }
 
 // Key is "namespace/name".
@@ -91,6 +100,9 @@ type State struct {
 	NetworkPolicies []*networkingv1.NetworkPolicy
 	AntreaPolicies  []*crd.AntreaPolicy
 	Egresses        []*crd.Egress
+	// Groups holds ClusterGroups under "/name" and Groups under
+	// "namespace/name".
+	Groups map[string]*crd.AntreaGroup
 
 	nodeByName map[string]*Node
 	podByKey   map[string]*Pod

@@ -209,6 +209,8 @@ const (
 	KindAntreaNetworkPolicy  = "NetworkPolicy"
 	KindAntreaClusterPolicy  = "ClusterNetworkPolicy"
 	KindEgress               = "Egress"
+	KindClusterGroup         = "ClusterGroup"
+	KindGroup                = "Group"
 	KindTraceflow            = "Traceflow"
 	RuleActionAllow          = "Allow"
 	RuleActionDrop           = "Drop"
@@ -229,6 +231,26 @@ const (
 	MaxTraceflowTag          = 59
 	DefaultTraceflowHopLimit = 64
 )
+
+// AntreaGroup is a ClusterGroup (cluster-scoped) or a Group (namespaced),
+// which policies select through by name; Kind tells which.
+type AntreaGroup struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+	Spec              GroupSpec `json:"spec"`
+}
+
+// GroupSpec selects Pods, IP blocks, or other groups of the same kind
+// (and, for a Group, namespace) by name.
+type GroupSpec struct {
+	PodSelector       *metav1.LabelSelector `json:"podSelector,omitempty"`
+	NamespaceSelector *metav1.LabelSelector `json:"namespaceSelector,omitempty"`
+	IPBlocks          []IPBlock             `json:"ipBlocks,omitempty"`
+	ChildGroups       []string              `json:"childGroups,omitempty"`
+	// Not modelled; kept to warn that such a group selects nothing.
+	ServiceReference       json.RawMessage `json:"serviceReference,omitempty"`
+	ExternalEntitySelector json.RawMessage `json:"externalEntitySelector,omitempty"`
+}
 
 // AntreaPolicy is an Antrea-native NetworkPolicy (namespaced) or
 // ClusterNetworkPolicy (cluster-scoped); Kind tells which.
@@ -263,6 +285,23 @@ type PolicyPeer struct {
 	NamespaceSelector *metav1.LabelSelector `json:"namespaceSelector,omitempty"`
 	IPBlock           *IPBlock              `json:"ipBlock,omitempty"`
 	Group             string                `json:"group,omitempty"`
+	Namespaces        *PeerNamespaces       `json:"namespaces,omitempty"`
+}
+
+// PeerNamespaces selects namespaces relative to the Pod a rule applies
+// to; match Self is its own namespace.
+type PeerNamespaces struct {
+	Match string `json:"match,omitempty"`
+}
+
+// NamespaceMatchSelf is the namespaces.match value for the applied-to
+// Pod's own namespace.
+const NamespaceMatchSelf = "Self"
+
+// IsSelf reports whether the peer selects in the applied-to Pod's own
+// namespace.
+func (p *PolicyPeer) IsSelf() bool {
+	return p.Namespaces != nil && p.Namespaces.Match == NamespaceMatchSelf
 }
 
 // IPBlock is a CIDR (Antrea-native blocks have no except list).

@@ -71,7 +71,7 @@ func (c *Conntrack) run(x *execution, a Ct) {
 			x.pkt.Src, x.pkt.Dst = cn.orig.dst, cn.orig.src
 		} else {
 			x.pkt.Src, x.pkt.Dst = cn.reply.dst, cn.reply.src
-			if x.pkt.Proto == ProtoTCP || x.pkt.Proto == ProtoUDP {
+			if x.pkt.Proto == ProtoTCP || x.pkt.Proto == ProtoUDP || x.pkt.Proto == ProtoSCTP {
 				x.pkt.SrcPort, x.pkt.DstPort = cn.reply.dport, cn.reply.sport
 			}
 		}

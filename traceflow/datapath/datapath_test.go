@@ -166,3 +166,25 @@ func TestPortRange(t *testing.T) {
 		}
 	}
 }
+
+// TestSCTPRoundTrip serializes an SCTP INIT and parses it back, ports
+// and all, and prints an SCTP match as ovs-ofctl spells it.
+func TestSCTPRoundTrip(t *testing.T) {
+	p := Packet{Src: netip.MustParseAddr("10.0.0.1"), Dst: netip.MustParseAddr("10.0.0.2"), Proto: ProtoSCTP,
+		SrcPort: 40000, DstPort: 3868, TTL: 64}
+	b, err := p.Serialize()
+	if err != nil {
+		t.Fatal(err)
+	}
+	q, err := ParsePacket(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if q.Proto != ProtoSCTP || q.SrcPort != 40000 || q.DstPort != 3868 {
+		t.Errorf("parsed %+v", q)
+	}
+	m := Match{EthType: EthIPv6, IPProto: ProtoSCTP, TpDst: Masked{Value: 3868, Mask: 0xffff}}
+	if got := m.String(); got != "sctp6,tp_dst=3868" {
+		t.Errorf("match %q", got)
+	}
+}

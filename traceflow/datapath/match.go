@@ -153,7 +153,7 @@ func (m *Match) String() string {
 	}
 	v6 := m.EthType == EthIPv6
 	if m.EthType != 0 {
-		proto := map[uint8]string{ProtoTCP: "tcp", ProtoUDP: "udp", ProtoICMP: "icmp", ProtoICMPv6: "icmp6"}[m.IPProto]
+		proto := map[uint8]string{ProtoTCP: "tcp", ProtoUDP: "udp", ProtoICMP: "icmp", ProtoICMPv6: "icmp6", ProtoSCTP: "sctp"}[m.IPProto]
 		switch {
 		case proto == "" && v6:
 			add("ipv6")

@@ -56,6 +56,7 @@ const (
 	ProtoTCP    = 6
 	ProtoUDP    = 17
 	ProtoICMPv6 = 58
+	ProtoSCTP   = 132
 )
 
 // IsV6 reports whether the packet is IPv6.
@@ -97,6 +98,11 @@ func (p *Packet) Serialize() ([]byte, error) {
 			return nil, fmt.Errorf("packet: %w", err)
 		}
 		ls = append(ls, udp)
+	case ProtoSCTP:
+		// A connection's first packet: the common header and an INIT chunk.
+		init := &layers.SCTPInit{SCTPChunk: layers.SCTPChunk{Type: layers.SCTPChunkTypeInit, Length: 20},
+			InitiateTag: 1, AdvertisedReceiverWindowCredit: 65535, OutboundStreams: 1, InboundStreams: 1, InitialTSN: 1}
+		ls = append(ls, &layers.SCTP{SrcPort: layers.SCTPPort(p.SrcPort), DstPort: layers.SCTPPort(p.DstPort)}, init)
 	case ProtoICMP:
 		ls = append(ls, &layers.ICMPv4{TypeCode: layers.CreateICMPv4TypeCode(p.ICMPType, p.ICMPCode), Id: p.ICMPID, Seq: p.ICMPSeq})
 	case ProtoICMPv6:
@@ -147,6 +153,8 @@ func ParsePacket(frame []byte) (Packet, error) {
 			}
 		}
 	case *layers.UDP:
+		p.SrcPort, p.DstPort = uint16(t.SrcPort), uint16(t.DstPort)
+	case *layers.SCTP:
 		p.SrcPort, p.DstPort = uint16(t.SrcPort), uint16(t.DstPort)
 	}
 	if l, ok := pkt.Layer(layers.LayerTypeICMPv4).(*layers.ICMPv4); ok {

@@ -4,6 +4,7 @@ import (
 	"net/netip"
 
 	"sluice/traceflow/cluster"
+	"sluice/traceflow/crd"
 	"sluice/traceflow/datapath"
 )
 
@@ -121,7 +122,7 @@ func (g *gen) classify() {
 }
 
 func (g *gen) conntrack() {
-	hairpin := []netip.Addr{netip.MustParseAddr("169.254.0.253"), netip.MustParseAddr("fc01::aabb:ccdd:eeff")}
+	hairpin := []netip.Addr{netip.MustParseAddr(crd.HairpinVirtualIPv4), netip.MustParseAddr(crd.HairpinVirtualIPv6)}
 	for _, ip := range append(hairpin, g.nm.GatewayIPs...) {
 		g.add(TUnSNAT, 200, M{EthType: ethOf(ip), NwDst: host(ip)},
 			datapath.Ct{Zone: snatZone(ethOf(ip)), Table: TConntrackZone, NAT: true})
@@ -138,7 +139,18 @@ func (g *gen) conntrack() {
 	g.add(TConntrackState, 190, M{CtState: datapath.CtStateMatch{Set: datapath.CtInv | datapath.CtTrk}}, datapath.Drop{})
 	g.add(TConntrackState, 190, M{CtState: datapath.CtStateMatch{Set: datapath.CtTrk, Clear: datapath.CtNew}}, goTo(TEgressMetric))
 	g.add(TConntrackState, 0, M{}, goTo(TPreRoutingClassifier))
-	g.add(TPreRoutingClassifier, 0, M{}, goTo(TServiceLB))
+	if !g.m.Config.ProxyAll {
+		g.add(TPreRoutingClassifier, 0, M{}, goTo(TServiceLB))
+		return
+	}
+	g.add(TPreRoutingClassifier, 0, M{}, goTo(TNodePortMark))
+	for _, ip := range []netip.Addr{g.nm.Node.TransportIP, g.nm.Node.TransportV6} {
+		if ip.IsValid() {
+			g.add(TNodePortMark, 200, M{EthType: ethOf(ip), NwDst: host(ip)},
+				datapath.LoadReg{Reg: 4, Lo: NodePortAddressBit, Hi: NodePortAddressBit, Value: 1}, goTo(TServiceLB))
+		}
+	}
+	g.add(TNodePortMark, 0, M{}, goTo(TServiceLB))
 }
 
 func protoOf(s string) uint8 {
@@ -146,47 +158,24 @@ func protoOf(s string) uint8 {
 	return n
 }
 
+// serviceLB load-balances every Service address (ClusterIPs, externalIPs,
+// LoadBalancer ingress IPs) and port through a select group whose buckets
+// pick an endpoint for EndpointDNAT.
 func (g *gen) serviceLB() {
-	groupID := uint32(1)
-	dnat := map[string]bool{}
+	lb := &serviceFlows{g: g, nextGroup: 1, dnat: map[string]bool{}}
 	for _, svc := range g.m.State.Services {
-		for _, cip := range svc.ClusterIPs {
-			for _, sp := range svc.Ports {
-				proto := protoOf(string(sp.Protocol))
-				if proto == 0 {
-					continue
-				}
-				m := M{EthType: ethOf(cip), IPProto: proto, NwDst: host(cip), TpDst: datapath.Masked{Value: uint32(sp.Port), Mask: 0xffff}}
-				var buckets [][]A
-				for _, ep := range svc.Endpoints {
-					if ep.IP.Is6() != cip.Is6() {
-						continue
-					}
-					tport, ok := ep.Ports[sp.Name]
-					if !ok {
-						continue
-					}
-					buckets = append(buckets, []A{datapath.SetEndpoint{IP: ep.IP, Port: tport}, datapath.Resubmit{Table: TEndpointDNAT}})
-					key := ep.IP.String() + "|" + string(rune(proto)) + "|" + string(rune(tport))
-					if !dnat[key] {
-						dnat[key] = true
-						em := M{EthType: ethOf(ep.IP), IPProto: proto}
-						datapath.EndpointMatch(&em, ep.IP, tport)
-						g.add(TEndpointDNAT, 200, em, datapath.Ct{Commit: true, Zone: ctZone(ethOf(ep.IP)), Table: TAntreaPolicyEgressRule,
-							Xlate: &datapath.NAT{IP: ep.IP, Port: tport}, Mark: datapath.Masked{Value: ServiceCTMark, Mask: ServiceCTMark}})
-					}
-				}
-				if len(buckets) == 0 {
-					// No endpoint: the agent answers with a reject, which is
-					// not a Traceflow packet-in.
-					g.add(TServiceLB, 200, m, datapath.LoadReg{Reg: 4, Lo: SvcNoEndpointBit, Hi: SvcNoEndpointBit, Value: 1}, goTo(TEndpointDNAT))
-					continue
-				}
-				if g.err == nil {
-					g.err = g.nm.Bridge.AddGroup(&datapath.Group{ID: groupID, Buckets: buckets})
-				}
-				g.add(TServiceLB, 200, m, datapath.GroupAction{ID: groupID})
-				groupID++
+		for _, ip := range svc.ClusterIPs {
+			// internalTrafficPolicy governs the ClusterIPs only.
+			lb.frontend(svc, ip.Is6(), svc.InternalLocal, addressMatch(ip))
+		}
+		// A traced packet comes from a Pod: externalTrafficPolicy, which
+		// governs traffic from outside the cluster, does not apply to it.
+		for _, ip := range append(append([]netip.Addr(nil), svc.ExternalIPs...), svc.LoadBalancerIPs...) {
+			lb.frontend(svc, ip.Is6(), false, addressMatch(ip))
+		}
+		if g.m.Config.ProxyAll {
+			for _, v6 := range []bool{false, true} {
+				lb.frontend(svc, v6, false, nodePortMatch(v6))
 			}
 		}
 	}
@@ -194,6 +183,77 @@ func (g *gen) serviceLB() {
 	g.add(TEndpointDNAT, 190, M{Regs: []datapath.RegMatch{{Reg: 4, Masked: datapath.Masked{Value: 1 << SvcNoEndpointBit, Mask: 1 << SvcNoEndpointBit}}}},
 		datapath.Controller{Category: CategorySvcReject})
 	g.add(TEndpointDNAT, 0, M{}, goTo(TAntreaPolicyEgressRule))
+}
+
+// serviceFlows numbers the groups and shares EndpointDNAT flows.
+type serviceFlows struct {
+	g         *gen
+	nextGroup uint32
+	dnat      map[string]bool // endpoint|proto|port with a DNAT flow
+}
+
+// addressMatch matches a Service address and port.
+func addressMatch(ip netip.Addr) func(cluster.ServicePort) (M, bool) {
+	return func(sp cluster.ServicePort) (M, bool) {
+		return M{EthType: ethOf(ip), NwDst: host(ip), TpDst: datapath.Masked{Value: uint32(sp.Port), Mask: 0xffff}}, true
+	}
+}
+
+// nodePortMatch matches a nodePort on an address NodePortMark marked.
+func nodePortMatch(v6 bool) func(cluster.ServicePort) (M, bool) {
+	eth := datapath.EthIPv4
+	if v6 {
+		eth = datapath.EthIPv6
+	}
+	return func(sp cluster.ServicePort) (M, bool) {
+		return M{EthType: eth, Regs: []datapath.RegMatch{{Reg: 4, Masked: datapath.Masked{Value: 1 << NodePortAddressBit, Mask: 1 << NodePortAddressBit}}},
+			TpDst: datapath.Masked{Value: uint32(sp.NodePort), Mask: 0xffff}}, sp.NodePort != 0
+	}
+}
+
+// frontend adds the ServiceLB flows of one Service frontend (an address,
+// or the nodePorts), one per port that match gives; localOnly keeps only
+// endpoints on this Node.
+func (lb *serviceFlows) frontend(svc *cluster.Service, v6, localOnly bool, match func(cluster.ServicePort) (M, bool)) {
+	g := lb.g
+	for _, sp := range svc.Ports {
+		proto := protoOf(string(sp.Protocol))
+		m, ok := match(sp)
+		if proto == 0 || !ok {
+			continue
+		}
+		m.IPProto = proto
+		var buckets [][]A
+		for _, ep := range svc.Endpoints {
+			if ep.IP.Is6() != v6 || (localOnly && ep.Node != g.nm.Node.Name) {
+				continue
+			}
+			tport, ok := ep.Ports[sp.Name]
+			if !ok {
+				continue
+			}
+			buckets = append(buckets, []A{datapath.SetEndpoint{IP: ep.IP, Port: tport}, datapath.Resubmit{Table: TEndpointDNAT}})
+			key := ep.IP.String() + "|" + string(rune(proto)) + "|" + string(rune(tport))
+			if !lb.dnat[key] {
+				lb.dnat[key] = true
+				em := M{EthType: ethOf(ep.IP), IPProto: proto}
+				datapath.EndpointMatch(&em, ep.IP, tport)
+				g.add(TEndpointDNAT, 200, em, datapath.Ct{Commit: true, Zone: ctZone(ethOf(ep.IP)), Table: TAntreaPolicyEgressRule,
+					Xlate: &datapath.NAT{IP: ep.IP, Port: tport}, Mark: datapath.Masked{Value: ServiceCTMark, Mask: ServiceCTMark}})
+			}
+		}
+		if len(buckets) == 0 {
+			// No endpoint: the agent answers with a reject, which is
+			// not a Traceflow packet-in.
+			g.add(TServiceLB, 200, m, datapath.LoadReg{Reg: 4, Lo: SvcNoEndpointBit, Hi: SvcNoEndpointBit, Value: 1}, goTo(TEndpointDNAT))
+			continue
+		}
+		if g.err == nil {
+			g.err = g.nm.Bridge.AddGroup(&datapath.Group{ID: lb.nextGroup, Buckets: buckets})
+		}
+		g.add(TServiceLB, 200, m, datapath.GroupAction{ID: lb.nextGroup})
+		lb.nextGroup++
+	}
 }
 
 func (g *gen) l3Forwarding() {
@@ -324,12 +384,25 @@ func (g *gen) postRouting() {
 		}
 	}
 	g.add(TSNATMark, 0, M{}, goTo(TSNAT))
-	for _, v := range []string{"169.254.0.253", "fc01::aabb:ccdd:eeff"} {
-		ip := netip.MustParseAddr(v)
-		g.add(TSNAT, 200, M{CtState: datapath.CtStateMatch{Set: datapath.CtNew | datapath.CtTrk},
-			CtMark: datapath.Masked{Value: HairpinCTMark, Mask: HairpinCTMark}, EthType: ethOf(ip)},
-			datapath.Ct{Commit: true, Zone: snatZone(ethOf(ip)), Table: TL2ForwardingCalc, Xlate: &datapath.NAT{Src: true, IP: ip},
-				Mark: datapath.Masked{Value: HairpinCTMark, Mask: HairpinCTMark}})
+	// Hairpin SNAT: a local Pod reaching itself through a Service gets
+	// the Node's gateway IP as source; traffic that came in through the
+	// gateway and goes back out of it gets the virtual Service IP.
+	for _, eth := range families {
+		virtual := netip.MustParseAddr(crd.HairpinVirtualIPv4)
+		if eth == datapath.EthIPv6 {
+			virtual = netip.MustParseAddr(crd.HairpinVirtualIPv6)
+		}
+		snat := func(source uint32, ip netip.Addr) {
+			g.add(TSNAT, 200, M{CtState: datapath.CtStateMatch{Set: datapath.CtNew | datapath.CtTrk},
+				CtMark: datapath.Masked{Value: HairpinCTMark, Mask: HairpinCTMark}, EthType: eth,
+				Regs: []datapath.RegMatch{reg0Match(0, 3, source)}},
+				datapath.Ct{Commit: true, Zone: snatZone(eth), Table: TL2ForwardingCalc, Xlate: &datapath.NAT{Src: true, IP: ip},
+					Mark: datapath.Masked{Value: HairpinCTMark, Mask: HairpinCTMark}})
+		}
+		if gw, ok := g.nm.GatewayIP(eth == datapath.EthIPv6); ok {
+			snat(SourcePod, gw)
+		}
+		snat(SourceGateway, virtual)
 	}
 	g.add(TSNAT, 0, M{}, goTo(TL2ForwardingCalc))
 }

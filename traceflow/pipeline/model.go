@@ -58,6 +58,10 @@ type Config struct {
 	// Tag is the Traceflow dataplane tag (DSCP) whose flows are added; 0
 	// adds none, giving the pipeline as it is without a running trace.
 	Tag uint8
+	// ProxyAll is the agent's antreaProxy.proxyAll: NodePorts are then
+	// load-balanced in OVS (NodePortMark marks the Node's own addresses)
+	// rather than by kube-proxy behind the gateway.
+	ProxyAll bool
 }
 
 // DefaultConfig is encap over Geneve with kubeadm's Service CIDR.
@@ -102,7 +106,8 @@ const (
 	SNATCtZone  = 65521
 	SNATCtZone6 = 65511
 
-	SvcNoEndpointBit = 19 // reg4
+	SvcNoEndpointBit   = 19 // reg4
+	NodePortAddressBit = 20 // reg4: the destination is one of the Node's NodePort addresses
 )
 
 // Names of the modelled tables, in pipeline order.
@@ -114,6 +119,7 @@ const (
 	TConntrackZone             = "ConntrackZone"
 	TConntrackState            = "ConntrackState"
 	TPreRoutingClassifier      = "PreRoutingClassifier"
+	TNodePortMark              = "NodePortMark"
 	TServiceLB                 = "ServiceLB"
 	TEndpointDNAT              = "EndpointDNAT"
 	TAntreaPolicyEgressRule    = "AntreaPolicyEgressRule"
@@ -138,10 +144,22 @@ const (
 // Tables is the pipeline order.
 var tableOrder = []string{
 	TPipelineRootClassifier, TClassifier, TSpoofGuard, TUnSNAT, TConntrackZone, TConntrackState,
-	TPreRoutingClassifier, TServiceLB, TEndpointDNAT, TAntreaPolicyEgressRule, TEgressRule,
+	TPreRoutingClassifier, TNodePortMark, TServiceLB, TEndpointDNAT, TAntreaPolicyEgressRule, TEgressRule,
 	TEgressDefaultRule, TEgressMetric, TL3Forwarding, TEgressMark, TL3DecTTL, TSNATMark, TSNAT,
 	TL2ForwardingCalc, TIngressSecurityClassifier, TAntreaPolicyIngressRule, TIngressRule,
 	TIngressDefaultRule, TIngressMetric, TConntrackCommit, TOutput,
+}
+
+// tables is the pipeline order of this configuration: NodePortMark exists
+// only with proxyAll, as in Antrea.
+func (c Config) tables() []string {
+	var out []string
+	for _, t := range tableOrder {
+		if t != TNodePortMark || c.ProxyAll {
+			out = append(out, t)
+		}
+	}
+	return out
 }
 
 // RuleRef names the policy rule behind a conjunction ID.
@@ -230,7 +248,7 @@ func Build(ctx context.Context, st *cluster.State, cfg Config) (*Model, cluster.
 		}
 	}
 	for _, n := range st.Nodes {
-		nm := &NodeModel{Node: n, Bridge: datapath.NewBridge(n.Name, tableOrder), GatewayMAC: gatewayMAC(n.Name),
+		nm := &NodeModel{Node: n, Bridge: datapath.NewBridge(n.Name, cfg.tables()), GatewayMAC: gatewayMAC(n.Name),
 			PodPort: map[string]uint32{}, PortPod: map[uint32]*cluster.Pod{}, MarkIP: map[uint32]netip.Addr{}}
 		for _, c := range n.PodCIDRs {
 			nm.GatewayIPs = append(nm.GatewayIPs, c.Addr().Next())

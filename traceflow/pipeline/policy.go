@@ -45,23 +45,49 @@ type compiledPolicies struct {
 // compilePolicies resolves every policy rule and numbers it with a
 // conjunction ID recorded in refs.
 func compilePolicies(st *cluster.State, refs map[uint32]RuleRef) (*compiledPolicies, error) {
-	c := &compiledPolicies{isolatedIngress: map[*cluster.Pod]bool{}, isolatedEgress: map[*cluster.Pod]bool{}}
-	next := uint32(1)
-	newID := func(r RuleRef) uint32 {
-		id := next
-		next++
-		refs[id] = r
-		return id
+	pc := &policyCompiler{st: st, refs: refs, next: 1,
+		out: &compiledPolicies{isolatedIngress: map[*cluster.Pod]bool{}, isolatedEgress: map[*cluster.Pod]bool{}}}
+	// Antrea-native rules first: their IDs follow their precedence.
+	for pos, r := range antreaRulesInOrder(st) {
+		if err := pc.antreaRule(r, pos); err != nil {
+			return nil, err
+		}
 	}
-	// Antrea-native rules first, ordered by tier, policy priority and rule
-	// position: that order is their precedence.
-	type apRule struct {
-		pol   *crd.AntreaPolicy
-		rule  crd.AntreaPolicyRule
-		index int
-		in    bool
-		tier  int
+	for _, np := range st.NetworkPolicies {
+		if err := pc.k8sPolicy(np); err != nil {
+			return nil, fmt.Errorf("NetworkPolicy %s/%s: %w", np.Namespace, np.Name, err)
+		}
 	}
+	return pc.out, nil
+}
+
+// policyCompiler numbers rules as it resolves them.
+type policyCompiler struct {
+	st   *cluster.State
+	refs map[uint32]RuleRef
+	next uint32
+	out  *compiledPolicies
+}
+
+func (pc *policyCompiler) newID(r RuleRef) uint32 {
+	id := pc.next
+	pc.next++
+	pc.refs[id] = r
+	return id
+}
+
+// apRule is one rule of an Antrea-native policy with what orders it.
+type apRule struct {
+	pol   *crd.AntreaPolicy
+	rule  crd.AntreaPolicyRule
+	index int
+	in    bool
+	tier  int
+}
+
+// antreaRulesInOrder lists every Antrea-native rule by tier, policy
+// priority and rule position: that order is their precedence.
+func antreaRulesInOrder(st *cluster.State) []apRule {
 	var ap []apRule
 	for _, p := range st.AntreaPolicies {
 		tier, _ := cluster.TierPriority(p.Spec.Tier)
@@ -82,86 +108,124 @@ func compilePolicies(st *cluster.State, refs map[uint32]RuleRef) (*compiledPolic
 		}
 		return a.index < b.index
 	})
-	for pos, r := range ap {
-		typ := crd.AntreaNetworkPolicyType
-		if r.pol.Kind == crd.KindAntreaClusterPolicy {
-			typ = crd.AntreaClusterPolicyType
+	return ap
+}
+
+// antreaRule compiles the Antrea-native rule at precedence position pos.
+func (pc *policyCompiler) antreaRule(r apRule, pos int) error {
+	typ := crd.AntreaNetworkPolicyType
+	if r.pol.Kind == crd.KindAntreaClusterPolicy {
+		typ = crd.AntreaClusterPolicyType
+	}
+	dir := "egress"
+	if r.in {
+		dir = "ingress"
+	}
+	name := r.rule.Name
+	if name == "" {
+		// Upstream generates a name for unnamed rules; ours is readable.
+		name = fmt.Sprintf("%s-%s-%d", dir, strings.ToLower(r.rule.Action), r.index)
+	}
+	cr := &compiledRule{ingress: r.in, action: r.rule.Action}
+	ref := RuleRef{PolicyType: typ, Namespace: r.pol.Namespace, Name: r.pol.Name, Rule: name, Action: r.rule.Action}
+	switch {
+	case r.tier == 253 && r.in: // baseline: after K8s policy, in the DefaultRule tables
+		cr.table, cr.priority = TIngressDefaultRule, 150-pos%100
+	case r.tier == 253:
+		cr.table, cr.priority = TEgressDefaultRule, 150-pos%100
+	case r.in:
+		cr.table, cr.priority = TAntreaPolicyIngressRule, 60000-pos
+	default:
+		cr.table, cr.priority = TAntreaPolicyEgressRule, 60000-pos
+	}
+	applied := r.rule.AppliedTo
+	if len(applied) == 0 {
+		applied = r.pol.Spec.AppliedTo
+	}
+	ns := r.pol.Namespace
+	var err error
+	if cr.appliedTo, err = antreaPods(pc.st, applied, ns, ""); err != nil {
+		return fmt.Errorf("%s %s: appliedTo: %w", typ, r.pol.Name, err)
+	}
+	peers := r.rule.To
+	if r.in {
+		peers = r.rule.From
+	}
+	cr.anyPort, cr.ports = portMatches(antreaToK8sPorts(r.rule.Ports))
+	// A peer with namespaces.match Self selects in each applied-to Pod's
+	// own namespace: one rule per namespace, each with its own ID.
+	byNS := map[string][]*cluster.Pod{"": cr.appliedTo}
+	if hasSelf(peers) {
+		byNS = map[string][]*cluster.Pod{}
+		for _, p := range cr.appliedTo {
+			byNS[p.Namespace] = append(byNS[p.Namespace], p)
 		}
-		dir := "egress"
-		if r.in {
-			dir = "ingress"
+	}
+	namespaces := make([]string, 0, len(byNS))
+	for n := range byNS {
+		namespaces = append(namespaces, n)
+	}
+	sort.Strings(namespaces)
+	for _, self := range namespaces {
+		one := *cr
+		one.id, one.appliedTo = pc.newID(ref), byNS[self]
+		if one.anyPeer, one.peers, err = antreaPeers(pc.st, peers, ns, self); err != nil {
+			return fmt.Errorf("%s %s: %w", typ, r.pol.Name, err)
 		}
-		name := r.rule.Name
-		if name == "" {
-			// Upstream generates a name for unnamed rules; ours is readable.
-			name = fmt.Sprintf("%s-%s-%d", dir, strings.ToLower(r.rule.Action), r.index)
+		pc.out.rules = append(pc.out.rules, &one)
+	}
+	return nil
+}
+
+func hasSelf(peers []crd.PolicyPeer) bool {
+	for i := range peers {
+		if peers[i].IsSelf() {
+			return true
 		}
-		cr := &compiledRule{ingress: r.in, action: r.rule.Action}
-		cr.id = newID(RuleRef{PolicyType: typ, Namespace: r.pol.Namespace, Name: r.pol.Name, Rule: name, Action: r.rule.Action})
-		switch {
-		case r.tier == 253 && r.in: // baseline: after K8s policy, in the DefaultRule tables
-			cr.table, cr.priority = TIngressDefaultRule, 150-pos%100
-		case r.tier == 253:
-			cr.table, cr.priority = TEgressDefaultRule, 150-pos%100
-		case r.in:
-			cr.table, cr.priority = TAntreaPolicyIngressRule, 60000-pos
-		default:
-			cr.table, cr.priority = TAntreaPolicyEgressRule, 60000-pos
-		}
-		applied := r.rule.AppliedTo
-		if len(applied) == 0 {
-			applied = r.pol.Spec.AppliedTo
-		}
-		ns := r.pol.Namespace
+	}
+	return false
+}
+
+// k8sPolicy isolates the Pods a Kubernetes NetworkPolicy selects, in the
+// directions it covers, and compiles its allow rules.
+func (pc *policyCompiler) k8sPolicy(np *networkingv1.NetworkPolicy) error {
+	applied, err := pc.st.SelectPods(&np.Spec.PodSelector, nil, np.Namespace)
+	if err != nil {
+		return err
+	}
+	in, eg := policyTypes(np)
+	ref := RuleRef{PolicyType: crd.K8sNetworkPolicyType, Namespace: np.Namespace, Name: np.Name, Action: crd.RuleActionAllow}
+	add := func(ingress bool, table string, peers []networkingv1.NetworkPolicyPeer, ports []networkingv1.NetworkPolicyPort) error {
+		cr := &compiledRule{id: pc.newID(ref), ingress: ingress, table: table, priority: 200, action: crd.RuleActionAllow, appliedTo: applied}
 		var err error
-		if cr.appliedTo, err = antreaPods(st, applied, ns); err != nil {
-			return nil, fmt.Errorf("%s %s: appliedTo: %w", typ, r.pol.Name, err)
+		if cr.anyPeer, cr.peers, err = k8sPeers(pc.st, peers, np.Namespace); err != nil {
+			return err
 		}
-		peers := r.rule.To
-		if r.in {
-			peers = r.rule.From
-		}
-		if cr.anyPeer, cr.peers, err = antreaPeers(st, peers, ns); err != nil {
-			return nil, fmt.Errorf("%s %s: %w", typ, r.pol.Name, err)
-		}
-		cr.anyPort, cr.ports = antreaPorts(r.rule.Ports)
-		c.rules = append(c.rules, cr)
+		cr.anyPort, cr.ports = portMatches(ports)
+		pc.out.rules = append(pc.out.rules, cr)
+		return nil
 	}
-	for _, np := range st.NetworkPolicies {
-		applied, err := st.SelectPods(&np.Spec.PodSelector, nil, np.Namespace)
-		if err != nil {
-			return nil, fmt.Errorf("NetworkPolicy %s/%s: %w", np.Namespace, np.Name, err)
+	if in {
+		for _, p := range applied {
+			pc.out.isolatedIngress[p] = true
 		}
-		in, eg := policyTypes(np)
-		ref := RuleRef{PolicyType: crd.K8sNetworkPolicyType, Namespace: np.Namespace, Name: np.Name, Action: crd.RuleActionAllow}
-		if in {
-			for _, p := range applied {
-				c.isolatedIngress[p] = true
-			}
-			for _, r := range np.Spec.Ingress {
-				cr := &compiledRule{id: newID(ref), ingress: true, table: TIngressRule, priority: 200, action: crd.RuleActionAllow, appliedTo: applied}
-				if cr.anyPeer, cr.peers, err = k8sPeers(st, r.From, np.Namespace); err != nil {
-					return nil, fmt.Errorf("NetworkPolicy %s/%s: %w", np.Namespace, np.Name, err)
-				}
-				cr.anyPort, cr.ports = k8sPorts(r.Ports)
-				c.rules = append(c.rules, cr)
-			}
-		}
-		if eg {
-			for _, p := range applied {
-				c.isolatedEgress[p] = true
-			}
-			for _, r := range np.Spec.Egress {
-				cr := &compiledRule{id: newID(ref), table: TEgressRule, priority: 200, action: crd.RuleActionAllow, appliedTo: applied}
-				if cr.anyPeer, cr.peers, err = k8sPeers(st, r.To, np.Namespace); err != nil {
-					return nil, fmt.Errorf("NetworkPolicy %s/%s: %w", np.Namespace, np.Name, err)
-				}
-				cr.anyPort, cr.ports = k8sPorts(r.Ports)
-				c.rules = append(c.rules, cr)
+		for _, r := range np.Spec.Ingress {
+			if err := add(true, TIngressRule, r.From, r.Ports); err != nil {
+				return err
 			}
 		}
 	}
-	return c, nil
+	if eg {
+		for _, p := range applied {
+			pc.out.isolatedEgress[p] = true
+		}
+		for _, r := range np.Spec.Egress {
+			if err := add(false, TEgressRule, r.To, r.Ports); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 func policyTypes(np *networkingv1.NetworkPolicy) (ingress, egress bool) {
@@ -227,16 +291,26 @@ func k8sPeers(st *cluster.State, peers []networkingv1.NetworkPolicyPeer, ns stri
 	return false, out, nil
 }
 
-func antreaPods(st *cluster.State, peers []crd.PolicyPeer, ns string) ([]*cluster.Pod, error) {
+// antreaPods selects the Pods of peers in namespace ns (cluster-wide for
+// ""); self is the namespace a namespaces.match Self peer selects in.
+func antreaPods(st *cluster.State, peers []crd.PolicyPeer, ns, self string) ([]*cluster.Pod, error) {
 	var out []*cluster.Pod
 	seen := map[*cluster.Pod]bool{}
 	for _, p := range peers {
-		if p.PodSelector == nil && p.NamespaceSelector == nil {
-			continue
-		}
-		pods, err := st.SelectPods(p.PodSelector, p.NamespaceSelector, ns)
-		if err != nil {
-			return nil, err
+		in := ns
+		var pods []*cluster.Pod
+		var err error
+		switch {
+		case p.Group != "":
+			// A missing or looping group was warned about; it selects nothing.
+			pods, _, _ = st.GroupMembers(ns, p.Group)
+		case p.IsSelf() && self != "":
+			in = self
+			fallthrough
+		case p.Namespaces == nil && (p.PodSelector != nil || p.NamespaceSelector != nil):
+			if pods, err = st.SelectPods(p.PodSelector, p.NamespaceSelector, in); err != nil {
+				return nil, err
+			}
 		}
 		for _, q := range pods {
 			if !seen[q] {
@@ -248,7 +322,7 @@ func antreaPods(st *cluster.State, peers []crd.PolicyPeer, ns string) ([]*cluste
 	return out, nil
 }
 
-func antreaPeers(st *cluster.State, peers []crd.PolicyPeer, ns string) (bool, []netip.Prefix, error) {
+func antreaPeers(st *cluster.State, peers []crd.PolicyPeer, ns, self string) (bool, []netip.Prefix, error) {
 	if len(peers) == 0 {
 		return true, nil, nil
 	}
@@ -261,8 +335,12 @@ func antreaPeers(st *cluster.State, peers []crd.PolicyPeer, ns string) (bool, []
 			}
 			out = append(out, cidr.Masked())
 		}
+		if p.Group != "" {
+			_, blocks, _ := st.GroupMembers(ns, p.Group)
+			out = append(out, blocks...)
+		}
 	}
-	pods, err := antreaPods(st, peers, ns)
+	pods, err := antreaPods(st, peers, ns, self)
 	if err != nil {
 		return false, nil, err
 	}
@@ -275,8 +353,10 @@ func protoNumber(p string) (uint8, bool) {
 		return datapath.ProtoTCP, true
 	case corev1.ProtocolUDP:
 		return datapath.ProtoUDP, true
+	case corev1.ProtocolSCTP:
+		return datapath.ProtoSCTP, true
 	}
-	return 0, false // SCTP and others are not modelled: they match nothing
+	return 0, false // other protocols are not modelled: they match nothing
 }
 
 func rangeMatches(proto uint8, lo, hi int32) []portMatch {
@@ -296,7 +376,10 @@ func rangeMatches(proto uint8, lo, hi int32) []portMatch {
 	return out
 }
 
-func k8sPorts(ports []networkingv1.NetworkPolicyPort) (bool, []portMatch) {
+// portMatches turns a rule's ports (Kubernetes or, converted,
+// Antrea-native) into matches; no ports is any port. Named ports and
+// unmodelled protocols match nothing.
+func portMatches(ports []networkingv1.NetworkPolicyPort) (bool, []portMatch) {
 	if len(ports) == 0 {
 		return true, nil
 	}
@@ -324,32 +407,18 @@ func k8sPorts(ports []networkingv1.NetworkPolicyPort) (bool, []portMatch) {
 	return false, out
 }
 
-func antreaPorts(ports []crd.PolicyPort) (bool, []portMatch) {
-	if len(ports) == 0 {
-		return true, nil
-	}
-	var out []portMatch
-	for _, p := range ports {
-		proto := ""
+// antreaToK8sPorts converts Antrea-native rule ports, which have the same
+// fields as Kubernetes ones.
+func antreaToK8sPorts(ports []crd.PolicyPort) []networkingv1.NetworkPolicyPort {
+	out := make([]networkingv1.NetworkPolicyPort, len(ports))
+	for i, p := range ports {
+		out[i] = networkingv1.NetworkPolicyPort{Port: p.Port, EndPort: p.EndPort}
 		if p.Protocol != nil {
-			proto = *p.Protocol
-		}
-		n, ok := protoNumber(proto)
-		if !ok {
-			continue
-		}
-		switch {
-		case p.Port == nil:
-			out = append(out, portMatch{proto: n})
-		case p.Port.Type == 0:
-			hi := p.Port.IntVal
-			if p.EndPort != nil {
-				hi = *p.EndPort
-			}
-			out = append(out, rangeMatches(n, p.Port.IntVal, hi)...)
+			proto := corev1.Protocol(*p.Protocol)
+			out[i].Protocol = &proto
 		}
 	}
-	return false, out
+	return out
 }
 
 // subtract returns the prefixes covering p minus every prefix in except.

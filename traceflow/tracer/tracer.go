@@ -33,6 +33,12 @@ type Hop struct {
 	Trail    []datapath.Step
 	PacketIn bool
 	Note     string // why the trace stopped here, when it did
+	// Entry, Frame and Result are the packet as it entered the Node's
+	// bridge and everything the bridge did with it, so that the same
+	// packet can be replayed elsewhere (package ovscheck does, in OVS).
+	Entry  datapath.Entry
+	Frame  []byte
+	Result *datapath.Result
 }
 
 // Trace is a finished run: the Traceflow with its status, and the hops.
@@ -136,62 +142,9 @@ func buildPacket(m *pipeline.Model, src *cluster.Pod, tf *crd.Traceflow) (datapa
 		return p, fmt.Errorf("tracer: source Pod %s is on Node %s, which has no bridge", src.Key(), src.Node)
 	}
 	p.Src, p.EthSrc, p.EthDst = srcIP, pipeline.PodMAC(src), nm.GatewayMAC
-	var svcPort *cluster.ServicePort
-	d := spec.Destination
-	dstNS := d.Namespace
-	if dstNS == "" {
-		dstNS = "default"
-	}
-	switch {
-	case d.Pod != "":
-		dp := m.State.Pod(dstNS, d.Pod)
-		if dp == nil {
-			return p, agentErrorf("failed to get the destination Pod: pods %q not found", d.Pod)
-		}
-		ip, ok := dp.IP(v6)
-		if !ok {
-			return p, agentErrorf("destination Pod does not have an %s address", family(v6))
-		}
-		p.Dst = ip
-		if dp.Node == src.Node && !dp.HostNetwork {
-			p.EthDst = pipeline.PodMAC(dp)
-		}
-	case d.Service != "":
-		svc := m.State.Service(dstNS, d.Service)
-		if svc == nil {
-			return p, agentErrorf("failed to get the destination Service: services %q not found", d.Service)
-		}
-		if len(svc.ClusterIPs) == 0 {
-			return p, agentErrorf("destination Service does not have a ClusterIP")
-		}
-		found := false
-		for _, ip := range svc.ClusterIPs {
-			if ip.Is6() == v6 {
-				p.Dst, found = ip, true
-				break
-			}
-		}
-		if !found {
-			return p, agentErrorf("destination Service does not have an %s ClusterIP", family(v6))
-		}
-		if len(svc.Ports) == 0 {
-			return p, agentErrorf("destination Service does not have any ports")
-		}
-		svcPort = &svc.Ports[0]
-	case d.IP != "":
-		ip, err := netip.ParseAddr(d.IP)
-		if err != nil {
-			return p, agentErrorf("invalid destination IP address")
-		}
-		if ip.Is6() != v6 {
-			return p, agentErrorf("destination IP does not match the IP header family")
-		}
-		p.Dst = ip.Unmap()
-		if dp := m.State.PodByIP(p.Dst); dp != nil && dp.Node == src.Node {
-			p.EthDst = pipeline.PodMAC(dp)
-		}
-	default:
-		return p, agentErrorf("destination is not specified")
+	svcPort, err := setDestination(m, src, tf.Spec.Destination, v6, &p)
+	if err != nil {
+		return p, err
 	}
 	p.TTL = crd.DefaultTraceflowHopLimit
 	if v6 && spec.Packet.IPv6Header.HopLimit > 0 {
@@ -204,12 +157,83 @@ func buildPacket(m *pipeline.Model, src *cluster.Pod, tf *crd.Traceflow) (datapa
 		p.IPFlags = uint8(spec.Packet.IPHeader.Flags & 7)
 	}
 	p.DSCP = m.Config.Tag
+	setTransport(&p, spec, svcPort, tf.Name)
+	return p, nil
+}
+
+// setDestination addresses p to the Traceflow's destination (a Pod, a
+// Service's ClusterIP or an IP), with the Pod's MAC when it is local, and
+// returns the Service port the packet is for, if any.
+func setDestination(m *pipeline.Model, src *cluster.Pod, d crd.Destination, v6 bool, p *datapath.Packet) (*cluster.ServicePort, error) {
+	var svcPort *cluster.ServicePort
+	dstNS := d.Namespace
+	if dstNS == "" {
+		dstNS = "default"
+	}
+	switch {
+	case d.Pod != "":
+		dp := m.State.Pod(dstNS, d.Pod)
+		if dp == nil {
+			return nil, agentErrorf("failed to get the destination Pod: pods %q not found", d.Pod)
+		}
+		ip, ok := dp.IP(v6)
+		if !ok {
+			return nil, agentErrorf("destination Pod does not have an %s address", family(v6))
+		}
+		p.Dst = ip
+		if dp.Node == src.Node && !dp.HostNetwork {
+			p.EthDst = pipeline.PodMAC(dp)
+		}
+	case d.Service != "":
+		svc := m.State.Service(dstNS, d.Service)
+		if svc == nil {
+			return nil, agentErrorf("failed to get the destination Service: services %q not found", d.Service)
+		}
+		if len(svc.ClusterIPs) == 0 {
+			return nil, agentErrorf("destination Service does not have a ClusterIP")
+		}
+		found := false
+		for _, ip := range svc.ClusterIPs {
+			if ip.Is6() == v6 {
+				p.Dst, found = ip, true
+				break
+			}
+		}
+		if !found {
+			return nil, agentErrorf("destination Service does not have an %s ClusterIP", family(v6))
+		}
+		if len(svc.Ports) == 0 {
+			return nil, agentErrorf("destination Service does not have any ports")
+		}
+		svcPort = &svc.Ports[0]
+	case d.IP != "":
+		ip, err := netip.ParseAddr(d.IP)
+		if err != nil {
+			return nil, agentErrorf("invalid destination IP address")
+		}
+		if ip.Is6() != v6 {
+			return nil, agentErrorf("destination IP does not match the IP header family")
+		}
+		p.Dst = ip.Unmap()
+		if dp := m.State.PodByIP(p.Dst); dp != nil && dp.Node == src.Node {
+			p.EthDst = pipeline.PodMAC(dp)
+		}
+	default:
+		return nil, agentErrorf("destination is not specified")
+	}
+	return svcPort, nil
+}
+
+// setTransport fills in the transport header from the spec: given ports
+// and flags, the Service's port and protocol, or ICMP echo by default.
+func setTransport(p *datapath.Packet, spec crd.TraceflowSpec, svcPort *cluster.ServicePort, name string) {
+	v6 := p.IsV6()
 	th := spec.Packet.TransportHeader
 	randomPort := func() uint16 {
 		// Upstream picks a random port at injection; a hash of the name
 		// keeps our output reproducible while still varying per trace.
 		h := fnv.New32a()
-		h.Write([]byte(tf.Name))
+		h.Write([]byte(name))
 		return uint16(32768 + h.Sum32()%28232)
 	}
 	port := func(v int32) uint16 {
@@ -230,8 +254,11 @@ func buildPacket(m *pipeline.Model, src *cluster.Pod, tf *crd.Traceflow) (datapa
 		p.Proto, p.ICMPID, p.ICMPSeq = datapath.ProtoICMP, uint16(th.ICMP.ID), uint16(th.ICMP.Sequence)
 	case svcPort != nil:
 		p.Proto = datapath.ProtoTCP
-		if svcPort.Protocol == "UDP" {
+		switch svcPort.Protocol {
+		case "UDP":
 			p.Proto = datapath.ProtoUDP
+		case "SCTP":
+			p.Proto = datapath.ProtoSCTP
 		}
 	case !v6 && spec.Packet.IPHeader != nil && spec.Packet.IPHeader.Protocol != 0:
 		p.Proto = uint8(spec.Packet.IPHeader.Protocol)
@@ -248,7 +275,7 @@ func buildPacket(m *pipeline.Model, src *cluster.Pod, tf *crd.Traceflow) (datapa
 		p.ICMPType = 8
 	case datapath.ProtoICMPv6:
 		p.ICMPType = 128
-	case datapath.ProtoTCP, datapath.ProtoUDP:
+	case datapath.ProtoTCP, datapath.ProtoUDP, datapath.ProtoSCTP:
 		if svcPort != nil && p.DstPort == 0 {
 			p.DstPort = svcPort.Port
 		}
@@ -259,7 +286,6 @@ func buildPacket(m *pipeline.Model, src *cluster.Pod, tf *crd.Traceflow) (datapa
 			p.SrcPort = randomPort()
 		}
 	}
-	return p, nil
 }
 
 // maxHops bounds the Nodes one trace may cross; a well-formed trace needs
@@ -280,7 +306,7 @@ func walk(ctx context.Context, m *pipeline.Model, src *cluster.Pod, pkt datapath
 		if err != nil {
 			return fmt.Errorf("tracer: %w", err)
 		}
-		h := Hop{Node: nm.Node.Name, Trail: res.Trail}
+		h := Hop{Node: nm.Node.Name, Trail: res.Trail, Entry: entry, Frame: frame, Result: res}
 		var pin *datapath.PacketIn
 		for i := range res.PacketIns {
 			if res.PacketIns[i].Category == pipeline.CategoryTraceflow {

@@ -1,7 +1,8 @@
 // Package kube reads a traceflow cluster state from a live cluster, read
 // only: it lists Nodes, Namespaces, Pods, Services, EndpointSlices and
 // NetworkPolicies through the typed clientset, and Antrea's Egresses,
-// NetworkPolicies and ClusterNetworkPolicies through the dynamic client,
+// NetworkPolicies, ClusterNetworkPolicies, ClusterGroups and Groups
+// through the dynamic client,
 // and turns them into the same []cluster.Object the file loader produces,
 // so that cluster.Build treats both sources alike.
 package kube
@@ -46,13 +47,18 @@ var antreaGroupVersion = schema.GroupVersion{Group: "crd.antrea.io", Version: "v
 type antreaResource struct {
 	resource string // plural, as served
 	kind     string
+	// quiet: a missing CRD is no warning. Groups matter only to policies
+	// that name one, and the state check warns about those.
+	quiet bool
 }
 
 func antreaResources() []antreaResource {
 	return []antreaResource{
-		{"egresses", crd.KindEgress},
-		{"networkpolicies", crd.KindAntreaNetworkPolicy},
-		{"clusternetworkpolicies", crd.KindAntreaClusterPolicy},
+		{"egresses", crd.KindEgress, false},
+		{"networkpolicies", crd.KindAntreaNetworkPolicy, false},
+		{"clusternetworkpolicies", crd.KindAntreaClusterPolicy, false},
+		{"clustergroups", crd.KindClusterGroup, true},
+		{"groups", crd.KindGroup, true},
 	}
 }
 
@@ -146,13 +152,17 @@ func Load(ctx context.Context, client kubernetes.Interface, dyn dynamic.Interfac
 	var probs cluster.Problems
 	for _, r := range antreaResources() {
 		name := r.resource + "." + antreaGroupVersion.Group
-		if served != nil && !served[r.resource] {
-			probs = append(probs, missingCRD(name, r.kind))
-			continue
+		missing := served != nil && !served[r.resource]
+		var objs []cluster.Object
+		var err error
+		if !missing {
+			objs, err = l.listDynamic(ctx, dyn, r)
+			missing = apierrors.IsNotFound(err)
 		}
-		objs, err := l.listDynamic(ctx, dyn, r)
-		if apierrors.IsNotFound(err) {
-			probs = append(probs, missingCRD(name, r.kind))
+		if missing {
+			if !r.quiet {
+				probs = append(probs, missingCRD(name, r.kind))
+			}
 			continue
 		}
 		if err != nil {

@@ -35,17 +35,30 @@ import (
 	"sluice/traceflow/tracer"
 )
 
-// fileObjects reads the fixture cluster with every overlay applied when
-// overlays is set.
+// policyOverlays are the overlays that together still let traffic
+// through (the others isolate namespaces or move an Egress).
+var policyOverlays = []string{"allow-external.yaml", "antrea-deny.yaml", "k8s-egress-allow.yaml", "k8s-ingress-isolate.yaml"}
+
+// fileObjects reads the fixture cluster with the policy overlays applied
+// when overlays is set.
 func fileObjects(t *testing.T, overlays bool) []cluster.Object {
+	t.Helper()
+	if overlays {
+		return fileObjectsWith(t, policyOverlays...)
+	}
+	return fileObjectsWith(t)
+}
+
+// fileObjectsWith reads the fixture cluster with the given overlays.
+func fileObjectsWith(t *testing.T, overlays ...string) []cluster.Object {
 	t.Helper()
 	ctx := context.Background()
 	objs, err := cluster.ReadPath(ctx, "../../testdata/cluster")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if overlays {
-		top, err := cluster.ReadPath(ctx, "../../testdata/overlays")
+	for _, o := range overlays {
+		top, err := cluster.ReadPath(ctx, "../../testdata/overlays/"+o)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -58,6 +71,8 @@ var antreaListKinds = map[schema.GroupVersionResource]string{
 	antreaGroupVersion.WithResource("egresses"):               "EgressList",
 	antreaGroupVersion.WithResource("networkpolicies"):        "NetworkPolicyList",
 	antreaGroupVersion.WithResource("clusternetworkpolicies"): "ClusterNetworkPolicyList",
+	antreaGroupVersion.WithResource("clustergroups"):          "ClusterGroupList",
+	antreaGroupVersion.WithResource("groups"):                 "GroupList",
 }
 
 // fakes populates a fake clientset and a fake dynamic client with objs,
@@ -110,7 +125,7 @@ func fakes(t *testing.T, objs []cluster.Object, served []string) (*fake.Clientse
 	return client, dyn
 }
 
-var allAntrea = []string{"egresses", "networkpolicies", "clusternetworkpolicies"}
+var allAntrea = []string{"egresses", "networkpolicies", "clusternetworkpolicies", "clustergroups", "groups"}
 
 var fixedNow = func() time.Time { return time.Unix(1700000000, 0) }
 
@@ -178,14 +193,16 @@ func ids(objs []cluster.Object) []string {
 func TestLiveTracesLikeFiles(t *testing.T) {
 	for _, c := range []struct {
 		name     string
-		overlays bool
+		overlays []string
 		want     []string // in the file traces, so they are not trivially equal
 	}{
-		{"base", false, []string{"action: MarkedForSNAT", "action: ForwardedToEgressNode", "translatedDstIP: 10.10.2.7", "action: Delivered"}},
-		{"policies", true, []string{"action: Rejected", "action: Dropped", "networkPolicyRule: reject-db", "networkPolicy: K8sNetworkPolicy:default/client-external", "networkPolicy: K8sNetworkPolicy:default/db-from-prod", "action: Delivered"}},
+		{"base", nil, []string{"action: MarkedForSNAT", "action: ForwardedToEgressNode", "translatedDstIP: 10.10.2.7", "action: Delivered"}},
+		{"policies", policyOverlays, []string{"action: Rejected", "action: Dropped", "networkPolicyRule: reject-db", "networkPolicy: K8sNetworkPolicy:default/client-external", "networkPolicy: K8sNetworkPolicy:default/db-from-prod", "action: Delivered"}},
+		{"self and failover", []string{"antrea-self.yaml", "egress-failover.yaml"}, []string{"networkPolicyRule: drop-other-namespaces", "networkPolicyRule: allow-same-namespace", "egressNode: k8s-node-2"}},
+		{"groups", []string{"antrea-groups.yaml"}, []string{"networkPolicyRule: allow-frontends", "networkPolicyRule: drop-others", "networkPolicyRule: reject-public-dns"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			files := fileObjects(t, c.overlays)
+			files := fileObjectsWith(t, c.overlays...)
 			client, dyn := fakes(t, files, allAntrea)
 			live, probs, err := Load(context.Background(), client, dyn, Options{})
 			if err != nil {
@@ -225,8 +242,8 @@ func TestMissingCRDIsAWarning(t *testing.T) {
 		react   bool // the list of egresses answers NotFound
 		missing []string
 	}{
-		{"no Antrea group", nil, false, allAntrea},
-		{"no Egress CRD in discovery", []string{"networkpolicies", "clusternetworkpolicies"}, false, []string{"egresses"}},
+		{"no Antrea group", nil, false, []string{"egresses", "networkpolicies", "clusternetworkpolicies"}}, // missing group CRDs are quiet
+		{"no Egress CRD in discovery", []string{"networkpolicies", "clusternetworkpolicies", "clustergroups", "groups"}, false, []string{"egresses"}},
 		{"Egress list not found", allAntrea, true, []string{"egresses"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
