@@ -150,3 +150,26 @@ func TestTraceflowPipeline(t *testing.T) {
 		}
 	}
 }
+
+// TestTraceflowPipelineOVSScript: --ovs-script prints the shell script that
+// builds the Node's bridge (its content is checked against real Open
+// vSwitch in traceflow/ovscheck), and --proxy-all reaches the model.
+func TestTraceflowPipelineOVSScript(t *testing.T) {
+	out, _, code := runSluice(t, "traceflow", "pipeline", "--node", "k8s-node-3", "--cluster", tfCluster, "--ovs-script")
+	if code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+	for _, want := range []string{"#!/bin/sh\n", "ovs-vsctl --may-exist add-br \"$BR\"", "ovs-ofctl"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("script lacks %q", want)
+		}
+	}
+	if strings.Contains(out, "table=PipelineRootClassifier") {
+		t.Error("the script names tables, which ovs-ofctl cannot load: want numbers")
+	}
+	plain, _, _ := runSluice(t, "traceflow", "pipeline", "--node", "k8s-node-3", "--cluster", tfCluster)
+	all, _, code := runSluice(t, "traceflow", "pipeline", "--node", "k8s-node-3", "--cluster", tfCluster, "--proxy-all")
+	if code != 0 || all == plain || !strings.Contains(all, "NodePortMark") {
+		t.Errorf("--proxy-all changed nothing in the pipeline (exit %d)", code)
+	}
+}
