@@ -246,6 +246,15 @@ func (a *Aggregator) Run(ctx context.Context) error {
 	if err := <-apiDone; err != nil && runErr == nil {
 		runErr = err
 	}
+	// A sink that failed while draining (the flow stream service's
+	// server, say) is reported too.
+	select {
+	case err := <-errs:
+		if runErr == nil {
+			runErr = err
+		}
+	default:
+	}
 	a.log.Info("aggregator stopped")
 	return runErr
 }
