@@ -131,6 +131,9 @@ func (a *Aggregator) init() error {
 		if err != nil {
 			return cfg.KeyError("sluice.kubeconfig", err)
 		}
+		if err := checkKubeAccess(client, log); err != nil {
+			return cfg.KeyError("sluice.kubeconfig", err)
+		}
 		a.kube = enrich.NewKube(client, enrich.KubeOptions{Logger: log})
 		store = a.kube
 	default:

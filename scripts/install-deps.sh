@@ -15,6 +15,9 @@ command -v nfacctd >/dev/null || need+=(pmacct)
 command -v ip >/dev/null || need+=(iproute2)
 command -v nft >/dev/null || need+=(nftables)
 command -v conntrack >/dev/null || need+=(conntrack)
+# The Kubernetes tests: etcd beside a kube-apiserver built from source
+# (scripts/build-kube-apiserver.sh, run by `make deps`).
+command -v etcd >/dev/null || need+=(etcd-server)
 # `make generate-check`: protoc and the well-known .proto files it includes.
 command -v protoc >/dev/null || need+=(protobuf-compiler)
 [[ -f /usr/include/google/protobuf/timestamp.proto ]] || need+=(libprotobuf-dev)

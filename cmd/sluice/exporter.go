@@ -210,6 +210,11 @@ func runExporter(ctx context.Context, f *exporterFlags, log *slog.Logger) error 
 			podCIDRs = n.PodCIDRs
 		}
 	}
+	if len(podCIDRs) == 0 && store == nil {
+		if podCIDRs, err = inClusterPodCIDRs(ctx, f.node, log); err != nil {
+			return err
+		}
+	}
 	if len(podCIDRs) == 0 {
 		if f.source != "synthetic" {
 			return fmt.Errorf("--pod-cidr: none given, and the metadata source has no podCIDRs for Node %q", f.node)
