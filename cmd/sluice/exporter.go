@@ -51,6 +51,7 @@ type exporterFlags struct {
 	tlsCA          string
 	tlsServerName  string
 	tlsCertDir     string
+	tlsNamespace   string
 	profileSet     bool
 	metricsAddress string
 	maxConns       int
@@ -100,6 +101,7 @@ chosen Antrea agent version. See docs/exporter.md.`,
 	fl.StringVar(&f.tlsKey, "tls-key-file", "", "client certificate's key (PEM)")
 	fl.StringVar(&f.tlsCA, "tls-ca-file", "", "CA (PEM) the aggregator's certificate is checked against; default the system roots")
 	fl.StringVar(&f.tlsCertDir, "tls-cert-dir", "", "a copy of the aggregator's generated certificate directory: ca.crt, client.crt and client.key in it stand for the --tls-*-file flags not given; with grpc and no --tls-* flag, the generated directory of this machine is used when it has them")
+	fl.StringVar(&f.tlsNamespace, "tls-from-namespace", "", "fetch ca.crt and the client certificate the aggregator publishes in this namespace (ConfigMap flow-aggregator-ca, Secret flow-aggregator-client-tls) through the API, with the Pod's service account or $KUBECONFIG; stands for --tls-cert-dir")
 	fl.StringVar(&f.tlsServerName, "tls-server-name", "", "name expected in the aggregator's certificate; default the collector host")
 	fl.StringVar(&f.metricsAddress, "metrics-address", ":10350", "address of /metrics, /healthz and /readyz; empty for none")
 	fl.IntVar(&f.maxConns, "max-connections", connstore.DefaultMaxConnections, "connections tracked at most; more are counted and skipped")
@@ -164,6 +166,12 @@ func runExporter(ctx context.Context, f *exporterFlags, log *slog.Logger) error 
 		return errors.New("--max-connections and --buffer-size must be positive")
 	}
 
+	if f.tlsNamespace != "" {
+		if f.tlsCertDir, err = clusterCertDir(ctx, f.tlsNamespace, log); err != nil {
+			return err
+		}
+		defer os.RemoveAll(f.tlsCertDir)
+	}
 	tlsConf, err := exporterTLS(f, coll.Proto, log)
 	if err != nil {
 		return err

@@ -9,28 +9,49 @@ import (
 	"time"
 
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 
+	"sluice/certs/kubecerts"
 	"sluice/enrich"
 	"sluice/exporter/nodecidr"
 )
 
-// nodeLookupTimeout bounds the wait for the Node's Pod CIDRs at start-up.
+// nodeLookupTimeout bounds the wait for the Node's Pod CIDRs, and for the
+// certificates, at start-up.
 const nodeLookupTimeout = 2 * time.Minute
 
+// exporterAPIConfig is how the exporter reaches the API server for its
+// own Node and its certificates: the Pod's service account in a cluster,
+// else the kubeconfig file in $KUBECONFIG; nil when there is neither.
+// (--kubeconfig is another thing: a full Pod metadata source.)
+func exporterAPIConfig() (*rest.Config, error) {
+	switch {
+	case os.Getenv("KUBERNETES_SERVICE_HOST") != "":
+		return enrich.KubeConfig("")
+	case os.Getenv("KUBECONFIG") != "":
+		return enrich.KubeConfig(os.Getenv("KUBECONFIG"))
+	}
+	return nil, nil
+}
+
+func exporterAPIClient() (kubernetes.Interface, error) {
+	rc, err := exporterAPIConfig()
+	if rc == nil || err != nil {
+		return nil, err
+	}
+	return kubernetes.NewForConfig(rc)
+}
+
 // inClusterPodCIDRs reads Node node's Pod CIDRs from the API server when
-// the exporter runs in a Pod (the DaemonSet of the chart), with the Pod's
-// service account; outside a Pod it returns none.
+// the exporter runs in a Pod (the DaemonSet of the chart), or $KUBECONFIG
+// is set; otherwise it returns none.
 func inClusterPodCIDRs(ctx context.Context, node string, log *slog.Logger) ([]netip.Prefix, error) {
-	if os.Getenv("KUBERNETES_SERVICE_HOST") == "" {
+	client, err := exporterAPIClient()
+	if err != nil {
+		return nil, fmt.Errorf("--pod-cidr not given: %w", err)
+	}
+	if client == nil {
 		return nil, nil
-	}
-	rc, err := enrich.KubeConfig("")
-	if err != nil {
-		return nil, fmt.Errorf("--pod-cidr not given: %w", err)
-	}
-	client, err := kubernetes.NewForConfig(rc)
-	if err != nil {
-		return nil, fmt.Errorf("--pod-cidr not given: %w", err)
 	}
 	ctx, cancel := context.WithTimeout(ctx, nodeLookupTimeout)
 	defer cancel()
@@ -40,4 +61,38 @@ func inClusterPodCIDRs(ctx context.Context, node string, log *slog.Logger) ([]ne
 	}
 	log.Info("Pod CIDRs from the Node object", "node", node, "pod_cidrs", p)
 	return p, nil
+}
+
+// clusterCertDir fetches the aggregator's CA and the exporters' client
+// certificate from namespace ns through the API (see package kubecerts)
+// into a new private directory, and returns it for --tls-cert-dir. The
+// aggregator publishes them when it starts, so they are waited for.
+func clusterCertDir(ctx context.Context, ns string, log *slog.Logger) (string, error) {
+	client, err := exporterAPIClient()
+	if err != nil {
+		return "", fmt.Errorf("--tls-from-namespace: %w", err)
+	}
+	if client == nil {
+		return "", fmt.Errorf("--tls-from-namespace: not in a Pod, and $KUBECONFIG is not set")
+	}
+	dir, err := os.MkdirTemp("", "sluice-exporter-tls-")
+	if err != nil {
+		return "", fmt.Errorf("--tls-from-namespace: %w", err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, nodeLookupTimeout)
+	defer cancel()
+	for {
+		err := kubecerts.Fetch(ctx, client, ns, dir)
+		if err == nil {
+			log.Info("client certificate from the cluster", "namespace", ns, "dir", dir)
+			return dir, nil
+		}
+		log.Warn("waiting for the aggregator's certificates", "namespace", ns, "error", err)
+		select {
+		case <-ctx.Done():
+			os.RemoveAll(dir)
+			return "", fmt.Errorf("--tls-from-namespace %s: %w", ns, err)
+		case <-time.After(2 * time.Second):
+		}
+	}
 }

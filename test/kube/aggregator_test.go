@@ -137,6 +137,7 @@ type aggregatorProc struct {
 	exited chan struct{}
 	ipfix  string
 	api    string
+	grpc   string
 }
 
 // startAggregator runs the sluice binary as an aggregator in Proxy mode
@@ -144,8 +145,25 @@ type aggregatorProc struct {
 // sending JSON records to jc.
 func startAggregator(t *testing.T, kubeconfig string, jc *jsonCollector) *aggregatorProc {
 	t.Helper()
+	return startAggregatorWith(t, aggregatorOptions{kubeconfig: kubeconfig}, jc)
+}
+
+// aggregatorOptions are what tests vary in startAggregatorWith.
+type aggregatorOptions struct {
+	kubeconfig string
+	grpc       bool     // run the gRPC collector (mutual TLS)
+	env        []string // added to the process's environment
+}
+
+func startAggregatorWith(t *testing.T, o aggregatorOptions, jc *jsonCollector) *aggregatorProc {
+	t.Helper()
+	kubeconfig := o.kubeconfig
 	dir := t.TempDir()
-	ipfixPort, apiPort := freePort(t), freePort(t)
+	ipfixPort, apiPort, grpcPort := freePort(t), freePort(t), freePort(t)
+	grpcAddr := `""`
+	if o.grpc {
+		grpcAddr = fmt.Sprintf("127.0.0.1:%d", grpcPort)
+	}
 	conf := fmt.Sprintf(`mode: Proxy
 aggregatorTransportProtocol: tcp
 recordContents:
@@ -158,20 +176,21 @@ flowCollector:
   recordFormat: JSON
 sluice:
   ipfixAddress: 127.0.0.1:%d
-  grpcAddress: ""
+  grpcAddress: %s
   apiAddress: 127.0.0.1:%d
   kubeconfig: "%s"
   tls:
     certDir: %s
-`, jc.ln.Addr(), ipfixPort, apiPort, kubeconfig, filepath.Join(dir, "certs"))
+`, jc.ln.Addr(), ipfixPort, grpcAddr, apiPort, kubeconfig, filepath.Join(dir, "certs"))
 	path := filepath.Join(dir, "flow-aggregator.conf")
 	if err := os.WriteFile(path, []byte(conf), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	p := &aggregatorProc{logs: &lockedBuffer{}, exited: make(chan struct{}), ipfix: fmt.Sprintf("127.0.0.1:%d", ipfixPort),
-		api: fmt.Sprintf("127.0.0.1:%d", apiPort)}
+		api: fmt.Sprintf("127.0.0.1:%d", apiPort), grpc: fmt.Sprintf("127.0.0.1:%d", grpcPort)}
 	p.cmd = exec.Command(shared.sluice, "aggregator", "--config", path, "--log-level", "debug")
 	p.cmd.Stdout, p.cmd.Stderr = p.logs, p.logs
+	p.cmd.Env = append(os.Environ(), o.env...)
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}

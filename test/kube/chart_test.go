@@ -121,7 +121,8 @@ func chartVariants() []chartVariant {
 				t.Errorf("exporter env %+v: no NODE_NAME from spec.nodeName", ec.Env)
 			}
 			args := strings.Join(ec.Args, " ")
-			if !strings.Contains(args, "--collector=flow-aggregator/flow-aggregator:14739:grpc") || strings.Contains(args, "--pod-cidr") {
+			if !strings.Contains(args, "--collector=flow-aggregator/flow-aggregator:14739:grpc") || strings.Contains(args, "--pod-cidr") ||
+				!strings.Contains(args, "--tls-from-namespace=flow-aggregator") {
 				t.Errorf("exporter args %q", args)
 			}
 			if _, ok := r["HorizontalPodAutoscaler/flow-aggregator"]; ok {
@@ -213,6 +214,8 @@ func TestChartRenders(t *testing.T) {
 			for _, k := range []string{"ServiceAccount/flow-aggregator", "ServiceAccount/flow-aggregator-exporter",
 				"ClusterRole/flow-aggregator", "ClusterRoleBinding/flow-aggregator", "ClusterRole/flow-aggregator-exporter",
 				"ClusterRoleBinding/flow-aggregator-exporter", "ConfigMap/flow-aggregator-configmap",
+				"Role/flow-aggregator-certs", "RoleBinding/flow-aggregator-certs",
+				"Role/flow-aggregator-exporter-certs", "RoleBinding/flow-aggregator-exporter-certs",
 				"Service/flow-aggregator", "Deployment/flow-aggregator", "DaemonSet/flow-aggregator-exporter"} {
 				if _, ok := r[k]; !ok {
 					t.Errorf("%s not rendered", k)

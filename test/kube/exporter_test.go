@@ -79,6 +79,22 @@ func TestExporterNodePodCIDRs(t *testing.T) {
 		t.Errorf("after allocation: %v, %v", r.p, r.err)
 	}
 
+	// The certificates: the CA and the client pair, not the CA's key.
+	for _, c := range []struct {
+		verb, resource, name string
+		want                 bool
+	}{{"get", "configmaps", "flow-aggregator-ca", true}, {"get", "secrets", "flow-aggregator-client-tls", true},
+		{"get", "secrets", "flow-aggregator-ca-tls", false}, {"update", "secrets", "flow-aggregator-client-tls", false},
+		{"get", "configmaps", "flow-aggregator-configmap", false}} {
+		ok, err := canINamed(ctx, sa, c.verb, c.resource, "flow-aggregator", c.name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ok != c.want {
+			t.Errorf("exporter may %s %s %s: %v, want %v", c.verb, c.resource, c.name, ok, c.want)
+		}
+	}
+
 	// A Node that does not exist is an error at once, not a wait.
 	if _, err := nodecidr.Lookup(ctx, client, "no-such-node", nil); err == nil {
 		t.Error("no error for a missing Node")
@@ -101,8 +117,8 @@ func TestExporterNodePodCIDRs(t *testing.T) {
 }
 
 // TestAggregatorLeastPrivilege checks what the chart's aggregator
-// ServiceAccount may do: read Pods, Nodes and Services, and nothing else
-// tested here.
+// ServiceAccount may do: read Pods, Nodes and Services, and keep its
+// certificates in its namespace; nothing else tested here.
 func TestAggregatorLeastPrivilege(t *testing.T) {
 	c := cluster(t)
 	ctx := testContext(t, time.Minute)
@@ -115,13 +131,30 @@ func TestAggregatorLeastPrivilege(t *testing.T) {
 		verb, resource string
 		want           bool
 	}{{"list", "pods", true}, {"watch", "nodes", true}, {"get", "services", true}, {"create", "pods", false},
-		{"get", "secrets", false}, {"list", "configmaps", false}, {"delete", "nodes", false}} {
+		{"list", "secrets", false}, {"list", "configmaps", false}, {"delete", "nodes", false}} {
 		ok, err := canI(ctx, sa, c.verb, c.resource)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if ok != c.want {
 			t.Errorf("aggregator may %s %s: %v, want %v", c.verb, c.resource, ok, c.want)
+		}
+	}
+	// Its certificates in its own namespace, and no other Secret.
+	for _, c := range []struct {
+		verb, resource, ns, name string
+		want                     bool
+	}{{"update", "secrets", "flow-aggregator", "flow-aggregator-ca-tls", true},
+		{"get", "configmaps", "flow-aggregator", "flow-aggregator-ca", true},
+		{"create", "secrets", "flow-aggregator", "", true},
+		{"get", "secrets", "flow-aggregator", "other", false},
+		{"get", "secrets", "kube-system", "flow-aggregator-ca-tls", false}} {
+		ok, err := canINamed(ctx, sa, c.verb, c.resource, c.ns, c.name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ok != c.want {
+			t.Errorf("aggregator may %s %s %s/%s: %v, want %v", c.verb, c.resource, c.ns, c.name, ok, c.want)
 		}
 	}
 }

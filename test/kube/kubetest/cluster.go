@@ -99,6 +99,9 @@ func Start(ctx context.Context, dir string) (*Cluster, error) {
 	if _, err := os.Stat(kasBin); err != nil {
 		return nil, fmt.Errorf("kube-apiserver: %w (run scripts/build-kube-apiserver.sh)", err)
 	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
 	ports, err := freePorts(3)
 	if err != nil {
 		return nil, err
