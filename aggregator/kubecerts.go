@@ -51,4 +51,3 @@ func (a *Aggregator) restoreClusterCerts(dir string) (publish func() error, err 
 		return nil
 	}, nil
 }
-
