@@ -37,13 +37,14 @@ func (a *Aggregator) restoreClusterCerts(dir string) (publish func() error, err 
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), clusterCertsTimeout)
 	defer cancel()
-	if err := kubecerts.Restore(ctx, client, ns, dir); err != nil {
+	found, err := kubecerts.Restore(ctx, client, ns, dir)
+	if err != nil {
 		return none, err
 	}
 	return func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), clusterCertsTimeout)
 		defer cancel()
-		if err := kubecerts.Publish(ctx, client, ns, dir); err != nil {
+		if err := kubecerts.Publish(ctx, client, ns, dir, found); err != nil {
 			return err
 		}
 		a.log.Info("TLS certificates published for the exporters", "namespace", ns,

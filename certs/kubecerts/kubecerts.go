@@ -38,40 +38,48 @@ const (
 	ClientSecret = "flow-aggregator-client-tls"
 )
 
+// ErrCAConflict is returned by Publish when another aggregator (a replica
+// started at the same time) published a different CA first.
+var ErrCAConflict = errors.New("kubecerts: another aggregator published its CA first; a restart adopts it")
+
 // Restore writes the CA kept in the cluster into dir when dir has none, so
 // that certs.Ensure issues from it instead of making a new CA. It does
-// nothing when the Secret does not exist yet (first start).
-func Restore(ctx context.Context, client kubernetes.Interface, ns, dir string) error {
-	if _, err := os.Stat(filepath.Join(dir, certs.CACertFile)); err == nil {
-		return nil
-	}
+// nothing when the Secret does not exist yet (first start). It reports
+// whether the cluster holds a CA: only then may Publish replace it (with a
+// renewed one).
+func Restore(ctx context.Context, client kubernetes.Interface, ns, dir string) (found bool, err error) {
 	s, err := client.CoreV1().Secrets(ns).Get(ctx, CASecret, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
-		return nil
+		return false, nil
 	}
 	if err != nil {
-		return fmt.Errorf("kubecerts: reading Secret %s/%s: %w", ns, CASecret, err)
+		return false, fmt.Errorf("kubecerts: reading Secret %s/%s: %w", ns, CASecret, err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, certs.CACertFile)); err == nil {
+		return true, nil
 	}
 	crt, key := s.Data[certs.CACertFile], s.Data[certs.CAKeyFile]
 	if len(crt) == 0 || len(key) == 0 {
-		return fmt.Errorf("kubecerts: Secret %s/%s lacks %s or %s", ns, CASecret, certs.CACertFile, certs.CAKeyFile)
+		return true, fmt.Errorf("kubecerts: Secret %s/%s lacks %s or %s", ns, CASecret, certs.CACertFile, certs.CAKeyFile)
 	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return fmt.Errorf("kubecerts: %w", err)
+		return true, fmt.Errorf("kubecerts: %w", err)
 	}
 	if err := os.WriteFile(filepath.Join(dir, certs.CAKeyFile), key, 0o600); err != nil {
-		return fmt.Errorf("kubecerts: %w", err)
+		return true, fmt.Errorf("kubecerts: %w", err)
 	}
 	if err := os.WriteFile(filepath.Join(dir, certs.CACertFile), crt, 0o644); err != nil {
-		return fmt.Errorf("kubecerts: %w", err)
+		return true, fmt.Errorf("kubecerts: %w", err)
 	}
-	return nil
+	return true, nil
 }
 
 // Publish creates or updates the CA Secret, the CA ConfigMap and the
 // client Secret in namespace ns from the files in dir, leaving objects
-// that already hold the same data untouched.
-func Publish(ctx context.Context, client kubernetes.Interface, ns, dir string) error {
+// that already hold the same data untouched. replaceCA is Restore's
+// answer: a CA Secret that appeared since (another replica's) is never
+// overwritten; that is ErrCAConflict.
+func Publish(ctx context.Context, client kubernetes.Interface, ns, dir string, replaceCA bool) error {
 	read := func(name string) ([]byte, error) {
 		b, err := os.ReadFile(filepath.Join(dir, name))
 		if err != nil {
@@ -100,7 +108,7 @@ func Publish(ctx context.Context, client kubernetes.Interface, ns, dir string) e
 		ObjectMeta: metav1.ObjectMeta{Name: CASecret, Namespace: ns, Labels: labels},
 		Type:       corev1.SecretTypeOpaque,
 		Data:       map[string][]byte{certs.CACertFile: ca, certs.CAKeyFile: caKey},
-	}); err != nil {
+	}, replaceCA); err != nil {
 		return err
 	}
 	if err := putConfigMap(ctx, client, &corev1.ConfigMap{
@@ -113,15 +121,21 @@ func Publish(ctx context.Context, client kubernetes.Interface, ns, dir string) e
 		ObjectMeta: metav1.ObjectMeta{Name: ClientSecret, Namespace: ns, Labels: labels},
 		Type:       corev1.SecretTypeTLS,
 		Data:       map[string][]byte{corev1.TLSCertKey: crt, corev1.TLSPrivateKeyKey: key, certs.CACertFile: ca},
-	})
+	}, true)
 }
 
-func putSecret(ctx context.Context, client kubernetes.Interface, want *corev1.Secret) error {
+// putSecret creates want or updates it when its data differ; with
+// replace false, differing data is ErrCAConflict instead.
+func putSecret(ctx context.Context, client kubernetes.Interface, want *corev1.Secret, replace bool) error {
 	api := client.CoreV1().Secrets(want.Namespace)
 	have, err := api.Get(ctx, want.Name, metav1.GetOptions{})
 	switch {
 	case apierrors.IsNotFound(err):
-		if _, err := api.Create(ctx, want, metav1.CreateOptions{}); err != nil {
+		_, err := api.Create(ctx, want, metav1.CreateOptions{})
+		if apierrors.IsAlreadyExists(err) && !replace {
+			return ErrCAConflict
+		}
+		if err != nil {
 			return fmt.Errorf("kubecerts: creating Secret %s/%s: %w", want.Namespace, want.Name, err)
 		}
 		return nil
@@ -130,6 +144,9 @@ func putSecret(ctx context.Context, client kubernetes.Interface, want *corev1.Se
 	}
 	if sameBytes(have.Data, want.Data) {
 		return nil
+	}
+	if !replace {
+		return ErrCAConflict
 	}
 	have.Data, have.Type = want.Data, want.Type
 	if _, err := api.Update(ctx, have, metav1.UpdateOptions{}); err != nil {
