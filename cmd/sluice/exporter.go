@@ -167,6 +167,9 @@ func runExporter(ctx context.Context, f *exporterFlags, log *slog.Logger) error 
 	}
 
 	if f.tlsNamespace != "" {
+		if f.tlsCertDir != "" {
+			return errors.New("--tls-from-namespace and --tls-cert-dir: give one, not both")
+		}
 		if f.tlsCertDir, err = clusterCertDir(ctx, f.tlsNamespace, log); err != nil {
 			return err
 		}
@@ -219,7 +222,7 @@ func runExporter(ctx context.Context, f *exporterFlags, log *slog.Logger) error 
 		}
 	}
 	if len(podCIDRs) == 0 && store == nil {
-		if podCIDRs, err = inClusterPodCIDRs(ctx, f.node, log); err != nil {
+		if podCIDRs, err = inClusterPodCIDRs(ctx, f.node, f.source == "synthetic", log); err != nil {
 			return err
 		}
 	}

@@ -42,10 +42,15 @@ func exporterAPIClient() (kubernetes.Interface, error) {
 	return kubernetes.NewForConfig(rc)
 }
 
+// syntheticLookupTimeout bounds the Node look-up for the synthetic source,
+// which has a Pod CIDR of its own to fall back on.
+const syntheticLookupTimeout = 10 * time.Second
+
 // inClusterPodCIDRs reads Node node's Pod CIDRs from the API server when
 // the exporter runs in a Pod (the DaemonSet of the chart), or $KUBECONFIG
-// is set; otherwise it returns none.
-func inClusterPodCIDRs(ctx context.Context, node string, log *slog.Logger) ([]netip.Prefix, error) {
+// is set; otherwise it returns none. With optional (the synthetic source),
+// a failed look-up is a warning and returns none.
+func inClusterPodCIDRs(ctx context.Context, node string, optional bool, log *slog.Logger) ([]netip.Prefix, error) {
 	client, err := exporterAPIClient()
 	if err != nil {
 		return nil, fmt.Errorf("--pod-cidr not given: %w", err)
@@ -53,9 +58,17 @@ func inClusterPodCIDRs(ctx context.Context, node string, log *slog.Logger) ([]ne
 	if client == nil {
 		return nil, nil
 	}
-	ctx, cancel := context.WithTimeout(ctx, nodeLookupTimeout)
+	timeout := nodeLookupTimeout
+	if optional {
+		timeout = syntheticLookupTimeout
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	p, err := nodecidr.Lookup(ctx, client, node, log)
+	if err != nil && optional {
+		log.Warn("no Pod CIDR from the Node object", "node", node, "error", err)
+		return nil, nil
+	}
 	if err != nil {
 		return nil, fmt.Errorf("--pod-cidr not given, and the Node object does not tell: %w", err)
 	}
