@@ -120,7 +120,7 @@ func Build(w io.Writer, o Options) (string, error) {
 		return "", err
 	}
 	var gz bytes.Buffer
-	zw, _ := gzip.NewWriterLevel(&gz, gzip.BestCompression)
+	zw := gzip.NewWriter(&gz)
 	zw.ModTime = epoch
 	if _, err := zw.Write(layerTar); err != nil {
 		return "", err

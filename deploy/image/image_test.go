@@ -30,7 +30,7 @@ func TestImageRunsSluiceVersion(t *testing.T) {
 	}
 	dir := t.TempDir()
 	bin := filepath.Join(dir, "sluice")
-	build := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w -X main.version=9.8.7-test", "-o", bin, "sluice/cmd/sluice")
+	build := exec.Command("go", "build", "-ldflags", "-s -w -X main.version=9.8.7-test", "-o", bin, "sluice/cmd/sluice")
 	build.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
