@@ -136,7 +136,7 @@ func (a *Aggregator) init() error {
 func (a *Aggregator) setupMetadata() error {
 	s := a.cfg.Sluice
 	src, err := enrich.OpenSource(enrich.SourceOptions{Inventory: s.Inventory, Kubeconfig: s.Kubeconfig,
-		InCluster: enrich.InClusterEnv(), Logger: a.log})
+		InCluster: enrich.InClusterEnv(), CheckAccess: true, Logger: a.log})
 	if err != nil {
 		key := "sluice.kubeconfig"
 		if s.Inventory != "" {

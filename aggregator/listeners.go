@@ -114,8 +114,15 @@ func (a *Aggregator) loadServerCerts() (*certs.Bundle, error) {
 	if a.cfg.FlowAggregatorAddress != "" {
 		names = append(names, a.cfg.FlowAggregatorAddress)
 	}
+	publish, err := a.restoreClusterCerts(dir)
+	if err != nil {
+		return nil, a.cfg.KeyError("sluice.tls.certDir", err)
+	}
 	b, err := certs.Ensure(dir, certs.Options{ServerNames: names})
 	if err != nil {
+		return nil, a.cfg.KeyError("sluice.tls.certDir", err)
+	}
+	if err := publish(); err != nil {
 		return nil, a.cfg.KeyError("sluice.tls.certDir", err)
 	}
 	if len(b.Issued) > 0 {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"time"
 
 	"k8s.io/client-go/kubernetes"
 )
@@ -30,8 +31,16 @@ type SourceOptions struct {
 	// Pod Sluice runs in when neither file is given. OpenSource's callers
 	// set it when KUBERNETES_SERVICE_HOST is set (InClusterEnv).
 	InCluster bool
-	Logger    *slog.Logger
+	// CheckAccess asks the API server, before following the cluster,
+	// whether the credentials may get, list and watch Pods, Nodes and
+	// Services (CheckKubeAccess), so that a missing grant stops the
+	// start-up with its name.
+	CheckAccess bool
+	Logger      *slog.Logger
 }
+
+// kubeAccessTimeout bounds OpenSource's permission check.
+const kubeAccessTimeout = 30 * time.Second
 
 // InClusterEnv reports whether this process runs in a Kubernetes Pod.
 func InClusterEnv() bool { return os.Getenv("KUBERNETES_SERVICE_HOST") != "" }
@@ -60,6 +69,14 @@ func OpenSource(o SourceOptions) (Source, error) {
 		client, err := kubernetes.NewForConfig(rc)
 		if err != nil {
 			return nil, fmt.Errorf("kubernetes client: %w", err)
+		}
+		if o.CheckAccess {
+			ctx, cancel := context.WithTimeout(context.Background(), kubeAccessTimeout)
+			err := CheckKubeAccess(ctx, client, o.Logger)
+			cancel()
+			if err != nil {
+				return nil, err
+			}
 		}
 		return NewKube(client, KubeOptions{Logger: o.Logger}), nil
 	}

@@ -52,6 +52,9 @@ type TLSFiles struct {
 	CertFile, KeyFile, CAFile string // --tls-cert-file, --tls-key-file, --tls-ca-file
 	CertDir                   string // --tls-cert-dir
 	ServerName                string // --tls-server-name
+	// FromNamespace (--tls-from-namespace) fetches what CertDir would
+	// hold from the Kubernetes namespace the aggregator publishes it in.
+	FromNamespace string
 }
 
 // check checks what needs no file or network, and fills the Node name.
@@ -93,6 +96,8 @@ func (s *Settings) check() (collectoraddr.Collector, []netip.Prefix, []netip.Pre
 		err = errors.New("--active-timeout and --idle-timeout must be positive")
 	case s.MaxConnections <= 0 || s.BufferSize <= 0:
 		err = errors.New("--max-connections and --buffer-size must be positive")
+	case s.TLS.FromNamespace != "" && s.TLS.CertDir != "":
+		err = errors.New("--tls-from-namespace and --tls-cert-dir: give one, not both")
 	}
 	return coll, podCIDRs, clusterCIDRs, err
 }
@@ -115,6 +120,12 @@ func (s Settings) Run(ctx context.Context, log *slog.Logger) error {
 	coll, podCIDRs, clusterCIDRs, err := s.check()
 	if err != nil {
 		return err
+	}
+	if ns := s.TLS.FromNamespace; ns != "" {
+		if s.TLS.CertDir, err = clusterCertDir(ctx, ns, log); err != nil {
+			return err
+		}
+		defer os.RemoveAll(s.TLS.CertDir)
 	}
 	tlsConf, err := s.TLS.config(coll.Proto, log)
 	if err != nil {
@@ -148,6 +159,12 @@ func (s Settings) Run(ctx context.Context, log *slog.Logger) error {
 	if len(podCIDRs) == 0 && store != nil {
 		if n, ok := store.NodeByName(s.Node); ok {
 			podCIDRs = n.PodCIDRs
+		}
+	}
+	if len(podCIDRs) == 0 && store == nil {
+		// In a Pod (or with $KUBECONFIG), the Node object tells.
+		if podCIDRs, err = inClusterPodCIDRs(ctx, s.Node, s.Source == "synthetic", log); err != nil {
+			return err
 		}
 	}
 	if len(podCIDRs) == 0 {

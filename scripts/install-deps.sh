@@ -18,6 +18,9 @@ command -v conntrack >/dev/null || need+=(conntrack)
 # The Traceflow model's check against real Open vSwitch (userspace
 # datapath: no kernel module; the test starts its own daemons).
 command -v ovs-vswitchd >/dev/null || need+=(openvswitch-switch)
+# The Kubernetes tests: etcd beside a kube-apiserver built from source
+# (scripts/build-kube-apiserver.sh, run by `make deps`).
+command -v etcd >/dev/null || need+=(etcd-server)
 # `make generate-check`: protoc and the well-known .proto files it includes.
 command -v protoc >/dev/null || need+=(protobuf-compiler)
 [[ -f /usr/include/google/protobuf/timestamp.proto ]] || need+=(libprotobuf-dev)

@@ -1,0 +1,222 @@
+// Package kubecerts keeps the aggregator's generated TLS material in
+// Kubernetes, under the names the reference Flow Aggregator uses, so that
+// exporters on every Node can fetch it through the API:
+//
+//   - Secret flow-aggregator-ca-tls (ca.crt, ca.key): the CA, so that it
+//     survives aggregator restarts (its certificate directory is an
+//     emptyDir); only the aggregator may read it.
+//   - ConfigMap flow-aggregator-ca (ca.crt): the CA certificate exporters
+//     check the aggregator against.
+//   - Secret flow-aggregator-client-tls (kubernetes.io/tls: tls.crt,
+//     tls.key, ca.crt): the exporters' client certificate.
+//
+// The aggregator calls Restore before it generates or renews certificates
+// in its directory (package certs) and Publish after; exporters call Fetch.
+package kubecerts
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"sluice/certs"
+)
+
+// Object names, as the reference's.
+const (
+	CASecret     = "flow-aggregator-ca-tls"
+	CAConfigMap  = "flow-aggregator-ca"
+	ClientSecret = "flow-aggregator-client-tls"
+)
+
+// ErrCAConflict is returned by Publish when another aggregator (a replica
+// started at the same time) published a different CA first.
+var ErrCAConflict = errors.New("kubecerts: another aggregator published its CA first; a restart adopts it")
+
+// Restore writes the CA kept in the cluster into dir when dir has none, so
+// that certs.Ensure issues from it instead of making a new CA. It does
+// nothing when the Secret does not exist yet (first start). It reports
+// whether the cluster holds a CA: only then may Publish replace it (with a
+// renewed one).
+func Restore(ctx context.Context, client kubernetes.Interface, ns, dir string) (found bool, err error) {
+	s, err := client.CoreV1().Secrets(ns).Get(ctx, CASecret, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("kubecerts: reading Secret %s/%s: %w", ns, CASecret, err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, certs.CACertFile)); err == nil {
+		return true, nil
+	}
+	crt, key := s.Data[certs.CACertFile], s.Data[certs.CAKeyFile]
+	if len(crt) == 0 || len(key) == 0 {
+		return true, fmt.Errorf("kubecerts: Secret %s/%s lacks %s or %s", ns, CASecret, certs.CACertFile, certs.CAKeyFile)
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return true, fmt.Errorf("kubecerts: %w", err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, certs.CAKeyFile), key, 0o600); err != nil {
+		return true, fmt.Errorf("kubecerts: %w", err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, certs.CACertFile), crt, 0o644); err != nil {
+		return true, fmt.Errorf("kubecerts: %w", err)
+	}
+	return true, nil
+}
+
+// Publish creates or updates the CA Secret, the CA ConfigMap and the
+// client Secret in namespace ns from the files in dir, leaving objects
+// that already hold the same data untouched. replaceCA is Restore's
+// answer: a CA Secret that appeared since (another replica's) is never
+// overwritten; that is ErrCAConflict.
+func Publish(ctx context.Context, client kubernetes.Interface, ns, dir string, replaceCA bool) error {
+	read := func(name string) ([]byte, error) {
+		b, err := os.ReadFile(filepath.Join(dir, name))
+		if err != nil {
+			return nil, fmt.Errorf("kubecerts: %w", err)
+		}
+		return b, nil
+	}
+	ca, err := read(certs.CACertFile)
+	if err != nil {
+		return err
+	}
+	caKey, err := read(certs.CAKeyFile)
+	if err != nil {
+		return err
+	}
+	crt, err := read(certs.ClientCertFile)
+	if err != nil {
+		return err
+	}
+	key, err := read(certs.ClientKeyFile)
+	if err != nil {
+		return err
+	}
+	labels := map[string]string{"app.kubernetes.io/name": "sluice", "app.kubernetes.io/component": "aggregator"}
+	if err := putSecret(ctx, client, &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: CASecret, Namespace: ns, Labels: labels},
+		Type:       corev1.SecretTypeOpaque,
+		Data:       map[string][]byte{certs.CACertFile: ca, certs.CAKeyFile: caKey},
+	}, replaceCA); err != nil {
+		return err
+	}
+	if err := putConfigMap(ctx, client, &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Name: CAConfigMap, Namespace: ns, Labels: labels},
+		Data:       map[string]string{certs.CACertFile: string(ca)},
+	}); err != nil {
+		return err
+	}
+	return putSecret(ctx, client, &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: ClientSecret, Namespace: ns, Labels: labels},
+		Type:       corev1.SecretTypeTLS,
+		Data:       map[string][]byte{corev1.TLSCertKey: crt, corev1.TLSPrivateKeyKey: key, certs.CACertFile: ca},
+	}, true)
+}
+
+// putSecret creates want or updates it when its data differ; with
+// replace false, differing data is ErrCAConflict instead.
+func putSecret(ctx context.Context, client kubernetes.Interface, want *corev1.Secret, replace bool) error {
+	api := client.CoreV1().Secrets(want.Namespace)
+	have, err := api.Get(ctx, want.Name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		_, err := api.Create(ctx, want, metav1.CreateOptions{})
+		if apierrors.IsAlreadyExists(err) && !replace {
+			return ErrCAConflict
+		}
+		if err != nil {
+			return fmt.Errorf("kubecerts: creating Secret %s/%s: %w", want.Namespace, want.Name, err)
+		}
+		return nil
+	case err != nil:
+		return fmt.Errorf("kubecerts: reading Secret %s/%s: %w", want.Namespace, want.Name, err)
+	}
+	if sameBytes(have.Data, want.Data) {
+		return nil
+	}
+	if !replace {
+		return ErrCAConflict
+	}
+	have.Data, have.Type = want.Data, want.Type
+	if _, err := api.Update(ctx, have, metav1.UpdateOptions{}); err != nil {
+		return fmt.Errorf("kubecerts: updating Secret %s/%s: %w", want.Namespace, want.Name, err)
+	}
+	return nil
+}
+
+func putConfigMap(ctx context.Context, client kubernetes.Interface, want *corev1.ConfigMap) error {
+	api := client.CoreV1().ConfigMaps(want.Namespace)
+	have, err := api.Get(ctx, want.Name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		if _, err := api.Create(ctx, want, metav1.CreateOptions{}); err != nil {
+			return fmt.Errorf("kubecerts: creating ConfigMap %s/%s: %w", want.Namespace, want.Name, err)
+		}
+		return nil
+	case err != nil:
+		return fmt.Errorf("kubecerts: reading ConfigMap %s/%s: %w", want.Namespace, want.Name, err)
+	}
+	if have.Data[certs.CACertFile] == want.Data[certs.CACertFile] {
+		return nil
+	}
+	have.Data = want.Data
+	if _, err := api.Update(ctx, have, metav1.UpdateOptions{}); err != nil {
+		return fmt.Errorf("kubecerts: updating ConfigMap %s/%s: %w", want.Namespace, want.Name, err)
+	}
+	return nil
+}
+
+func sameBytes(a, b map[string][]byte) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if !bytes.Equal(v, b[k]) {
+			return false
+		}
+	}
+	return true
+}
+
+// Fetch reads the CA ConfigMap and the client Secret from namespace ns and
+// writes ca.crt, client.crt and client.key into dir (created 0700), the
+// layout the exporter's --tls-cert-dir takes. It needs get on those two
+// objects only.
+func Fetch(ctx context.Context, client kubernetes.Interface, ns, dir string) error {
+	cm, err := client.CoreV1().ConfigMaps(ns).Get(ctx, CAConfigMap, metav1.GetOptions{})
+	if err != nil {
+		return fmt.Errorf("kubecerts: reading ConfigMap %s/%s: %w", ns, CAConfigMap, err)
+	}
+	s, err := client.CoreV1().Secrets(ns).Get(ctx, ClientSecret, metav1.GetOptions{})
+	if err != nil {
+		return fmt.Errorf("kubecerts: reading Secret %s/%s: %w", ns, ClientSecret, err)
+	}
+	ca, crt, key := []byte(cm.Data[certs.CACertFile]), s.Data[corev1.TLSCertKey], s.Data[corev1.TLSPrivateKeyKey]
+	if len(ca) == 0 || len(crt) == 0 || len(key) == 0 {
+		return fmt.Errorf("kubecerts: ConfigMap %s or Secret %s in %s is incomplete", CAConfigMap, ClientSecret, ns)
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
+		return fmt.Errorf("kubecerts: %w", err)
+	}
+	for _, f := range []struct {
+		name string
+		data []byte
+		perm os.FileMode
+	}{{certs.CACertFile, ca, 0o644}, {certs.ClientCertFile, crt, 0o644}, {certs.ClientKeyFile, key, 0o600}} {
+		if err := os.WriteFile(filepath.Join(dir, f.name), f.data, f.perm); err != nil {
+			return fmt.Errorf("kubecerts: %w", err)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,256 @@
+package kube_test
+
+import (
+	"strings"
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	autoscalingv2 "k8s.io/api/autoscaling/v2"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+
+	"sluice/config"
+	"sluice/test/kube/kubetest"
+)
+
+// chartVariant is one set of values the chart must render, and apply.
+type chartVariant struct {
+	name string
+	set  []string
+	// check looks at the rendered objects beyond what every variant must
+	// have.
+	check func(t *testing.T, r rendered)
+}
+
+// rendered indexes a manifest's objects by "Kind/name".
+type rendered map[string]*unstructured.Unstructured
+
+func (r rendered) get(t *testing.T, kind, name string, into any) {
+	t.Helper()
+	u, ok := r[kind+"/"+name]
+	if !ok {
+		t.Fatalf("no %s %s rendered; have %v", kind, name, keys(r))
+	}
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructuredWithValidation(u.Object, into, true); err != nil {
+		t.Fatalf("%s %s: %v", kind, name, err)
+	}
+}
+
+func keys(r rendered) []string {
+	var out []string
+	for k := range r {
+		out = append(out, k)
+	}
+	return out
+}
+
+func servicePorts(t *testing.T, r rendered) map[string]int32 {
+	var svc corev1.Service
+	r.get(t, "Service", "flow-aggregator", &svc)
+	out := map[string]int32{}
+	for _, p := range svc.Spec.Ports {
+		out[string(p.Protocol)+"/"+p.Name] = p.Port
+	}
+	return out
+}
+
+// aggregatorConfig parses the ConfigMap's configuration file the way
+// `sluice aggregator --config` does, validation included.
+func aggregatorConfig(t *testing.T, r rendered) *config.Aggregator {
+	t.Helper()
+	var cm corev1.ConfigMap
+	r.get(t, "ConfigMap", "flow-aggregator-configmap", &cm)
+	cfg, err := config.Parse([]byte(cm.Data["flow-aggregator.conf"]), "flow-aggregator.conf")
+	if err != nil {
+		t.Fatalf("the rendered configuration does not load:\n%v\n%s", err, cm.Data["flow-aggregator.conf"])
+	}
+	return cfg
+}
+
+func chartVariants() []chartVariant {
+	return []chartVariant{
+		{name: "defaults", check: func(t *testing.T, r rendered) {
+			cfg := aggregatorConfig(t, r)
+			if cfg.Mode != config.ModeAggregate || cfg.AggregatorTransportProtocol != "tls" || cfg.Sluice.GRPCAddress != ":14739" {
+				t.Errorf("configuration: mode %s, transport %s, grpc %q", cfg.Mode, cfg.AggregatorTransportProtocol, cfg.Sluice.GRPCAddress)
+			}
+			if cfg.FlowAggregatorAddress != "flow-aggregator.flow-aggregator.svc" {
+				t.Errorf("flowAggregatorAddress %q", cfg.FlowAggregatorAddress)
+			}
+			want := map[string]int32{"UDP/ipfix-udp": 4739, "TCP/ipfix-tcp": 4739, "TCP/grpc": 14739, "TCP/flowstream-grpc": 14740, "TCP/api": 10348}
+			if got := servicePorts(t, r); !equalMaps(got, want) {
+				t.Errorf("Service ports %v, want %v", got, want)
+			}
+			var d appsv1.Deployment
+			r.get(t, "Deployment", "flow-aggregator", &d)
+			if d.Spec.Replicas == nil || *d.Spec.Replicas != 1 || d.Spec.Strategy.Type != appsv1.RecreateDeploymentStrategyType {
+				t.Errorf("Deployment replicas %v, strategy %q", d.Spec.Replicas, d.Spec.Strategy.Type)
+			}
+			pod := d.Spec.Template.Spec
+			c := pod.Containers[0]
+			if pod.ServiceAccountName != "flow-aggregator" || pod.SecurityContext == nil || pod.SecurityContext.RunAsNonRoot == nil ||
+				!*pod.SecurityContext.RunAsNonRoot || *pod.SecurityContext.RunAsUser == 0 {
+				t.Errorf("aggregator Pod: service account %q, security context %+v", pod.ServiceAccountName, pod.SecurityContext)
+			}
+			if c.LivenessProbe == nil || c.LivenessProbe.HTTPGet.Path != "/healthz" || c.ReadinessProbe == nil || c.ReadinessProbe.HTTPGet.Path != "/readyz" {
+				t.Errorf("aggregator probes: %+v %+v", c.LivenessProbe, c.ReadinessProbe)
+			}
+			if c.Resources.Requests.Cpu().String() != "500m" || c.Resources.Requests.Memory().String() != "256Mi" {
+				t.Errorf("aggregator requests %v", c.Resources.Requests)
+			}
+			if strings.Join(c.Args, " ") != "aggregator --config=/etc/flow-aggregator/flow-aggregator.conf --log-level=info" {
+				t.Errorf("aggregator args %q", c.Args)
+			}
+			var ds appsv1.DaemonSet
+			r.get(t, "DaemonSet", "flow-aggregator-exporter", &ds)
+			ep := ds.Spec.Template.Spec
+			ec := ep.Containers[0]
+			if !ep.HostNetwork || ep.ServiceAccountName != "flow-aggregator-exporter" {
+				t.Errorf("exporter Pod: hostNetwork %v, service account %q", ep.HostNetwork, ep.ServiceAccountName)
+			}
+			caps := ec.SecurityContext.Capabilities
+			if len(caps.Add) != 1 || caps.Add[0] != "NET_ADMIN" || len(caps.Drop) != 1 || caps.Drop[0] != "ALL" {
+				t.Errorf("exporter capabilities %+v", caps)
+			}
+			var nodeEnv bool
+			for _, e := range ec.Env {
+				nodeEnv = nodeEnv || (e.Name == "NODE_NAME" && e.ValueFrom != nil && e.ValueFrom.FieldRef.FieldPath == "spec.nodeName")
+			}
+			if !nodeEnv {
+				t.Errorf("exporter env %+v: no NODE_NAME from spec.nodeName", ec.Env)
+			}
+			args := strings.Join(ec.Args, " ")
+			if !strings.Contains(args, "--collector=flow-aggregator/flow-aggregator:14739:grpc") || strings.Contains(args, "--pod-cidr") ||
+				!strings.Contains(args, "--tls-from-namespace=flow-aggregator") {
+				t.Errorf("exporter args %q", args)
+			}
+			if _, ok := r["HorizontalPodAutoscaler/flow-aggregator"]; ok {
+				t.Error("an HPA by default")
+			}
+		}},
+		{name: "proxy-hpa", set: []string{"mode=Proxy", "autoscaling.enable=true", "autoscaling.maxReplicas=5"}, check: func(t *testing.T, r rendered) {
+			if cfg := aggregatorConfig(t, r); cfg.Mode != config.ModeProxy {
+				t.Errorf("mode %s", cfg.Mode)
+			}
+			var hpa autoscalingv2.HorizontalPodAutoscaler
+			r.get(t, "HorizontalPodAutoscaler", "flow-aggregator", &hpa)
+			if hpa.Spec.MaxReplicas != 5 || hpa.Spec.ScaleTargetRef.Name != "flow-aggregator" || hpa.Spec.ScaleTargetRef.Kind != "Deployment" {
+				t.Errorf("HPA spec %+v", hpa.Spec)
+			}
+			var d appsv1.Deployment
+			r.get(t, "Deployment", "flow-aggregator", &d)
+			if d.Spec.Replicas != nil {
+				t.Errorf("Deployment replicas %d set beside an HPA", *d.Spec.Replicas)
+			}
+		}},
+		{name: "ipfix-only", set: []string{"sluice.grpcEnable=false", "exporter.protocol=tls"}, check: func(t *testing.T, r rendered) {
+			if cfg := aggregatorConfig(t, r); cfg.Sluice.GRPCAddress != "" || cfg.AggregatorTransportProtocol != "tls" {
+				t.Errorf("grpc %q, transport %s", cfg.Sluice.GRPCAddress, cfg.AggregatorTransportProtocol)
+			}
+			want := map[string]int32{"UDP/ipfix-udp": 4739, "TCP/ipfix-tcp": 4739, "TCP/flowstream-grpc": 14740, "TCP/api": 10348}
+			if got := servicePorts(t, r); !equalMaps(got, want) {
+				t.Errorf("Service ports %v, want %v", got, want)
+			}
+			var ds appsv1.DaemonSet
+			r.get(t, "DaemonSet", "flow-aggregator-exporter", &ds)
+			if args := strings.Join(ds.Spec.Template.Spec.Containers[0].Args, " "); !strings.Contains(args, "--collector=flow-aggregator/flow-aggregator:4739:tls") {
+				t.Errorf("exporter args %q", args)
+			}
+		}},
+		{name: "grpc-only", set: []string{"aggregatorTransportProtocol=none"}, check: func(t *testing.T, r rendered) {
+			if cfg := aggregatorConfig(t, r); cfg.AggregatorTransportProtocol != config.TransportNone || cfg.Sluice.GRPCAddress != ":14739" {
+				t.Errorf("grpc %q, transport %s", cfg.Sluice.GRPCAddress, cfg.AggregatorTransportProtocol)
+			}
+			want := map[string]int32{"TCP/grpc": 14739, "TCP/flowstream-grpc": 14740, "TCP/api": 10348}
+			if got := servicePorts(t, r); !equalMaps(got, want) {
+				t.Errorf("Service ports %v, want %v", got, want)
+			}
+		}},
+	}
+}
+
+func equalMaps(a, b map[string]int32) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if w, ok := b[k]; !ok || w != v {
+			return false
+		}
+	}
+	return true
+}
+
+func parseRendered(t *testing.T, manifest []byte) rendered {
+	t.Helper()
+	objs, err := kubetest.Objects(manifest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := rendered{}
+	for _, o := range objs {
+		k := o.GetKind() + "/" + o.GetName()
+		if _, dup := r[k]; dup {
+			t.Fatalf("%s rendered twice", k)
+		}
+		r[k] = o
+	}
+	return r
+}
+
+// TestChartRenders renders the chart for the default values, Proxy mode
+// with an HPA, IPFIX-only and gRPC-only exporters, and checks what each
+// must hold; the aggregator's configuration file in each loads as
+// `sluice aggregator` loads it.
+func TestChartRenders(t *testing.T) {
+	for _, v := range chartVariants() {
+		t.Run(v.name, func(t *testing.T) {
+			out, err := render(t, "flow-aggregator", "flow-aggregator", v.set...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			r := parseRendered(t, out)
+			for _, k := range []string{"ServiceAccount/flow-aggregator", "ServiceAccount/flow-aggregator-exporter",
+				"ClusterRole/flow-aggregator", "ClusterRoleBinding/flow-aggregator", "ClusterRole/flow-aggregator-exporter",
+				"ClusterRoleBinding/flow-aggregator-exporter", "ConfigMap/flow-aggregator-configmap",
+				"Role/flow-aggregator-certs", "RoleBinding/flow-aggregator-certs",
+				"Role/flow-aggregator-exporter-certs", "RoleBinding/flow-aggregator-exporter-certs",
+				"Service/flow-aggregator", "Deployment/flow-aggregator", "DaemonSet/flow-aggregator-exporter"} {
+				if _, ok := r[k]; !ok {
+					t.Errorf("%s not rendered", k)
+				}
+			}
+			for _, o := range r {
+				if o.GetNamespace() != "" && o.GetNamespace() != "flow-aggregator" {
+					t.Errorf("%s/%s in namespace %q", o.GetKind(), o.GetName(), o.GetNamespace())
+				}
+			}
+			v.check(t, r)
+		})
+	}
+}
+
+// TestChartRefuses checks that the chart refuses, with a message saying
+// why, what the reference refuses: Aggregate mode with more than one
+// replica, and an HPA outside Proxy mode.
+func TestChartRefuses(t *testing.T) {
+	for _, c := range []struct {
+		set  []string
+		want string
+	}{
+		{[]string{"replicas=2"}, "replicas=2: Aggregate mode correlates both halves of a connection in one process, so it runs at most 1 replica"},
+		{[]string{"mode=Aggregate", "autoscaling.enable=true"}, `a HorizontalPodAutoscaler is allowed only in mode "Proxy"`},
+		{[]string{"mode=Proxy", "autoscaling.enable=true", "autoscaling.minReplicas=4", "autoscaling.maxReplicas=2"}, "autoscaling.minReplicas must be less than or equal to autoscaling.maxReplicas"},
+		{[]string{"sluice.grpcEnable=false"}, `exporter.protocol "grpc" needs sluice.grpcEnable`},
+	} {
+		_, err := render(t, "flow-aggregator", "flow-aggregator", c.set...)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("--set %v: error %v, want one containing %q", c.set, err, c.want)
+		}
+	}
+	// Proxy mode may run several replicas.
+	if _, err := render(t, "flow-aggregator", "flow-aggregator", "mode=Proxy", "replicas=3"); err != nil {
+		t.Errorf("Proxy mode with 3 replicas: %v", err)
+	}
+}
