@@ -21,6 +21,7 @@ import (
 	"sluice/flow"
 	"sluice/flow/flowtest"
 	"sluice/flow/ipfixmap"
+	"sluice/internal/testkit"
 	"sluice/ipfix"
 )
 
@@ -135,11 +136,7 @@ func TestBuffersWhileDisconnectedThenReconnects(t *testing.T) {
 	if dropped != 5 {
 		t.Errorf("the queue dropped %d, want 5", dropped)
 	}
-	for deadline := time.Now().Add(10 * time.Second); testutil.ToFloat64(m.ConnectFailures) < 2; time.Sleep(5 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("the sender did not try to connect twice in 10 s")
-		}
-	}
+	testkit.WaitFor(t, "two connection attempts", func() bool { return testutil.ToFloat64(m.ConnectFailures) >= 2 })
 	if q.Len() != 10 {
 		t.Errorf("%d records queued while disconnected, want 10", q.Len())
 	}
@@ -169,12 +166,7 @@ func TestBuffersWhileDisconnectedThenReconnects(t *testing.T) {
 	}
 	// The sender counts and acknowledges just after the stream took the
 	// message, which may be after the aggregator read it.
-	for deadline := time.Now().Add(5 * time.Second); q.Len() > 0 && time.Now().Before(deadline); {
-		time.Sleep(time.Millisecond)
-	}
-	if n := testutil.ToFloat64(m.Sent); n != 11 {
-		t.Errorf("sent %v, want 11", n)
-	}
+	testkit.WaitFor(t, "11 records sent and none queued", func() bool { return q.Len() == 0 && testutil.ToFloat64(m.Sent) == 11 })
 	// At least the one to the restarted aggregator; a stream may also
 	// open on the stopped one's connection before the sender sees it go
 	// (seen once in CI), which counts as a connection made too.
@@ -203,9 +195,7 @@ func TestInvalidRecordsAreCounted(t *testing.T) {
 	if got := collect(t, out, 1); got[0].Origin.ID != "flow-2" {
 		t.Errorf("got %s", got[0].Origin.ID)
 	}
-	if n := testutil.ToFloat64(m.EncodeErrors); n != 1 {
-		t.Errorf("encode errors %v", n)
-	}
+	testkit.WaitFor(t, "1 encode error", func() bool { return testutil.ToFloat64(m.EncodeErrors) == 1 })
 }
 
 // TestBatchesAndStamps: records queued together leave in requests of at
@@ -312,13 +302,7 @@ func TestRefusedWithoutTrustedCertificate(t *testing.T) {
 			q := queue.New(16)
 			push(q, flowtest.Full(1, false))
 			run(t, s, q)
-			deadline := time.Now().Add(10 * time.Second)
-			for testutil.ToFloat64(m.ConnectFailures) < 3 && time.Now().Before(deadline) {
-				time.Sleep(5 * time.Millisecond)
-			}
-			if n := testutil.ToFloat64(m.ConnectFailures); n < 3 {
-				t.Fatalf("connection failures %v", n)
-			}
+			testkit.WaitFor(t, "3 connection failures", func() bool { return testutil.ToFloat64(m.ConnectFailures) >= 3 })
 			select {
 			case bt := <-out:
 				t.Fatalf("the aggregator took %d records from an untrusted client", len(bt.Flows))
