@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -92,7 +93,7 @@ sluice:
 		t.Fatal(err)
 	}
 	stoppedAt := coll.Len()
-	testagg.Start(t, yaml)
+	a2 := testagg.Start(t, yaml)
 	<-produced
 
 	distinct := func() int {
@@ -106,6 +107,11 @@ sluice:
 		if t.Failed() {
 			t.Logf("%d distinct of %d at the collector, %d queued, sent %v, resent %v", distinct(), coll.Len(), q.Len(),
 				testutil.ToFloat64(m.Sent), testutil.ToFloat64(m.Resent))
+			for _, l := range strings.Split(metrics(t, a2.Addrs().API), "\n") {
+				if strings.HasPrefix(l, "sluice_sink_") || strings.HasPrefix(l, "sluice_collector_records") {
+					t.Log(l)
+				}
+			}
 		}
 	}()
 	testkit.WaitFor(t, fmt.Sprintf("all %d records at the collector", n), func() bool { return distinct() == n })
