@@ -31,7 +31,7 @@ import (
 // aggregator's buffer holds them all, so that a slow sink (under -race)
 // cannot lose any: what is measured is the transport.
 func TestGRPCDeliveryAcrossRestart(t *testing.T) {
-	const n = 20000
+	const n = 8000
 	dir := t.TempDir()
 	coll := stubcollector.New(t)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -60,7 +60,7 @@ sluice:
 		Resent: prometheus.NewCounter(prometheus.CounterOpts{Name: "resent"}),
 	}
 	s, err := grpcsend.New(grpcsend.Options{Address: grpcAddr, TLS: b.ClientTLS("localhost"), Metrics: m,
-		AckRecords: 2000, AckInterval: 5 * time.Second, MinBackoff: 20 * time.Millisecond, MaxBackoff: 100 * time.Millisecond,
+		AckRecords: 1000, AckInterval: 5 * time.Second, MinBackoff: 20 * time.Millisecond, MaxBackoff: 100 * time.Millisecond,
 		Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)
@@ -86,9 +86,9 @@ sluice:
 			time.Sleep(time.Millisecond) // a steady producer, not a synchronisation
 		}
 	}()
-	// Streams end every 2000 records: stopping past 5500 stops one with
+	// Streams end every 1000 records: stopping past 2500 stops one with
 	// records the aggregator has not confirmed.
-	testkit.WaitFor(t, "5500 records at the collector", func() bool { return coll.Len() >= 5500 })
+	testkit.WaitFor(t, "2500 records at the collector", func() bool { return coll.Len() >= 2500 })
 	if err := a.Stop(); err != nil {
 		t.Fatal(err)
 	}
