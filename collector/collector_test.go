@@ -17,6 +17,7 @@ import (
 	"sluice/collector"
 	"sluice/flow"
 	"sluice/flow/ipfixmap"
+	"sluice/internal/testkit"
 	"sluice/ipfix"
 	"sluice/ipfix/ipfixtest"
 )
@@ -141,12 +142,10 @@ func TestTCPSessionsAreIndependent(t *testing.T) {
 			t.Fatalf("flow %d origin %+v", i, f.Origin)
 		}
 	}
-	if v := testutil.ToFloat64(h.m.DecodeErrors.WithLabelValues("tcp")); v != 1 {
-		t.Errorf("decode errors %v, want 1", v)
-	}
-	if v := testutil.ToFloat64(h.m.Records.WithLabelValues("tcp", "127.0.0.1")); v != 100 {
-		t.Errorf("records counted %v", v)
-	}
+	testkit.WaitFor(t, "1 decode error and 100 records counted", func() bool {
+		return testutil.ToFloat64(h.m.DecodeErrors.WithLabelValues("tcp")) == 1 &&
+			testutil.ToFloat64(h.m.Records.WithLabelValues("tcp", "127.0.0.1")) == 100
+	})
 }
 
 func TestUDPDropsWhenFullAndCounts(t *testing.T) {
@@ -163,14 +162,9 @@ func TestUDPDropsWhenFullAndCounts(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for time.Now().Before(deadline) {
-		got := testutil.ToFloat64(h.m.Records.WithLabelValues("udp", "127.0.0.1"))
-		if got == 50 {
-			break
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testkit.WaitFor(t, "50 UDP records counted", func() bool {
+		return testutil.ToFloat64(h.m.Records.WithLabelValues("udp", "127.0.0.1")) == 50
+	})
 	b := <-h.out
 	dropped := testutil.ToFloat64(h.m.Dropped.WithLabelValues("udp", "pipeline-full"))
 	if len(b.Flows)+int(dropped) != 50 || dropped == 0 {
@@ -218,11 +212,7 @@ func TestExporterSeriesOutliveSessions(t *testing.T) {
 		c.Close()
 	}
 	closed := func() {
-		for deadline := time.Now().Add(10 * time.Second); testutil.ToFloat64(h.m.Sessions.WithLabelValues("tcp")) != 0; time.Sleep(5 * time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatal("the session did not close")
-			}
-		}
+		testkit.WaitFor(t, "the session to close", func() bool { return testutil.ToFloat64(h.m.Sessions.WithLabelValues("tcp")) == 0 })
 	}
 	session(0)
 	closed()

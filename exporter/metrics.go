@@ -60,13 +60,15 @@ func newMetrics(reg prometheus.Registerer, q *queue.Queue) *metrics {
 			Help: "Connections to the aggregator made after the first."}),
 		ConnectFailures: prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_exporter_connection_failures_total",
 			Help: "Failed attempts to connect to the aggregator."}),
+		Resent: prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_exporter_records_resent_total",
+			Help: "Flow records written again because the aggregator had not confirmed them when the connection broke (gRPC): at most that many duplicates."}),
 	}
 	buffered := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sluice_exporter_buffered_records",
 		Help: "Flow records waiting to be written to the aggregator."}, func() float64 { return float64(q.Len()) })
 	bufCap := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sluice_exporter_buffer_capacity_records",
 		Help: "Capacity of the buffer (--buffer-size)."}, func() float64 { return float64(q.Cap()) })
 	reg.MustRegister(conns, records, dropped, m.seen, m.storeDrops, m.polls, m.pollErrors, m.pollSeconds,
-		m.transport.Sent, m.transport.Connected, m.transport.Reconnects, m.transport.ConnectFailures, buffered, bufCap)
+		m.transport.Sent, m.transport.Connected, m.transport.Reconnects, m.transport.ConnectFailures, m.transport.Resent, buffered, bufCap)
 	return m
 }
 

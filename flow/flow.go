@@ -232,8 +232,34 @@ const (
 	ActionReject uint8 = 3
 )
 
-// IsIPv6 reports whether the flow's addresses are IPv6.
-func (f *Flow) IsIPv6() bool { return f.SourceIP.Is6() && !f.SourceIP.Is4In6() }
+// IsIPv6 reports whether the record must be exported as IPv6: one of
+// its addresses of a fixed family (source, destination, ClusterIP,
+// Service IP, SNAT IP) is an IPv6 address that is not IPv4-mapped. A
+// record whose addresses are all IPv4, plain or mapped, goes as IPv4, the
+// way an Antrea agent sends it; a record that mixes the families goes as
+// IPv6 with its IPv4 addresses in the mapped form (AddrIn), since an IPv4
+// template cannot hold an IPv6 address.
+func (f *Flow) IsIPv6() bool {
+	return real6(f.SourceIP) || real6(f.DestinationIP) || real6(f.DestinationClusterIP) ||
+		real6(f.DestinationServiceIP) || real6(f.ProxySnatIP)
+}
+
+// IPHeaderIPv6 is IsIPv6 for the source and destination alone (the IP
+// header of Antrea's Protobuf Flow, whose version covers both).
+func (f *Flow) IPHeaderIPv6() bool { return real6(f.SourceIP) || real6(f.DestinationIP) }
+
+func real6(a netip.Addr) bool { return a.Is6() && !a.Is4In6() }
+
+// AddrIn returns a as written in a field of one family: IPv4 addresses,
+// plain or mapped, as 4 octets when six is false and in the IPv4-mapped
+// form when it is true. The zero Addr stays zero.
+func AddrIn(a netip.Addr, six bool) netip.Addr {
+	a = a.Unmap()
+	if six && a.Is4() {
+		return netip.AddrFrom16(a.As16())
+	}
+	return a
+}
 
 // ParseUID reads a Kubernetes UID in its text form
 // (xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx).

@@ -213,18 +213,25 @@ func (fw *Forwarding) plan(t *ipfix.Template) *fplan {
 	if t.IsOptions() {
 		return p
 	}
-	// What the proxy reads, and the record's family (that of its source
-	// address, as for flow.Flow.IsIPv6).
+	// What the proxy reads, and the record's family: that of its address
+	// elements, as for flow.Flow.IsIPv6. A template that mixes families,
+	// or whose IPv6 elements may all be unset (no source nor destination),
+	// can make the normal path choose either template: such records take
+	// that path.
 	family := 4
+	var fams [7]bool
 	for i := range t.Fields {
 		el, ok := fw.table.Lookup(t.Fields[i].Key())
 		if !ok || t.Fields[i].Type != el.IE.Type {
 			continue
 		}
+		if el.Family != 0 {
+			fams[el.Family] = true
+			family = el.Family
+		}
 		switch el.Field {
 		case flow.SourceIP:
 			p.srcIP = i
-			family = el.Family
 		case flow.DestinationIP:
 			p.dstIP = i
 		case flow.FlowType:
@@ -236,6 +243,9 @@ func (fw *Forwarding) plan(t *ipfix.Template) *fplan {
 			s, w := podSide(el.Field)
 			p.pod[s][w] = i
 		}
+	}
+	if fams[4] && fams[6] || family == 6 && p.srcIP < 0 && p.dstIP < 0 {
+		return p
 	}
 	out := fw.base[0]
 	if family == 6 {

@@ -1,16 +1,18 @@
 // Package grpcsend is the exporter's gRPC transport: it sends the records
 // of a queue.Queue to an aggregator over Antrea's FlowExportService.Export
-// (one client stream per connection), always with mutual TLS. It batches
-// the records waiting in the queue into ExportRequests, reconnects with
-// capped exponential backoff, and acknowledges records in the queue only
-// once the message holding them was handed to the stream, so records made
-// while the aggregator is unreachable wait in the queue (the queue's bound
-// and drop accounting apply) and a message the stream refused is sent again
-// on the next one.
+// (client streams, one after the other on a connection), always with
+// mutual TLS. It batches the records waiting in the queue into
+// ExportRequests and reconnects with capped exponential backoff.
 //
-// Delivery is as on IPFIX over TCP: a message the stream accepted just
-// before the connection broke may be lost, since Export acknowledges
-// nothing until the stream ends.
+// Export's only acknowledgement is its response, which the aggregator
+// sends when the client ends the stream, once it has read (and handed on)
+// everything sent on it. So a stream is ended after AckRecords records or
+// AckInterval, and its records are acknowledged in the queue only when
+// that response comes; a stream that breaks first leaves them in the
+// queue, and they are sent again on the next one. Nothing the aggregator
+// did not confirm is lost (short of the queue dropping its oldest records
+// for room, which it counts); what it read but could not confirm before
+// the break arrives twice, at most the Resent count.
 package grpcsend
 
 import (
@@ -20,6 +22,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -36,9 +39,11 @@ import (
 
 // Defaults of Options.
 const (
-	DefaultBatchSize  = 100
-	DefaultMinBackoff = time.Second
-	DefaultMaxBackoff = 30 * time.Second
+	DefaultBatchSize   = 100
+	DefaultAckRecords  = 5000
+	DefaultAckInterval = time.Second
+	DefaultMinBackoff  = time.Second
+	DefaultMaxBackoff  = 30 * time.Second
 	// connectTimeout bounds one connection attempt (dial and handshake).
 	connectTimeout = 10 * time.Second
 	// closeGrace is how long a stream being closed at the end of Run may
@@ -61,6 +66,13 @@ type Options struct {
 	// BatchSize is the most records in one ExportRequest; default 100.
 	// Whatever is queued leaves at once, so batches fill up only under load.
 	BatchSize int
+	// AckRecords and AckInterval bound what one Export stream carries:
+	// the stream is ended once it carried AckRecords records or
+	// AckInterval after its first, and its records are released from the
+	// queue only when the aggregator's response confirms them. Defaults
+	// 5000 and 1 s. See docs/exporter.md, "Delivery over gRPC".
+	AckRecords  int
+	AckInterval time.Duration
 	// MinBackoff and MaxBackoff bound the wait between connection
 	// attempts, doubling from one to the other; defaults 1 s and 30 s.
 	MinBackoff, MaxBackoff time.Duration
@@ -82,6 +94,14 @@ type Sender struct {
 	o        Options
 	creds    credentials.TransportCredentials
 	connects int
+	// dials counts the TCP connections made (gRPC makes them, also again
+	// under a ClientConn that lost one); seenDial is the last one a stream
+	// was counted on.
+	dials    atomic.Uint64
+	seenDial uint64
+	// sentUpTo is one past the highest queue sequence number sent, to
+	// count what is sent again.
+	sentUpTo uint64
 }
 
 // New checks o; nothing connects until Run.
@@ -99,6 +119,12 @@ func New(o Options) (*Sender, error) {
 	}
 	if o.BatchSize <= 0 {
 		o.BatchSize = DefaultBatchSize
+	}
+	if o.AckRecords <= 0 {
+		o.AckRecords = DefaultAckRecords
+	}
+	if o.AckInterval <= 0 {
+		o.AckInterval = DefaultAckInterval
 	}
 	if o.MinBackoff <= 0 {
 		o.MinBackoff = DefaultMinBackoff
@@ -168,8 +194,8 @@ type sessionResult struct {
 	err            error
 }
 
-// session connects, opens one Export stream and feeds it from q until the
-// stream breaks or ctx ends.
+// session connects and runs Export streams one after the other on the
+// connection, feeding them from q, until one breaks or ctx ends.
 func (s *Sender) session(ctx context.Context, q *queue.Queue, batch *[]flow.Flow) sessionResult {
 	o := &s.o
 	addr := o.Address
@@ -184,13 +210,39 @@ func (s *Sender) session(ctx context.Context, q *queue.Queue, batch *[]flow.Flow
 	// as the IPFIX transport does, rather than by gRPC's DNS resolver.
 	conn, err := grpc.NewClient("passthrough:///"+addr,
 		grpc.WithTransportCredentials(s.creds),
+		grpc.WithContextDialer(func(ctx context.Context, a string) (net.Conn, error) {
+			c, err := (&net.Dialer{}).DialContext(ctx, "tcp", a)
+			if err == nil {
+				s.dials.Add(1)
+			}
+			return c, err
+		}),
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
 	)
 	if err != nil {
 		return sessionResult{err: err}
 	}
 	defer conn.Close()
+	r := sessionResult{}
+	for {
+		more := s.stream(ctx, conn, addr, q, batch, &r)
+		if !more || ctx.Err() != nil {
+			if r.opened {
+				setGauge(o.Metrics.Connected, 0)
+			}
+			return r
+		}
+	}
+}
 
+// stream opens one Export stream and sends on it what q holds past what
+// the aggregator confirmed, until ackRecords were sent or ackInterval
+// passed since the first send; it then ends the stream and, once the
+// aggregator's response confirms it read everything, acknowledges those
+// records in q. It reports whether the connection may carry another
+// stream.
+func (s *Sender) stream(ctx context.Context, conn *grpc.ClientConn, addr string, q *queue.Queue, batch *[]flow.Flow, r *sessionResult) bool {
+	o := &s.o
 	// The stream outlives ctx by up to closeGrace, so that a clean close
 	// can hand the last messages over.
 	sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
@@ -206,12 +258,14 @@ func (s *Sender) session(ctx context.Context, q *queue.Queue, batch *[]flow.Flow
 		if err == nil {
 			err = ctx.Err()
 		}
-		return sessionResult{err: err}
+		r.err = err
+		return false
 	}
 	defer context.AfterFunc(ctx, func() { time.AfterFunc(closeGrace, cancel) })()
 
 	// The aggregator writes only to end the stream: a receiver tells when
-	// it did, even while nothing is being sent.
+	// it did, even while nothing is being sent. Its response (nil error)
+	// means it has read, and handed on, everything sent on the stream.
 	ended := make(chan error, 1)
 	wctx, wcancel := context.WithCancel(ctx)
 	defer wcancel()
@@ -221,23 +275,37 @@ func (s *Sender) session(ctx context.Context, q *queue.Queue, batch *[]flow.Flow
 		wcancel()
 	}()
 
-	s.connects++
-	if s.connects > 1 {
-		inc(o.Metrics.Reconnects, 1)
+	// A stream on a connection no stream used before: the first, or one
+	// gRPC made again after the aggregator restarted.
+	r.opened = true
+	if d := s.dials.Load(); d != s.seenDial {
+		s.seenDial = d
+		s.connects++
+		if s.connects > 1 {
+			inc(o.Metrics.Reconnects, 1)
+		}
+		setGauge(o.Metrics.Connected, 1)
+		o.Log.Info("connected to the flow aggregator", "address", addr, "proto", "grpc")
 	}
-	setGauge(o.Metrics.Connected, 1)
-	defer setGauge(o.Metrics.Connected, 0)
-	o.Log.Info("connected to the flow aggregator", "address", addr, "proto", "grpc")
 
-	r := sessionResult{opened: true}
-	next := q.Head() // whatever was not acknowledged goes (again) on this stream
+	// Whatever the aggregator did not confirm goes (again) on this stream.
+	next := q.Head()
+	sent := 0
+	var commitAt time.Time
 	for {
-		if ctx.Err() != nil || !q.Wait(wctx, next) {
+		wait, stopWait := wctx, context.CancelFunc(func() {})
+		if sent > 0 {
+			wait, stopWait = context.WithDeadline(wctx, commitAt)
+		}
+		ok := ctx.Err() == nil && q.Wait(wait, next)
+		stopWait()
+		if !ok {
 			break
 		}
 		var first uint64
 		first, *batch = q.Peek(next, (*batch)[:0], o.BatchSize)
 		req, n := s.request(*batch, time.Now())
+		end := first + uint64(len(*batch))
 		if n > 0 {
 			if err := st.SendMsg(req); err != nil {
 				// The reason is in the status the receiver gets.
@@ -245,29 +313,51 @@ func (s *Sender) session(ctx context.Context, q *queue.Queue, batch *[]flow.Flow
 				if rerr := <-ended; rerr != nil {
 					r.err = rerr
 				}
-				return r
+				return false
 			}
 			r.worked = true
 			inc(o.Metrics.Sent, n)
+			if first < s.sentUpTo {
+				inc(o.Metrics.Resent, int(min(end, s.sentUpTo)-first))
+			}
+			s.sentUpTo = max(s.sentUpTo, end)
 		}
-		next = first + uint64(len(*batch))
-		q.Ack(next)
+		if sent == 0 {
+			commitAt = time.Now().Add(o.AckInterval)
+		}
+		sent += len(*batch)
+		next = end
+		if sent >= s.ackRecords(q) {
+			break
+		}
 	}
-	if ctx.Err() == nil { // the aggregator ended the stream
+	if wctx.Err() != nil && ctx.Err() == nil { // the aggregator ended the stream
 		r.err = <-ended
 		if r.err == nil {
 			r.err = errors.New("the aggregator ended the stream")
 		}
-		return r
+		return false
 	}
-	// Stopping: half-close, and wait for the aggregator's response, which
-	// comes once it has read everything sent (or closeGrace cancels).
+	// Half-close, and wait for the aggregator's response, which comes once
+	// it has read everything sent (or closeGrace cancels when stopping).
 	if err := st.CloseSend(); err != nil {
 		r.err = err
-		return r
+		return false
 	}
-	r.err = <-ended
-	return r
+	if err := <-ended; err != nil {
+		r.err = err
+		return false
+	}
+	q.Ack(next)
+	return true
+}
+
+// ackRecords is how many records a stream carries before it is ended for
+// the aggregator to confirm them: Options.AckRecords, but at most half the
+// queue, so that records waiting for confirmation are not the ones the
+// queue drops for room.
+func (s *Sender) ackRecords(q *queue.Queue) int {
+	return max(1, min(s.o.AckRecords, q.Cap()/2))
 }
 
 // request encodes recs as one ExportRequest, stamping their origin, and

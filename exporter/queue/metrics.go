@@ -17,4 +17,8 @@ type SenderMetrics struct {
 	Reconnects prometheus.Counter
 	// ConnectFailures counts failed connection attempts.
 	ConnectFailures prometheus.Counter
+	// Resent counts records written again because the aggregator had not
+	// confirmed them when the connection broke: the most duplicates it
+	// may have received.
+	Resent prometheus.Counter
 }

@@ -54,18 +54,18 @@ func AppendFlow(b []byte, f *flow.Flow) ([]byte, error) {
 	if has(flow.SourceIP) || has(flow.DestinationIP) {
 		m := len(b)
 		b = beginMsg(b, 6)
-		a := f.SourceIP
-		if !has(flow.SourceIP) || !a.IsValid() {
-			a = f.DestinationIP
+		// As FromFlow: one version for both, IPv4 mapped beside IPv6.
+		six := f.IPHeaderIPv6()
+		src, dst := flow.AddrIn(f.SourceIP, six), flow.AddrIn(f.DestinationIP, six)
+		if (has(flow.SourceIP) && src.IsValid()) || (has(flow.DestinationIP) && dst.IsValid()) {
+			if six {
+				b = appendVarint(b, 1, 6)
+			} else {
+				b = appendVarint(b, 1, 4)
+			}
 		}
-		switch {
-		case a.Is4():
-			b = appendVarint(b, 1, 4)
-		case a.Is6():
-			b = appendVarint(b, 1, 6)
-		}
-		b = appendAddr(b, 2, f, flow.SourceIP, f.SourceIP)
-		b = appendAddr(b, 3, f, flow.DestinationIP, f.DestinationIP)
+		b = appendAddr(b, 2, f, flow.SourceIP, src)
+		b = appendAddr(b, 3, f, flow.DestinationIP, dst)
 		b = endMsg(b, m)
 	}
 	if has(flow.Protocol) || has(flow.SourcePort) || has(flow.DestinationPort) || has(flow.TCPState) {
@@ -88,7 +88,7 @@ func AppendFlow(b []byte, f *flow.Flow) ([]byte, error) {
 	if has(flow.FlowDirection) {
 		b = appendVarint(b, 12, uint64(f.FlowDirection))
 	}
-	b = appendAddr(b, 14, f, flow.ProxySnatIP, f.ProxySnatIP)
+	b = appendAddr(b, 14, f, flow.ProxySnatIP, flow.AddrIn(f.ProxySnatIP, false))
 	if has(flow.ProxySnatPort) {
 		b = appendVarint(b, 15, uint64(f.ProxySnatPort))
 	}
@@ -137,7 +137,7 @@ func appendK8s(b []byte, f *flow.Flow) []byte {
 	b = uid(b, 10, flow.DestinationPodUID, f.DestinationPodUID)
 	b = str(b, 12, flow.DestinationNodeName, f.DestinationNodeName)
 	b = uid(b, 13, flow.DestinationNodeUID, f.DestinationNodeUID)
-	b = appendAddr(b, 14, f, flow.DestinationClusterIP, f.DestinationClusterIP)
+	b = appendAddr(b, 14, f, flow.DestinationClusterIP, flow.AddrIn(f.DestinationClusterIP, false))
 	if has(flow.DestinationServicePort) {
 		b = appendVarint(b, 15, uint64(f.DestinationServicePort))
 	}
@@ -156,11 +156,11 @@ func appendK8s(b []byte, f *flow.Flow) []byte {
 	b = str(b, 28, flow.EgressPolicyRuleName, f.Egress.RuleName)
 	b = enum(b, 29, flow.EgressPolicyRuleAction, f.Egress.RuleAction)
 	b = str(b, 30, flow.EgressName, f.EgressName)
-	b = appendAddr(b, 31, f, flow.EgressIP, f.EgressIP)
+	b = appendAddr(b, 31, f, flow.EgressIP, flow.AddrIn(f.EgressIP, false))
 	b = str(b, 32, flow.EgressNodeName, f.EgressNodeName)
 	b = uid(b, 33, flow.EgressNodeUID, f.EgressNodeUID)
 	b = uid(b, 34, flow.EgressUID, f.EgressUID)
-	b = appendAddr(b, 35, f, flow.DestinationServiceIP, f.DestinationServiceIP)
+	b = appendAddr(b, 35, f, flow.DestinationServiceIP, flow.AddrIn(f.DestinationServiceIP, false))
 	return endMsg(b, m)
 }
 

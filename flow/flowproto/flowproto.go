@@ -68,18 +68,19 @@ func ToFlow(p *flowpb.Flow, f *flow.Flow) (unknown int, err error) {
 	setIf(f, flow.EndReason, f.EndReason != 0)
 
 	if ip := p.GetIp(); ip != nil {
+		if v := ip.GetVersion(); v != 0 {
+			// Checked on the octets: a mapped address is 16 of them.
+			for _, b := range [][]byte{ip.GetSource(), ip.GetDestination()} {
+				if len(b) != 0 && (v == flowpb.IPVersion_IP_VERSION_4) != (len(b) == 4) {
+					return 0, fmt.Errorf("flowproto: ip.version %d does not match a %d-octet address", v, len(b))
+				}
+			}
+		}
 		if err := setAddr(f, flow.SourceIP, &f.SourceIP, ip.GetSource(), "ip.source"); err != nil {
 			return 0, err
 		}
 		if err := setAddr(f, flow.DestinationIP, &f.DestinationIP, ip.GetDestination(), "ip.destination"); err != nil {
 			return 0, err
-		}
-		if v := ip.GetVersion(); v != 0 {
-			for _, a := range []netip.Addr{f.SourceIP, f.DestinationIP} {
-				if a.IsValid() && (v == flowpb.IPVersion_IP_VERSION_4) != a.Is4() {
-					return 0, fmt.Errorf("flowproto: ip.version %d does not match the %d-octet address %s", v, a.BitLen()/8, a)
-				}
-			}
 		}
 	}
 	if t := p.GetTransport(); t != nil {
@@ -316,7 +317,7 @@ func setAddr(f *flow.Flow, field flow.Field, dst *netip.Addr, b []byte, name str
 	if !ok {
 		return fmt.Errorf("flowproto: %s has %d octets, want 4 or 16", name, len(b))
 	}
-	*dst = a
+	*dst = a.Unmap() // IPv4-mapped is IPv4, as in ipfixmap
 	f.Present.Set(field)
 	return nil
 }
@@ -378,16 +379,16 @@ func FromFlow(f *flow.Flow) (*flowpb.Flow, error) {
 		p.EndReason = flowpb.FlowEndReason(f.EndReason)
 	}
 	if has(flow.SourceIP) || has(flow.DestinationIP) {
-		p.Ip = &flowpb.IP{Source: addrBytes(f, flow.SourceIP, f.SourceIP), Destination: addrBytes(f, flow.DestinationIP, f.DestinationIP)}
-		a := f.SourceIP
-		if !has(flow.SourceIP) || !a.IsValid() {
-			a = f.DestinationIP
-		}
-		switch {
-		case a.Is4():
+		// One version covers both addresses: an IPv4 one beside an IPv6
+		// one goes in the mapped form.
+		six := f.IPHeaderIPv6()
+		p.Ip = &flowpb.IP{Source: addrBytes(f, flow.SourceIP, flow.AddrIn(f.SourceIP, six)),
+			Destination: addrBytes(f, flow.DestinationIP, flow.AddrIn(f.DestinationIP, six))}
+		if len(p.Ip.Source) != 0 || len(p.Ip.Destination) != 0 {
 			p.Ip.Version = flowpb.IPVersion_IP_VERSION_4
-		case a.Is6():
-			p.Ip.Version = flowpb.IPVersion_IP_VERSION_6
+			if six {
+				p.Ip.Version = flowpb.IPVersion_IP_VERSION_6
+			}
 		}
 	}
 	if has(flow.Protocol) || has(flow.SourcePort) || has(flow.DestinationPort) || has(flow.TCPState) {
@@ -436,7 +437,7 @@ func FromFlow(f *flow.Flow) (*flowpb.Flow, error) {
 			p.Aggregation.EndTsFromDestination = timestamppb.New(a.EndFromDestination)
 		}
 	}
-	p.ProxySnatIp = addrBytes(f, flow.ProxySnatIP, f.ProxySnatIP)
+	p.ProxySnatIp = addrBytes(f, flow.ProxySnatIP, flow.AddrIn(f.ProxySnatIP, false))
 	if has(flow.ProxySnatPort) {
 		p.ProxySnatPort = uint32(f.ProxySnatPort)
 	}
@@ -496,14 +497,14 @@ func k8sFromFlow(f *flow.Flow) (*flowpb.Kubernetes, error) {
 		EgressNetworkPolicyUid:        uid(flow.EgressPolicyUID, f.Egress.UID),
 		EgressNetworkPolicyRuleName:   str(flow.EgressPolicyRuleName, f.Egress.RuleName),
 		EgressName:                    str(flow.EgressName, f.EgressName),
-		EgressIp:                      addrBytes(f, flow.EgressIP, f.EgressIP),
+		EgressIp:                      addrBytes(f, flow.EgressIP, flow.AddrIn(f.EgressIP, false)),
 		EgressNodeName:                str(flow.EgressNodeName, f.EgressNodeName),
 		EgressNodeUid:                 uid(flow.EgressNodeUID, f.EgressNodeUID),
 		EgressUid:                     uid(flow.EgressUID, f.EgressUID),
-		DestinationServiceIp:          addrBytes(f, flow.DestinationServiceIP, f.DestinationServiceIP),
+		DestinationServiceIp:          addrBytes(f, flow.DestinationServiceIP, flow.AddrIn(f.DestinationServiceIP, false)),
 	}
 
-	k.DestinationClusterIp = addrBytes(f, flow.DestinationClusterIP, f.DestinationClusterIP)
+	k.DestinationClusterIp = addrBytes(f, flow.DestinationClusterIP, flow.AddrIn(f.DestinationClusterIP, false))
 	if has(flow.FlowType) {
 		k.FlowType = flowpb.FlowType(f.FlowType)
 	}

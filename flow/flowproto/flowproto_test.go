@@ -67,11 +67,12 @@ func TestRoundTripEveryField(t *testing.T) {
 
 func TestRoundTripIPv6(t *testing.T) {
 	f := flowtest.Full(1, false)
-	for _, a := range []*netip.Addr{&f.SourceIP, &f.DestinationIP, &f.DestinationClusterIP, &f.DestinationServiceIP, &f.EgressIP, &f.ProxySnatIP} {
-		*a = netip.AddrFrom16(a.As16())
-	}
 	f.SourceIP = netip.MustParseAddr("fd00::1")
 	f.DestinationIP = netip.MustParseAddr("fd00::2")
+	f.DestinationClusterIP = netip.MustParseAddr("fd00:96::10")
+	f.DestinationServiceIP = netip.MustParseAddr("fd00:96::11")
+	f.EgressIP = netip.MustParseAddr("fd00:18::5")
+	f.ProxySnatIP = netip.MustParseAddr("fd00:168::7")
 	g, _ := roundTrip(t, f)
 	if want := withoutClusterID(f); !reflect.DeepEqual(g, want) {
 		t.Errorf("round trip changed the record:\n got %+v\nwant %+v", g, want)
@@ -270,6 +271,56 @@ func TestWireCompatibility(t *testing.T) {
 		}
 		if want := withoutClusterID(f); !reflect.DeepEqual(&g, want) {
 			t.Errorf("agg=%v:\n got %+v\nwant %+v", agg, &g, want)
+		}
+	}
+}
+
+// An IPv4-mapped address is an IPv4 address: it arrives as one, and it
+// leaves as 4 octets unless the other header address is IPv6, when it
+// leaves mapped under version 6 (one version covers both).
+func TestIPv4Mapped(t *testing.T) {
+	m := func(s string) netip.Addr { return netip.AddrFrom16(netip.MustParseAddr(s).As16()) }
+	type tc struct {
+		name             string
+		src, dst         netip.Addr
+		version          flowpb.IPVersion
+		srcLen, dstLen   int
+		wantSrc, wantDst netip.Addr
+	}
+	for _, c := range []tc{
+		{"both mapped", m("10.0.0.1"), m("10.0.0.2"), flowpb.IPVersion_IP_VERSION_4, 4, 4,
+			netip.MustParseAddr("10.0.0.1"), netip.MustParseAddr("10.0.0.2")},
+		{"mapped and IPv4", m("10.0.0.1"), netip.MustParseAddr("10.0.0.2"), flowpb.IPVersion_IP_VERSION_4, 4, 4,
+			netip.MustParseAddr("10.0.0.1"), netip.MustParseAddr("10.0.0.2")},
+		{"IPv6 and mapped", netip.MustParseAddr("fd00::1"), m("10.0.0.2"), flowpb.IPVersion_IP_VERSION_6, 16, 16,
+			netip.MustParseAddr("fd00::1"), netip.MustParseAddr("10.0.0.2")},
+		{"IPv4 and IPv6", netip.MustParseAddr("10.0.0.1"), netip.MustParseAddr("fd00::2"), flowpb.IPVersion_IP_VERSION_6, 16, 16,
+			netip.MustParseAddr("10.0.0.1"), netip.MustParseAddr("fd00::2")},
+	} {
+		f := flowtest.Full(3, false)
+		f.SourceIP, f.DestinationIP = c.src, c.dst
+		f.DestinationClusterIP = m("10.96.0.10")
+		p, err := flowproto.FromFlow(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ip := p.GetIp()
+		if ip.GetVersion() != c.version || len(ip.GetSource()) != c.srcLen || len(ip.GetDestination()) != c.dstLen {
+			t.Errorf("%s: version %v, %d and %d octets", c.name, ip.GetVersion(), len(ip.GetSource()), len(ip.GetDestination()))
+		}
+		if n := len(p.GetK8S().GetDestinationClusterIp()); n != 4 {
+			t.Errorf("%s: ClusterIP in %d octets", c.name, n)
+		}
+		g, _ := roundTrip(t, f)
+		if g.SourceIP != c.wantSrc || g.DestinationIP != c.wantDst || g.DestinationClusterIP != netip.MustParseAddr("10.96.0.10") {
+			t.Errorf("%s: got %v → %v (ClusterIP %v), want %v → %v", c.name, g.SourceIP, g.DestinationIP, g.DestinationClusterIP, c.wantSrc, c.wantDst)
+		}
+		b, err := flowproto.AppendFlow(nil, f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want, _ := proto.Marshal(p); len(b) != len(want) {
+			t.Errorf("%s: AppendFlow wrote %d octets, FromFlow %d", c.name, len(b), len(want))
 		}
 	}
 }

@@ -150,6 +150,10 @@ func addrd(name string, field flow.Field, family int, zeroUnset bool, p func(*fl
 	return descriptor{name: name, field: field, family: family,
 		get: func(r *ipfix.Record, i int, f *flow.Flow, _ *Interner) bool {
 			v, err := r.Addr(i)
+			// An IPv4-mapped address is an IPv4 address: kept as one,
+			// it correlates, enriches and exports as the same address
+			// sent in an IPv4 field would.
+			v = v.Unmap()
 			if err != nil || (zeroUnset && v.IsUnspecified()) {
 				return false
 			}
@@ -157,7 +161,13 @@ func addrd(name string, field flow.Field, family int, zeroUnset bool, p func(*fl
 			return true
 		},
 		put: func(b ipfix.RecordBuilder, f *flow.Flow) ipfix.RecordBuilder {
-			// The other family's address, or none, goes out as zeros.
+			if family == 6 {
+				// An IPv4 address in an IPv6 record (one that mixes
+				// the families, see flow.Flow.IsIPv6) goes mapped.
+				return b.Addr(flow.AddrIn(*p(f), true))
+			}
+			// No address goes out as zeros; an IPv6 one cannot be in
+			// an IPv4 record (IsIPv6 chose the IPv6 template).
 			return b.Addr(familyOr(*p(f), family))
 		},
 	}

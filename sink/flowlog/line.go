@@ -86,12 +86,13 @@ func appendSeconds(b []byte, t time.Time) []byte {
 	return strconv.AppendInt(b, t.Unix(), 10)
 }
 
-// appendAddr writes an address, or nothing for an unset one.
+// appendAddr writes an address, or nothing for an unset one; an
+// IPv4-mapped one as IPv4, as the IPFIX export sends it.
 func appendAddr(b []byte, a netip.Addr) []byte {
 	if !a.IsValid() {
 		return b
 	}
-	return a.AppendTo(b)
+	return a.Unmap().AppendTo(b)
 }
 
 // appendText writes s; a line break inside a value would split the record
