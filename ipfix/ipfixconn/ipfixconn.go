@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"os"
 	"sync/atomic"
 	"time"
 
@@ -42,6 +43,11 @@ type Options struct {
 	// Backoff between connection attempts grows from MinBackoff to
 	// MaxBackoff; defaults 1 s and 30 s.
 	MinBackoff, MaxBackoff time.Duration
+	// WriteTimeout bounds Writes: a collector that stops reading would
+	// otherwise block the writer (and its caller's shutdown) for ever.
+	// Each Write has at least half of it; one that times out drops the
+	// connection. Default 10 s.
+	WriteTimeout time.Duration
 	// Announce sends the templates (typically: add them to an encoder
 	// whose output is Write, and flush). It is called on every new
 	// connection and when a UDP refresh is due; an error drops the
@@ -73,7 +79,13 @@ var (
 	ErrNotConnected = errors.New("ipfixconn: not connected")
 	// ErrPeerClosed is the default Options.PeerClosed.
 	ErrPeerClosed = errors.New("ipfixconn: the collector closed the connection")
+	// ErrWriteTimeout wraps the error of a Write that passed
+	// Options.WriteTimeout.
+	ErrWriteTimeout = errors.New("ipfixconn: write timed out")
 )
+
+// DefaultWriteTimeout is Options.WriteTimeout's default.
+const DefaultWriteTimeout = 10 * time.Second
 
 // dialTimeout bounds one connection attempt (with the TLS handshake).
 const dialTimeout = 10 * time.Second
@@ -92,6 +104,8 @@ func MessageSize(proto string) int {
 type Conn struct {
 	o  Options
 	nc net.Conn
+	// deadline is the write deadline set on nc; zero for a new one.
+	deadline time.Time
 	// gone is set when the collector ends a TCP/TLS connection; nil over
 	// UDP. One per connection, so that the reader of a dropped one cannot
 	// mark its successor; a flag rather than a channel keeps Alive, which
@@ -119,6 +133,9 @@ func New(o Options) (*Conn, error) {
 	}
 	if o.MinBackoff <= 0 {
 		o.MinBackoff = time.Second
+	}
+	if o.WriteTimeout <= 0 {
+		o.WriteTimeout = DefaultWriteTimeout
 	}
 	if o.MaxBackoff <= 0 {
 		o.MaxBackoff = 30 * time.Second
@@ -217,7 +234,7 @@ func (c *Conn) dial(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	c.nc = nc
+	c.nc, c.deadline = nc, time.Time{}
 	c.gone = nil
 	if c.o.Proto == "tcp" {
 		gone := new(atomic.Bool)
@@ -267,7 +284,20 @@ func (c *Conn) Write(msg []byte) error {
 	if c.nc == nil {
 		return ErrNotConnected
 	}
+	// A deadline per message, set only when the last one is half spent,
+	// so that steady writing costs one SetWriteDeadline per interval,
+	// not per message.
+	if now := time.Now(); now.After(c.deadline.Add(-c.o.WriteTimeout / 2)) {
+		c.deadline = now.Add(c.o.WriteTimeout)
+		if err := c.nc.SetWriteDeadline(c.deadline); err != nil {
+			c.drop(err)
+			return err
+		}
+	}
 	if _, err := c.nc.Write(msg); err != nil {
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			err = fmt.Errorf("%w: the collector read nothing for %s", ErrWriteTimeout, c.o.WriteTimeout)
+		}
 		c.drop(err)
 		return err
 	}

@@ -472,3 +472,53 @@ func TestOptions(t *testing.T) {
 		t.Error("default message sizes")
 	}
 }
+
+// TestWriteTimeout: a collector that accepts but never reads fills the
+// socket buffers; Write then fails within the write timeout instead of
+// blocking for ever, and the connection is dropped.
+func TestWriteTimeout(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	held := make(chan net.Conn, 1)
+	go func() {
+		if c, err := ln.Accept(); err == nil {
+			held <- c // kept open, never read
+		}
+	}()
+	defer func() {
+		select {
+		case c := <-held:
+			c.Close()
+		default:
+		}
+	}()
+	var lost []error
+	c, err := ipfixconn.New(ipfixconn.Options{Address: ln.Addr().String(), Proto: "tcp", WriteTimeout: 200 * time.Millisecond,
+		Announce: func() error { return nil }, Hooks: ipfixconn.Hooks{Lost: func(err error) { lost = append(lost, err) }}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Connect(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	msg := make([]byte, 60000)
+	deadline := time.Now().Add(testkit.WaitTimeout)
+	for {
+		err = c.Write(msg)
+		if err != nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("writes to a collector that reads nothing never failed")
+		}
+	}
+	if !errors.Is(err, ipfixconn.ErrWriteTimeout) {
+		t.Errorf("Write: %v, want ErrWriteTimeout", err)
+	}
+	if c.Connected() || len(lost) != 1 || !errors.Is(lost[0], ipfixconn.ErrWriteTimeout) {
+		t.Errorf("connected %v, Lost saw %v", c.Connected(), lost)
+	}
+}
