@@ -29,8 +29,8 @@ import (
 	"sluice/sink"
 )
 
-// DrainTimeout bounds how long sinks may take to send what they hold at
-// shutdown.
+// DrainTimeout is the default of sluice.drainTimeout: how long sinks may
+// take to send what they hold at shutdown.
 const DrainTimeout = 10 * time.Second
 
 // Aggregator is a configured, not yet running, aggregator. New binds every
@@ -200,12 +200,11 @@ func (a *Aggregator) Run(ctx context.Context) error {
 	// failing.
 	runCtx, stopRun := context.WithCancel(ctx)
 	defer stopRun()
-	sinkCtx, stopSinks := context.WithCancel(context.Background())
-	defer stopSinks()
-
 	var stages sync.WaitGroup
-	a.startSinks(sinkCtx, &stages, errs)
+	running := a.startSinks(&stages, errs)
+	modeDone := make(chan struct{})
 	stages.Go(func() {
+		defer close(modeDone)
 		a.runMode() // ends when batches closes
 	})
 	if a.meta != nil {
@@ -240,9 +239,15 @@ func (a *Aggregator) Run(ctx context.Context) error {
 	// sinks a bounded time to send it.
 	stopColl()
 	colls.Wait()
+	// From here on, what the mode hands on waits for the sinks instead of
+	// lapping a slow one (bounded by the drain timeout).
+	a.buf.Flushing()
+	if a.encBuf != nil {
+		a.encBuf.Flushing()
+	}
 	close(a.batches)
 	stopRun() // the metadata source and the API end with the run
-	a.drain(&stages, stopSinks)
+	a.drain(&stages, modeDone, running)
 	if err := <-apiDone; err != nil && runErr == nil {
 		runErr = err
 	}
@@ -255,6 +260,8 @@ func (a *Aggregator) Run(ctx context.Context) error {
 		}
 	default:
 	}
+	a.countShutdownLoss(running)
+	a.logSinkTotals()
 	a.log.Info("aggregator stopped")
 	return runErr
 }
@@ -271,21 +278,33 @@ func (a *Aggregator) runMode() {
 	a.buf.Close()
 }
 
+// runningSink is a started sink: how to stop it, and how much its
+// consumer has left unread (see ring.Consumer.Unread).
+type runningSink struct {
+	stop   context.CancelFunc
+	unread func() uint64
+}
+
 // startSinks runs each sink on its own consumer of the buffer (of encoded
-// records, on the fast path). A sink's failure stops the aggregator.
-func (a *Aggregator) startSinks(ctx context.Context, stages *sync.WaitGroup, errs chan<- error) {
-	fail := func(err error) {
-		if err != nil && ctx.Err() == nil {
-			select {
-			case errs <- err:
-			default:
+// records, on the fast path), each with a context of its own so that the
+// drain can stop one sink and not the others. A sink's failure stops the
+// aggregator.
+func (a *Aggregator) startSinks(stages *sync.WaitGroup, errs chan<- error) []runningSink {
+	running := make([]runningSink, len(a.sinks))
+	for i, ns := range a.sinks {
+		ctx, stop := context.WithCancel(context.Background())
+		fail := func(err error) {
+			if err != nil && ctx.Err() == nil {
+				select {
+				case errs <- err:
+				default:
+				}
 			}
 		}
-	}
-	for _, ns := range a.sinks {
 		if a.encoded != nil {
 			es := ns.s.(sink.EncodedSink) // setupFastPath checked it
 			c := a.encBuf.Consumer()
+			running[i] = runningSink{stop: stop, unread: c.Unread}
 			stages.Go(func() {
 				defer c.Close() // a stopped sink no longer holds back the final flush
 				fail(es.RunEncoded(ctx, c))
@@ -293,23 +312,87 @@ func (a *Aggregator) startSinks(ctx context.Context, stages *sync.WaitGroup, err
 			continue
 		}
 		c := a.buf.Consumer()
+		running[i] = runningSink{stop: stop, unread: c.Unread}
 		stages.Go(func() {
 			defer c.Close()
 			fail(ns.s.Run(ctx, c))
 		})
 	}
+	return running
 }
 
-// drain waits for the mode and the sinks to finish, at most DrainTimeout,
-// then stops the sinks.
-func (a *Aggregator) drain(stages *sync.WaitGroup, stopSinks context.CancelFunc) {
+// drain waits for the mode and the sinks to finish, at most the drain
+// timeout. Then, if the mode's final flush is still waiting (for sinks
+// a whole buffer behind: a collector that is down, say), it stops those
+// sinks only, so that the flush reaches the others, and waits for them
+// at most the drain timeout again; what still runs after that is stopped.
+func (a *Aggregator) drain(stages *sync.WaitGroup, modeDone <-chan struct{}, running []runningSink) {
+	timeout := a.cfg.Sluice.DrainTimeout.Duration
 	drained := make(chan struct{})
 	go func() { stages.Wait(); close(drained) }()
+	defer func() {
+		for _, r := range running {
+			r.stop()
+		}
+		<-drained
+	}()
 	select {
 	case <-drained:
-	case <-time.After(DrainTimeout):
-		a.log.Warn("sinks did not drain in time; records still buffered are lost", "timeout", DrainTimeout.String())
-		stopSinks()
-		<-drained
+		return
+	case <-time.After(timeout):
+	}
+	select {
+	case <-modeDone:
+		a.log.Warn("sinks did not drain in time; what they still hold is lost and counted", "timeout", timeout.String())
+		return
+	default:
+	}
+	capacity := uint64(a.buf.Cap())
+	if a.encBuf != nil {
+		capacity = uint64(a.encBuf.Cap())
+	}
+	for i, r := range running {
+		if r.unread() >= capacity {
+			a.log.Warn("a sink held back the final flush past the drain timeout; stopping it so the others get the rest",
+				"sink", a.sinks[i].key, "timeout", timeout.String())
+			r.stop()
+		}
+	}
+	select {
+	case <-drained:
+	case <-time.After(timeout):
+		a.log.Warn("sinks did not drain in time; what they still hold is lost and counted", "timeout", timeout.String())
+	}
+}
+
+// countShutdownLoss counts, once every stage has ended, the records each
+// sink will never see: those it had not read when it stopped (the drain
+// timeout, or its own failure) and those produced after. A sink that
+// promises no delivery (sink.BestEffort) is left out.
+func (a *Aggregator) countShutdownLoss(running []runningSink) {
+	for i, ns := range a.sinks {
+		if _, ok := ns.s.(sink.BestEffort); ok {
+			continue
+		}
+		if n := running[i].unread(); n > 0 {
+			a.sinkMetrics.Dropped.WithLabelValues(ns.key, sink.ReasonShutdown).Add(float64(n))
+			a.log.Warn("records lost at shutdown: the sink stopped before sending them", "sink", ns.key, "records", n)
+		}
+	}
+}
+
+// logSinkTotals logs what each sink sent and lost over the run: the
+// process's metrics end with it, this line stays.
+func (a *Aggregator) logSinkTotals() {
+	for _, ns := range a.sinks {
+		if _, ok := ns.s.(sink.BestEffort); ok {
+			continue
+		}
+		exported, dropped := a.sinkMetrics.Totals(ns.key)
+		args := []any{"sink", ns.key, "exported", exported}
+		for _, reason := range sink.Reasons() {
+			args = append(args, "dropped_"+reason, dropped[reason])
+		}
+		a.log.Info("sink totals", args...)
 	}
 }

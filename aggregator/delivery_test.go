@@ -96,17 +96,24 @@ sluice:
 	a2 := testagg.Start(t, yaml)
 	<-produced
 
+	// distinct follows the collector's arrivals: the records with
+	// different source ports seen so far.
+	seen, followed := map[uint16]bool{}, 0
 	distinct := func() int {
-		seen := map[uint16]bool{}
-		for _, r := range coll.Records() {
-			seen[r.Flow.SourcePort] = true
+		fs := coll.FlowsSince(followed)
+		for i := range fs {
+			seen[fs[i].SourcePort] = true
 		}
+		followed += len(fs)
 		return len(seen)
 	}
 	defer func() {
 		if t.Failed() {
 			t.Logf("%d distinct of %d at the collector, %d queued, sent %v, resent %v", distinct(), coll.Len(), q.Len(),
 				testutil.ToFloat64(m.Sent), testutil.ToFloat64(m.Resent))
+			for _, err := range coll.Errors() {
+				t.Logf("collector: %v", err)
+			}
 			for _, l := range strings.Split(metrics(t, a2.Addrs().API), "\n") {
 				if strings.HasPrefix(l, "sluice_sink_") || strings.HasPrefix(l, "sluice_collector_records") {
 					t.Log(l)

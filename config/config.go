@@ -278,6 +278,10 @@ type Sluice struct {
 	Proxy ProxyOptions `yaml:"proxy"`
 	// Aggregate holds settings of Aggregate mode.
 	Aggregate AggregateOptions `yaml:"aggregate"`
+	// DrainTimeout bounds how long a stopping aggregator lets its sinks
+	// send what they hold; what they have not sent by then is counted as
+	// lost (reason "shutdown"). 0 means the default, 10s.
+	DrainTimeout Duration `yaml:"drainTimeout"`
 }
 
 // ServerTLS is the `sluice.tls` section: the certificates of the IPFIX (tls
@@ -367,6 +371,7 @@ func Default() *Aggregator {
 			FlowStreamAddress: ":14740",
 			Proxy:             ProxyOptions{PassThroughUnknown: true, FastPath: true},
 			Aggregate:         AggregateOptions{MaxFlows: 1000000, ExportOneSided: true},
+			DrainTimeout:      Duration{10 * time.Second},
 		},
 	}
 }
@@ -416,6 +421,9 @@ func (a *Aggregator) applyDefaults() {
 	// An empty flowStreamAddress is not restored either: validation
 	// refuses it when the service is enabled, rather than guess.
 	setString(&a.Sluice.APIAddress, d.Sluice.APIAddress)
+	if a.Sluice.DrainTimeout.Duration <= 0 {
+		a.Sluice.DrainTimeout = d.Sluice.DrainTimeout
+	}
 }
 
 // atLeastOneSecond rounds a flow record timeout up to 1s, as Antrea does.

@@ -109,6 +109,7 @@ func TestDefaultValues(t *testing.T) {
 		{"sluice.proxy.fastPath", a.Sluice.Proxy.FastPath, true},
 		{"sluice.aggregate.maxFlows", a.Sluice.Aggregate.MaxFlows, 1000000},
 		{"sluice.aggregate.exportOneSided", a.Sluice.Aggregate.ExportOneSided, true},
+		{"sluice.drainTimeout", a.Sluice.DrainTimeout.Duration, 10 * time.Second},
 	}
 	for _, c := range checks {
 		if !reflect.DeepEqual(c.got, c.want) {

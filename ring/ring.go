@@ -24,6 +24,9 @@ type Buffer[T any] struct {
 	consumers map[*Consumer[T]]struct{}
 	room      *sync.Cond
 	waiting   int
+	// flushing makes Produce wait for room as ProduceWait does (see
+	// Flushing).
+	flushing bool
 }
 
 // New returns a buffer of at least capacity items (rounded up to a power
@@ -42,15 +45,32 @@ func New[T any](capacity int) *Buffer[T] {
 // Cap is the number of items the buffer retains.
 func (b *Buffer[T]) Cap() int { return len(b.items) }
 
-// Produce appends items, overwriting the oldest ones if needed.
+// Produce appends items, overwriting the oldest ones if needed (unless
+// the buffer is flushing).
 func (b *Buffer[T]) Produce(items ...T) {
 	b.mu.Lock()
+	if b.flushing {
+		b.mu.Unlock()
+		b.ProduceWait(context.Background(), items...)
+		return
+	}
 	for _, it := range items {
 		b.items[b.head&b.mask] = it
 		b.head++
 	}
 	b.mu.Unlock()
 	b.wake.Broadcast()
+}
+
+// Flushing makes every later Produce a ProduceWait that waits until each
+// open consumer has room: at the end of a run, what is still on its way
+// must reach the sinks rather than lap them. A consumer that stops
+// reading must then be closed for producers to go on; what it leaves
+// unread is its Unread.
+func (b *Buffer[T]) Flushing() {
+	b.mu.Lock()
+	b.flushing = true
+	b.mu.Unlock()
 }
 
 // ProduceWait is Produce, except that before each item it waits until
@@ -154,6 +174,16 @@ func (c *Consumer[T]) Close() {
 	defer b.mu.Unlock()
 	delete(b.consumers, c)
 	b.room.Broadcast()
+}
+
+// Unread is the number of items produced that this consumer has not
+// read (nor counted in Lost). Once the consumer is closed and the buffer
+// too, it is what the consumer will never see.
+func (c *Consumer[T]) Unread() uint64 {
+	b := c.b
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.head - c.next
 }
 
 // Next appends up to max available items to dst, blocking until at least

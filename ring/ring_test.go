@@ -168,3 +168,46 @@ func TestObserverReadsHistoryAndIsNotWaitedFor(t *testing.T) {
 	o.Close()
 	o2.Close()
 }
+
+// After Flushing, Produce waits for a slow consumer instead of lapping
+// it; a consumer closed part-way leaves the rest as its Unread.
+func TestFlushingWaitsAndCountsUnread(t *testing.T) {
+	b := New[int](4)
+	slow, quitter := b.Consumer(), b.Consumer()
+	b.Flushing()
+	done := make(chan struct{})
+	go func() {
+		for i := range 20 {
+			b.Produce(i)
+		}
+		b.Close()
+		close(done)
+	}()
+	// quitter reads two items, then stops for good.
+	var got []int
+	for len(got) < 2 {
+		var ok bool
+		if got, ok = quitter.Next(context.Background(), got, 2-len(got)); !ok {
+			t.Fatal("buffer ended early")
+		}
+	}
+	quitter.Close()
+	var all []int
+	for {
+		out, ok := slow.Next(context.Background(), nil, 3)
+		if !ok {
+			break
+		}
+		all = append(all, out...)
+	}
+	<-done
+	if slow.Lost != 0 || len(all) != 20 {
+		t.Fatalf("slow read %d, lost %d: a flushing buffer lapped it", len(all), slow.Lost)
+	}
+	if slow.Unread() != 0 {
+		t.Fatalf("slow unread %d after draining", slow.Unread())
+	}
+	if quitter.Unread() != 18 || quitter.Lost != 0 {
+		t.Fatalf("quitter unread %d lost %d, want 18 and 0", quitter.Unread(), quitter.Lost)
+	}
+}

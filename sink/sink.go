@@ -7,6 +7,7 @@ import (
 	"context"
 
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 
 	"sluice/flow"
 	"sluice/ring"
@@ -28,7 +29,22 @@ const (
 	ReasonSendError = "send-error"
 	// ReasonEncodeError: the record could not be rendered.
 	ReasonEncodeError = "encode-error"
+	// ReasonShutdown: the aggregator stopped (its drain timeout passed)
+	// before the sink had sent the record.
+	ReasonShutdown = "shutdown"
 )
+
+// Reasons are the values of the "reason" label, in the order logs list them.
+func Reasons() []string {
+	return []string{ReasonBufferFull, ReasonSendError, ReasonEncodeError, ReasonShutdown}
+}
+
+// BestEffort is implemented by sinks that promise no delivery (the flow
+// stream serves live views that may come and go): what they leave unread
+// at shutdown is not counted as lost.
+type BestEffort interface {
+	BestEffort()
+}
 
 // Metrics are the sinks' Prometheus series, labelled by sink name. One set
 // serves every sink of a process.
@@ -46,7 +62,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Exported: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_sink_records_exported_total",
 			Help: "Records a sink sent on (or wrote)."}, []string{"sink"}),
 		Dropped: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_sink_records_dropped_total",
-			Help: "Records a sink lost: buffer-full (it fell a whole buffer behind), send-error, encode-error."}, []string{"sink", "reason"}),
+			Help: "Records a sink lost: buffer-full (it fell a whole buffer behind), send-error, encode-error, shutdown (the aggregator stopped before the sink sent them)."}, []string{"sink", "reason"}),
 		Filtered: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_sink_records_filtered_total",
 			Help: "Records a sink skipped on purpose because its filters did not select them."}, []string{"sink"}),
 		Connected: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "sluice_sink_connected",
@@ -58,4 +74,22 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		reg.MustRegister(m.Exported, m.Dropped, m.Filtered, m.Connected, m.Reconnects)
 	}
 	return m
+}
+
+// Totals reads the records sink sent and dropped (by reason) so far.
+func (m *Metrics) Totals(sink string) (exported uint64, dropped map[string]uint64) {
+	exported = counterValue(m.Exported.WithLabelValues(sink))
+	dropped = map[string]uint64{}
+	for _, r := range Reasons() {
+		dropped[r] = counterValue(m.Dropped.WithLabelValues(sink, r))
+	}
+	return exported, dropped
+}
+
+func counterValue(c prometheus.Counter) uint64 {
+	var m dto.Metric
+	if err := c.Write(&m); err != nil {
+		return 0
+	}
+	return uint64(m.GetCounter().GetValue())
 }

@@ -82,3 +82,7 @@ func (s *Server) ServeUntilClosed(ctx context.Context, ln net.Listener) error {
 	}()
 	return s.Serve(serveCtx, ln)
 }
+
+// BestEffort marks the service as a sink that promises no delivery: live
+// views come and go, and what they miss is theirs to count.
+func (s *service) BestEffort() {}

@@ -84,13 +84,14 @@ type Sink struct {
 	jsonBuf   []byte
 	// for JSON: records are rendered from their IPFIX form, so the two
 	// formats always carry the same elements and values.
-	json       *flowjson.Renderer
-	exported   prometheus.Counter
-	sendErrs   prometheus.Counter
-	encodeErrs prometheus.Counter
-	lost       prometheus.Counter
-	connected  prometheus.Gauge
-	attempts   prometheus.Counter
+	json         *flowjson.Renderer
+	exported     prometheus.Counter
+	sendErrs     prometheus.Counter
+	encodeErrs   prometheus.Counter
+	lost         prometheus.Counter
+	shutdownLost prometheus.Counter
+	connected    prometheus.Gauge
+	attempts     prometheus.Counter
 }
 
 // New checks o and returns a sink; Run starts it.
@@ -142,6 +143,7 @@ func New(o Options) (*Sink, error) {
 	s.sendErrs = m.Dropped.WithLabelValues(o.Name, sink.ReasonSendError)
 	s.encodeErrs = m.Dropped.WithLabelValues(o.Name, sink.ReasonEncodeError)
 	s.lost = m.Dropped.WithLabelValues(o.Name, sink.ReasonBufferFull)
+	s.shutdownLost = m.Dropped.WithLabelValues(o.Name, sink.ReasonShutdown)
 	s.connected = m.Connected.WithLabelValues(o.Name)
 	s.attempts = m.Reconnects.WithLabelValues(o.Name)
 	return s, nil
@@ -230,7 +232,10 @@ func run[T any](ctx context.Context, s *Sink, c *ring.Consumer[T], send func(T),
 	var lost uint64
 	for {
 		if s.conn.Connect(ctx) != nil {
-			return nil // ctx ended
+			// ctx ended (the drain timeout) with no connection: what was
+			// taken from the buffer and not sent is lost, and counted.
+			s.shutdownLost.Add(float64(len(pending)))
+			return nil
 		}
 		if len(pending) == 0 {
 			if idle != nil {

@@ -3,7 +3,9 @@ package stubcollector
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
+	"io"
 	"net"
 	"sync"
 	"testing"
@@ -16,11 +18,15 @@ import (
 
 // Collector is a stub IPFIX collector over TCP on loopback: it decodes
 // every record it is sent and keeps it, normalized and raw. It stops when
-// the test ends.
+// the test ends. Receiving is kept cheap (a copy of the record and its
+// flow; Record's maps are built when Records asks), so that the stub
+// keeps up with a sender even on a busy machine under -race.
 type Collector struct {
 	ln   net.Listener
 	mu   sync.Mutex
 	recs []Record
+	raw  []*ipfix.Record // raw[i] is recs[i]'s, until Records builds its maps
+	errs []error
 }
 
 // Record is one data record a Collector received.
@@ -60,31 +66,55 @@ func New(tb testing.TB) *Collector {
 // decoded.
 func (c *Collector) serve(conn net.Conn, table *ipfixmap.Table) {
 	defer conn.Close()
-	d := ipfix.NewDecoder(ipfix.NewSession(ipfix.SessionOptions{}))
+	sess := ipfix.NewSession(ipfix.SessionOptions{})
+	d := ipfix.NewDecoder(sess)
+	var unknownSeen uint64
 	n := ipfixmap.NewNormalizer(table)
 	mr := ipfix.NewMessageReader(conn)
+	fail := func(err error) {
+		c.mu.Lock()
+		c.errs = append(c.errs, fmt.Errorf("connection from %s: %w", conn.RemoteAddr(), err))
+		c.mu.Unlock()
+	}
 	for {
 		m, err := mr.Next()
-		if err != nil || d.Reset(m, time.Now()) != nil {
+		if err != nil {
+			if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
+				fail(err)
+			}
+			return
+		}
+		if err := d.Reset(m, time.Now()); err != nil {
+			fail(err)
 			return
 		}
 		for d.Next() {
 			r := d.Record()
-			rec := Record{Raw: map[string][]byte{}, ByName: map[string][]byte{}}
-			for i := 0; i < r.NumFields(); i++ {
-				f := r.Field(i)
-				v := bytes.Clone(r.Bytes(i))
-				rec.Raw[fmt.Sprintf("%d:%d", f.EnterpriseID, f.ID)] = v
-				if name := f.Name(); name != "" {
-					rec.ByName[name] = v
-				}
-			}
+			var rec Record
 			n.Normalize(r, &rec.Flow)
 			c.mu.Lock()
 			c.recs = append(c.recs, rec)
+			c.raw = append(c.raw, r.Clone())
 			c.mu.Unlock()
 		}
+		if err := d.Err(); err != nil {
+			fail(err)
+			return
+		}
+		if u := sess.Stats.UnknownTemplateSets; u > unknownSeen {
+			fail(fmt.Errorf("%d data sets of unknown templates skipped", u-unknownSeen))
+			unknownSeen = u
+		}
 	}
+}
+
+// Errors are the decoding errors that ended connections (a peer closing
+// its connection is not one), and the data sets skipped for want of their
+// template.
+func (c *Collector) Errors() []error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]error(nil), c.errs...)
 }
 
 // Addr is the collector's address, host:port.
@@ -101,5 +131,36 @@ func (c *Collector) Len() int {
 func (c *Collector) Records() []Record {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	for i, r := range c.raw {
+		if r == nil {
+			continue
+		}
+		rec := &c.recs[i]
+		rec.Raw, rec.ByName = map[string][]byte{}, map[string][]byte{}
+		for j := 0; j < r.NumFields(); j++ {
+			f := r.Field(j)
+			v := bytes.Clone(r.Bytes(j))
+			rec.Raw[fmt.Sprintf("%d:%d", f.EnterpriseID, f.ID)] = v
+			if name := f.Name(); name != "" {
+				rec.ByName[name] = v
+			}
+		}
+		c.raw[i] = nil
+	}
 	return append([]Record(nil), c.recs...)
+}
+
+// FlowsSince returns the normalized flows of the records that arrived
+// after the first i, in order: a cheap way to follow arrivals.
+func (c *Collector) FlowsSince(i int) []flow.Flow {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if i >= len(c.recs) {
+		return nil
+	}
+	out := make([]flow.Flow, 0, len(c.recs)-i)
+	for _, r := range c.recs[i:] {
+		out = append(out, r.Flow)
+	}
+	return out
 }

@@ -1,0 +1,141 @@
+package aggregator_test
+
+import (
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"sluice/flow"
+	"sluice/flow/ipfixmap"
+	"sluice/internal/testkit"
+	"sluice/internal/testkit/testagg"
+	"sluice/ipfix"
+)
+
+// sendIPFIX sends n Antrea v2.7 records over TCP to addr.
+func sendIPFIX(t *testing.T, addr string, n int) {
+	t.Helper()
+	tb, _ := ipfixmap.NewTable(ipfix.DefaultRegistry())
+	names, _ := ipfixmap.AgentElements("v2.7", 4)
+	els, _ := tb.Elements(names)
+	tmpl, _ := ipfixmap.TemplateOf(256, els)
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	enc, _ := ipfix.NewEncoder(ipfix.EncoderOptions{}, func(m []byte) error { _, err := conn.Write(m); return err })
+	enc.AddTemplate(1, tmpl)
+	for i := range n {
+		f := flow.Flow{
+			StartTime: time.Now().Add(-10 * time.Second).Truncate(time.Second), EndTime: time.Now().Truncate(time.Second),
+			SourceIP: netip.AddrFrom4([4]byte{10, 244, 1, byte(i % 250)}), DestinationIP: netip.MustParseAddr("10.244.2.9"),
+			SourcePort: uint16(10000 + i), DestinationPort: 443, Protocol: 6, FlowType: flow.FlowTypeInterNode,
+			SourcePodNamespace: "web", SourcePodName: "client", SourceNodeName: "node-a",
+		}
+		if err := ipfixmap.WriteRecord(enc.Begin(1, tmpl), els, &f); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := enc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// sinkTotals reads the "sink totals" line the aggregator logs for sink
+// when it stops: records exported and dropped (all reasons).
+func sinkTotals(t *testing.T, logs, sink string) (exported, dropped int) {
+	t.Helper()
+	for line := range strings.SplitSeq(logs, "\n") {
+		if !strings.Contains(line, `msg="sink totals"`) || !strings.Contains(line, "sink="+sink+" ") {
+			continue
+		}
+		kv := regexp.MustCompile(`(exported|dropped_[a-z-]+)=(\d+)`).FindAllStringSubmatch(line, -1)
+		for _, m := range kv {
+			v, _ := strconv.Atoi(m[2])
+			if m[1] == "exported" {
+				exported = v
+			} else {
+				dropped += v
+			}
+		}
+		return exported, dropped
+	}
+	t.Fatalf("no sink totals for %s in the log:\n%s", sink, logs)
+	return 0, 0
+}
+
+// TestShutdownLossIsCounted: an aggregator whose flow collector is down
+// stops with records it could not send. Every record received is, for each
+// sink, exported or counted as dropped (the collector's: when the drain
+// timeout passes), and the final log line says so per sink, since the
+// metrics end with the process. In Aggregate mode a flow log beside it
+// gets every record, and its file holds exactly what it counts.
+func TestShutdownLossIsCounted(t *testing.T) {
+	for _, mode := range []string{"Aggregate", "Proxy"} {
+		t.Run(mode, func(t *testing.T) { testShutdownLoss(t, mode) })
+	}
+}
+
+func testShutdownLoss(t *testing.T, mode string) {
+	down, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	downAddr := down.Addr().String()
+	down.Close() // nothing listens there: the collector sink never connects
+	logPath := filepath.Join(t.TempDir(), "flows.log")
+	flowLogger := ""
+	if mode == "Aggregate" {
+		flowLogger = fmt.Sprintf("flowLogger: {enable: true, path: %q}", logPath)
+	}
+	a := testagg.Start(t, fmt.Sprintf(`
+mode: %s
+aggregatorTransportProtocol: tcp
+recordBufferSize: 64
+flowCollector: {enable: true, address: "%s:tcp"}
+%s
+sluice: {ipfixAddress: "127.0.0.1:0", apiAddress: "127.0.0.1:0", drainTimeout: 1s, aggregate: {exportOneSided: true}}
+`, mode, downAddr, flowLogger))
+	const n = 2000
+	sendIPFIX(t, a.Addrs().IPFIX, n)
+	testkit.WaitFor(t, "all records received", func() bool {
+		return strings.Contains(metrics(t, a.Addrs().API), fmt.Sprintf(`sluice_collector_records_received_total{exporter="127.0.0.1",transport="tcp"} %d`, n))
+	})
+	stopped := time.Now()
+	if err := a.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(stopped); d > 1*time.Second+testkit.WaitTimeout {
+		t.Errorf("stop took %v with a 1s drain timeout", d)
+	}
+	logs := a.Logs()
+	exported, dropped := sinkTotals(t, logs, "flowCollector")
+	if exported != 0 || dropped != n {
+		t.Errorf("flowCollector (down): exported %d, dropped %d; want 0 and %d", exported, dropped, n)
+	}
+	if !strings.Contains(logs, "records lost at shutdown") {
+		t.Errorf("no line says records were lost at shutdown:\n%s", logs)
+	}
+	if flowLogger == "" {
+		return
+	}
+	exported, dropped = sinkTotals(t, logs, "flowLogger")
+	if exported != n || dropped != 0 {
+		t.Errorf("flowLogger: exported %d, dropped %d; want %d and 0", exported, dropped, n)
+	}
+	b, err := os.ReadFile(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lines := strings.Count(string(b), "\n"); lines != exported {
+		t.Errorf("flow log has %d lines, its sink counts %d exported", lines, exported)
+	}
+}
