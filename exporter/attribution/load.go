@@ -46,7 +46,7 @@ type Loader struct {
 	hash [sha256.Size]byte
 }
 
-// NewLoader returns a Loader for a; cfg is the agents' configuration
+// NewLoader returns a Loader for a (one Loader per Attributor); cfg is the agents' configuration
 // (traffic mode, tunnel type, Service CIDRs); its Tag is replaced by Tag.
 func NewLoader(a *Attributor, src Source, cfg pipeline.Config) *Loader {
 	cfg.Tag = Tag
