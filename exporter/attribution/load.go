@@ -46,8 +46,9 @@ type Loader struct {
 	hash [sha256.Size]byte
 }
 
-// NewLoader returns a Loader for a (one Loader per Attributor); cfg is the agents' configuration
-// (traffic mode, tunnel type, Service CIDRs); its Tag is replaced by Tag.
+// NewLoader returns a Loader for a (one Loader per Attributor); cfg is
+// the agents' configuration (traffic mode, tunnel type, Service CIDRs);
+// its Tag is replaced by Tag.
 func NewLoader(a *Attributor, src Source, cfg pipeline.Config) *Loader {
 	cfg.Tag = Tag
 	return &Loader{a: a, src: src, cfg: cfg}

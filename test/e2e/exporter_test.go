@@ -533,6 +533,7 @@ func TestTwoNodeDenied(t *testing.T) {
 	// export come soon.
 	agg := testagg.Start(t, fmt.Sprintf(`
 mode: Aggregate
+aggregatorTransportProtocol: tcp
 activeFlowRecordTimeout: 1s
 inactiveFlowRecordTimeout: 10s
 flowCollector: {enable: true, address: "%s:tcp"}
