@@ -557,18 +557,23 @@ sluice: {ipfixAddress: "127.0.0.1:0", apiAddress: "127.0.0.1:0", grpcAddress: "1
 	if err != nil {
 		t.Fatal(err)
 	}
-	var rec *flow.Flow
+	var rec *stubcollector.Record
 	testkit.WaitFor(t, "the denied connection's record", func() bool {
 		for _, r := range out.Records() {
 			if r.Flow.SourcePort == localPort && r.Flow.DestinationPort == deniedPort {
-				f := r.Flow
-				rec = &f
+				rec = &r
 				return true
 			}
 		}
 		return false
 	})
-	f := rec
+	f := &rec.Flow
+	// The same from the wire's octets, by Antrea's element IDs, without
+	// the record model: ingressNetworkPolicyName (56506/110) and
+	// ingressNetworkPolicyRuleAction (56506/139, 2 = Drop).
+	if name, action := rec.Raw["56506:110"], rec.Raw["56506:139"]; string(name) != "server-ingress" || !bytes.Equal(action, []byte{2}) {
+		t.Errorf("on the wire: ingressNetworkPolicyName %q, ingressNetworkPolicyRuleAction %v; want server-ingress, [2]", name, action)
+	}
 	if f.Ingress.Name != "server-ingress" || f.Ingress.Namespace != "shop" || f.Ingress.Type != 1 || f.Ingress.RuleAction != flow.ActionDrop {
 		t.Errorf("ingress policy %+v; want shop/server-ingress (K8s NetworkPolicy) Drop", f.Ingress)
 	}
