@@ -9,9 +9,11 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
+	"unsafe"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
@@ -307,3 +309,43 @@ func BenchmarkPollExport50k(b *testing.B) {
 type nopTransport struct{}
 
 func (nopTransport) Run(ctx context.Context, _ *queue.Queue) error { <-ctx.Done(); return nil }
+
+// BenchmarkHeapPerConnection reports the heap the exporter holds per
+// tracked connection (store entry, index, metadata and cached verdict),
+// after the first poll of 50,000 connections, with and without policy
+// attribution. The connection slice of the dump is the caller's and not
+// counted; the queue is kept at one record.
+func BenchmarkHeapPerConnection(b *testing.B) {
+	const n = 50_000
+	for _, mode := range []string{"pods", "pods+attribution"} {
+		b.Run(mode, func(b *testing.B) {
+			for b.Loop() {
+				tbl := newTable(n)
+				var attr *attribution.Attributor
+				if mode == "pods+attribution" {
+					tbl, attr = newAttributedTable(n), benchAttributor(b)
+				}
+				var ms runtime.MemStats
+				runtime.GC()
+				runtime.ReadMemStats(&ms)
+				before := ms.HeapAlloc
+				e, err := New(Options{Node: "node-1", PodCIDRs: []netip.Prefix{netip.MustParsePrefix("10.10.0.0/16")},
+					ClusterCIDRs: []netip.Prefix{netip.MustParsePrefix("10.20.0.0/16")}, Source: tbl, Store: benchPods(n),
+					Attributor: attr, BufferSize: 1, Transport: nopTransport{}, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+				if err != nil {
+					b.Fatal(err)
+				}
+				conns, _ := e.Poll(context.Background(), time.Unix(1_700_000_000, 0), nil, nil)
+				if e.store.Stats().Connections != n {
+					b.Fatal("not every connection tracked")
+				}
+				runtime.GC()
+				runtime.ReadMemStats(&ms)
+				held := int64(ms.HeapAlloc) - int64(before) - int64(cap(conns))*int64(unsafe.Sizeof(source.Conn{}))
+				b.ReportMetric(float64(held)/n, "heapB/conn")
+				runtime.KeepAlive(e)
+				runtime.KeepAlive(conns)
+			}
+		})
+	}
+}
