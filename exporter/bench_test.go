@@ -218,7 +218,7 @@ func BenchmarkPollExport50k(b *testing.B) {
 				tbl, attr = newAttributedTable(n), benchAttributor(b)
 				mode = strings.Replace(mode, "+attribution", "", 1)
 			}
-			o := Options{Attributor: attr,Node: "node-1", PodCIDRs: []netip.Prefix{netip.MustParsePrefix("10.10.0.0/16")},
+			o := Options{Attributor: attr, Node: "node-1", PodCIDRs: []netip.Prefix{netip.MustParsePrefix("10.10.0.0/16")},
 				ClusterCIDRs: []netip.Prefix{netip.MustParsePrefix("10.20.0.0/16")}, Source: tbl, Store: benchPods(n),
 				ActiveTimeout: 5 * time.Second, IdleTimeout: 15 * time.Second, BufferSize: n,
 				Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
