@@ -37,6 +37,9 @@ type model struct {
 	tf     *pipeline.Model
 	routes []route
 	denied []Denied
+	// deniedRoutes are the denied routes: their connections are made too,
+	// and never answered.
+	deniedRoutes []route
 }
 
 // route is one allowed kind of connection.
@@ -133,6 +136,7 @@ func buildModel(ctx context.Context, objs []cluster.Object) (*model, []string, e
 				}
 				if by != "" {
 					m.denied = append(m.denied, Denied{Client: p.Key(), Target: r.traceDst + " " + r.spec, By: by})
+					m.deniedRoutes = append(m.deniedRoutes, r)
 					continue
 				}
 				m.routes = append(m.routes, r)
@@ -322,13 +326,17 @@ func (m *model) egressRoute() route {
 	return best
 }
 
-// syntheticRoutes are the allowed routes as the synthetic source takes
-// them.
+// syntheticRoutes are the routes as the synthetic source takes them: the
+// allowed ones, and the denied ones, whose connections get no answer.
 func (m *model) syntheticRoutes() []synthetic.Route {
-	out := make([]synthetic.Route, 0, len(m.routes))
+	out := make([]synthetic.Route, 0, len(m.routes)+len(m.deniedRoutes))
 	for _, r := range m.routes {
 		ip, _ := r.client.IP(false)
 		out = append(out, synthetic.Route{Client: ip, Proto: r.proto, Dst: r.dst, Endpoints: r.endpoints})
+	}
+	for _, r := range m.deniedRoutes {
+		ip, _ := r.client.IP(false)
+		out = append(out, synthetic.Route{Client: ip, Proto: r.proto, Dst: r.dst, Endpoints: r.endpoints, Denied: true})
 	}
 	return out
 }

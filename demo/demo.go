@@ -118,6 +118,12 @@ type Summary struct {
 	// Denied lists those a policy drops, left out.
 	Routes int
 	Denied []Denied
+	// DeniedRecords counts the records of denied connections the
+	// collector received; RecentDenied describes the latest.
+	DeniedRecords uint64
+	RecentDenied  []string
+	// Egresses are the records that name each Egress.
+	Egresses []EgressFigures
 	// Top are the busiest Pod pairs.
 	Top []Talker
 	// Trace is the final Traceflow, with its status.

@@ -75,6 +75,18 @@ func checkCommon(t *testing.T, sum *Summary, stdout string) {
 	if len(sum.Denied) == 0 {
 		t.Error("no route was denied by the example's policies")
 	}
+	// The denied routes are traffic too: their records name the policy.
+	if sum.DeniedRecords == 0 || len(sum.RecentDenied) == 0 || !strings.Contains(sum.RecentDenied[0], " by ") {
+		t.Errorf("%d records of denied connections (latest %q)", sum.DeniedRecords, sum.RecentDenied)
+	}
+	if len(sum.Egresses) == 0 || sum.Egresses[0].IP == "" || sum.Egresses[0].Records == 0 {
+		t.Errorf("no record names an Egress with its IP: %+v", sum.Egresses)
+	}
+	for _, want := range []string{"EGRESSNAME", "EGRESSIP", "records of denied connections arrived"} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("the output lacks %q", want)
+		}
+	}
 	if !sum.TraceDelivered() {
 		t.Fatalf("the trace did not succeed: %+v", sum.Trace)
 	}
@@ -249,10 +261,13 @@ func TestResolveErrors(t *testing.T) {
 }
 
 // TestNodeView: the server's Node sees a Service connection already
-// translated; a Node with neither end sees nothing of it.
+// translated, and not an unanswered (denied) one; a Node with neither end
+// sees nothing of it.
 func TestNodeView(t *testing.T) {
 	client, vip, ep := netip.MustParseAddrPort("10.10.1.5:40000"), netip.MustParseAddrPort("10.96.10.10:8080"), netip.MustParseAddrPort("10.10.2.6:8080")
-	table := fixedSource{{ID: 1, Proto: source.ProtoTCP, OrigSrc: client, OrigDst: vip, ReplySrc: ep, ReplyDst: client}}
+	table := fixedSource{{ID: 1, Proto: source.ProtoTCP, OrigSrc: client, OrigDst: vip, ReplySrc: ep, ReplyDst: client, Packets: 3, ReversePackets: 2},
+		{ID: 2, Proto: source.ProtoTCP, OrigSrc: netip.MustParseAddrPort("10.10.1.5:40001"), OrigDst: ep, ReplySrc: ep,
+			ReplyDst: netip.MustParseAddrPort("10.10.1.5:40001"), Packets: 2}}
 	view := func(cidr string) []source.Conn {
 		v := &nodeView{cluster: table, local: []netip.Prefix{netip.MustParsePrefix(cidr)}}
 		out, err := v.Dump(context.Background(), nil)
@@ -261,8 +276,8 @@ func TestNodeView(t *testing.T) {
 		}
 		return out
 	}
-	if c := view("10.10.1.0/24"); len(c) != 1 || c[0].OrigDst != vip {
-		t.Errorf("client Node: %+v, want the connection to the ClusterIP", c)
+	if c := view("10.10.1.0/24"); len(c) != 2 || c[0].OrigDst != vip {
+		t.Errorf("client Node: %+v, want the connection to the ClusterIP and the unanswered one", c)
 	}
 	if c := view("10.10.2.0/24"); len(c) != 1 || c[0].OrigDst != ep || c[0].OrigSrc != client {
 		t.Errorf("server Node: %+v, want the connection to the endpoint", c)

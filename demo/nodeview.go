@@ -28,7 +28,8 @@ func (v *nodeView) isLocal(a netip.Addr) bool {
 // Dump appends the connections with a local Pod at either end. The
 // server's Node never sees a Service's ClusterIP: the client's Node
 // translated it before the packet left, so there the original
-// destination is already the endpoint.
+// destination is already the endpoint. A connection a policy denied is
+// only in the client's table.
 func (v *nodeView) Dump(ctx context.Context, dst []source.Conn) ([]source.Conn, error) {
 	var err error
 	if v.scratch, err = v.cluster.Dump(ctx, v.scratch[:0]); err != nil {
@@ -40,6 +41,11 @@ func (v *nodeView) Dump(ctx context.Context, dst []source.Conn) ([]source.Conn, 
 			continue
 		}
 		if !client {
+			if c.ReversePackets == 0 {
+				// Unanswered: the server's Node dropped it (a policy)
+				// before committing it, so it never entered its table.
+				continue
+			}
 			c.OrigDst = c.ReplySrc
 		}
 		dst = append(dst, c)

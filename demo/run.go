@@ -105,7 +105,7 @@ func (r *runner) setup(work string) error {
 	r.agg = agg
 	hold, release := context.WithCancel(context.Background())
 	r.release = release
-	if r.nodes, r.distinct, err = newExporters(o, r.m.tf.State.Nodes, r.table, store, agg.Addrs().IPFIX, bundle, hold, r.reg); err != nil {
+	if r.nodes, r.distinct, err = newExporters(o, r.m.tf, r.table, store, agg.Addrs().IPFIX, bundle, hold, r.reg); err != nil {
 		release()
 		stopped, cancel := context.WithCancel(context.Background())
 		cancel()
@@ -184,6 +184,7 @@ func (r *runner) run(ctx context.Context) (*Summary, error) {
 	final := r.stats.view(time.Now(), 5)
 	sum.SinkExported, sum.CollectorReceived = f.sink, final.out
 	sum.BothPods, sum.Correlated, sum.PassedThrough, sum.Top = final.bothPods, final.correlated, final.passedThrough, final.top
+	sum.DeniedRecords, sum.RecentDenied, sum.Egresses = final.denied, final.recentDenied, final.egress
 	if o.Out != "" {
 		sum.Capture = filepath.Join(o.Out, "aggregator-export.ipfix")
 		if o.Mode == config.ModeAggregate {

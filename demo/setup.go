@@ -19,6 +19,7 @@ import (
 	"sluice/config"
 	"sluice/enrich"
 	"sluice/exporter"
+	"sluice/exporter/attribution"
 	"sluice/exporter/collectoraddr"
 	"sluice/exporter/ipfixsend"
 	"sluice/exporter/queue"
@@ -26,7 +27,7 @@ import (
 	"sluice/flow"
 	"sluice/flow/ipfixmap"
 	"sluice/ipfix"
-	"sluice/traceflow/cluster"
+	"sluice/traceflow/pipeline"
 )
 
 // Timeouts short enough that records flow within seconds of a connection.
@@ -123,8 +124,13 @@ func sourceAddrs(n int) ([]netip.Addr, bool) {
 
 // newExporters builds one exporter per Node, all reading their share of
 // one cluster-wide synthetic table and sending to the aggregator.
-func newExporters(o *Options, nodes []*cluster.Node, table *synthetic.Source, store enrich.Store,
+func newExporters(o *Options, tf *pipeline.Model, table *synthetic.Source, store enrich.Store,
 	aggAddr string, tlsBundle *certs.Bundle, hold context.Context, reg *prometheus.Registry) ([]*node, bool, error) {
+	nodes := tf.State.Nodes
+	// Every exporter attributes policies and Egresses with the demo's own
+	// Traceflow model: the model that decided which routes are denied.
+	attr := attribution.New(attribution.Options{Log: o.Log})
+	attr.SetModel(tf)
 	var clusterCIDRs []netip.Prefix
 	for _, n := range nodes {
 		clusterCIDRs = append(clusterCIDRs, n.PodCIDRs...)
@@ -154,7 +160,7 @@ func newExporters(o *Options, nodes []*cluster.Node, table *synthetic.Source, st
 		nd.held = &heldTransport{s: sender, hold: hold, stopped: make(chan struct{})}
 		nd.exp, err = exporter.New(exporter.Options{
 			Node: n.Name, PodCIDRs: n.PodCIDRs, ClusterCIDRs: clusterCIDRs,
-			Source: &nodeView{cluster: table, local: n.PodCIDRs}, Store: store,
+			Source: &nodeView{cluster: table, local: n.PodCIDRs}, Store: store, Attributor: attr,
 			Collector: coll, Profile: nd.profile.version, Transport: nd.held,
 			PollInterval: pollInterval, ActiveTimeout: exportActive, IdleTimeout: exportIdle, Log: o.Log,
 		})

@@ -26,10 +26,21 @@ type stats struct {
 	passedThrough uint64
 	talkers       map[[2]string]uint64
 	recent        []string
+	// denied counts the records of denied connections; recentDenied are
+	// the latest; egress the records that left through each Egress.
+	denied       uint64
+	recentDenied []string
+	egress       map[string]*EgressFigures
+}
+
+// EgressFigures are the records that name one Egress.
+type EgressFigures struct {
+	Name, IP, Node string
+	Records        uint64
 }
 
 func newStats(start time.Time, aggregate bool) *stats {
-	return &stats{start: start, aggregate: aggregate, talkers: map[[2]string]uint64{}}
+	return &stats{start: start, aggregate: aggregate, talkers: map[[2]string]uint64{}, egress: map[string]*EgressFigures{}}
 }
 
 // add counts one record; bothNodes says both Nodes reported it.
@@ -43,6 +54,23 @@ func (s *stats) add(f *flow.Flow, bothNodes bool) {
 	src := endpoint(f.SourcePodNamespace, f.SourcePodName, f.SourceIP)
 	dst := endpoint(f.DestinationPodNamespace, f.DestinationPodName, f.DestinationIP)
 	s.talkers[[2]string{src, dst}] += f.Stats.OctetDeltaCount + f.ReverseStats.OctetDeltaCount
+	if f.EgressName != "" {
+		e := s.egress[f.EgressName]
+		if e == nil {
+			e = &EgressFigures{Name: f.EgressName, Node: f.EgressNodeName}
+			if f.EgressIP.IsValid() {
+				e.IP = f.EgressIP.String()
+			}
+			s.egress[f.EgressName] = e
+		}
+		e.Records++
+	}
+	if by, ok := deniedBy(f); ok {
+		s.denied++
+		line := fmt.Sprintf("%s %s → %s %s: %s", f.EndTime.Local().Format("15:04:05"), src, dst, protoPort(f), by)
+		s.recentDenied = keepRecent(s.recentDenied, line)
+		return
+	}
 	if f.SourcePodName == "" || f.DestinationPodName == "" {
 		return
 	}
@@ -61,11 +89,46 @@ func (s *stats) add(f *flow.Flow, bothNodes bool) {
 	if f.DestinationServicePortName != "" {
 		line += " via " + f.DestinationServicePortName
 	}
-	if len(s.recent) == recentKept {
-		copy(s.recent, s.recent[1:])
-		s.recent = s.recent[:recentKept-1]
+	if f.EgressName != "" {
+		line += " via Egress " + f.EgressName
 	}
-	s.recent = append(s.recent, line)
+	s.recent = keepRecent(s.recent, line)
+}
+
+func keepRecent(lines []string, line string) []string {
+	if len(lines) == recentKept {
+		copy(lines, lines[1:])
+		lines = lines[:recentKept-1]
+	}
+	return append(lines, line)
+}
+
+// deniedBy says which policy rule denied a record's connection, if one
+// did: "Drop by K8sNetworkPolicy default/db-deny-all (ingress)".
+func deniedBy(f *flow.Flow) (string, bool) {
+	for _, d := range []struct {
+		p   *flow.Policy
+		dir string
+	}{{&f.Egress, "egress"}, {&f.Ingress, "ingress"}} {
+		var action string
+		switch d.p.RuleAction {
+		case flow.ActionDrop:
+			action = "Drop"
+		case flow.ActionReject:
+			action = "Reject"
+		default:
+			continue
+		}
+		name := d.p.Name
+		if d.p.Namespace != "" {
+			name = d.p.Namespace + "/" + name
+		}
+		if d.p.RuleName != "" {
+			name += " rule " + d.p.RuleName
+		}
+		return fmt.Sprintf("%s by %s (%s)", action, name, d.dir), true
+	}
+	return "", false
 }
 
 func endpoint(ns, pod string, ip netip.Addr) string {
@@ -91,13 +154,20 @@ type statsView struct {
 	out, bothPods, correlated, passedThrough uint64
 	top                                      []Talker
 	recent                                   []string
+	denied                                   uint64
+	recentDenied                             []string
+	egress                                   []EgressFigures
 }
 
 func (s *stats) view(now time.Time, topN int) statsView {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	v := statsView{out: s.out, bothPods: s.bothPods, correlated: s.correlated, passedThrough: s.passedThrough,
-		recent: append([]string(nil), s.recent...)}
+		recent: append([]string(nil), s.recent...), denied: s.denied, recentDenied: append([]string(nil), s.recentDenied...)}
+	for _, e := range s.egress {
+		v.egress = append(v.egress, *e)
+	}
+	sort.Slice(v.egress, func(i, j int) bool { return v.egress[i].Name < v.egress[j].Name })
 	secs := max(now.Sub(s.start).Seconds(), 1)
 	for k, octets := range s.talkers {
 		if octets > 0 {

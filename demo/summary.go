@@ -42,11 +42,16 @@ func (r *runner) printSummary(s *Summary, traced route) error {
 	}
 
 	if len(s.Denied) > 0 {
-		fmt.Fprintf(&b, "\ndenied by policy, so left out of the traffic (%d of %d routes):\n", len(s.Denied), len(s.Denied)+s.Routes)
+		fmt.Fprintf(&b, "\ndenied by policy, so never answered (%d of %d routes); %d records of denied connections arrived:\n",
+			len(s.Denied), len(s.Denied)+s.Routes, s.DeniedRecords)
 		for _, d := range s.Denied {
 			fmt.Fprintf(&b, "  %s → %s: %s\n", d.Client, d.Target, d.By)
 		}
+		for _, l := range s.RecentDenied {
+			fmt.Fprintf(&b, "  record: %s\n", l)
+		}
 	}
+	egressTable(&b, s.Egresses)
 	if len(s.Top) > 0 {
 		b.WriteString("\ntop talkers (average over the run)\n")
 		talkers(&b, s.Top)

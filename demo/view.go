@@ -77,6 +77,10 @@ func (r *runner) line(f, prev figures, start time.Time) {
 	if r.stats.aggregate {
 		fmt.Fprintf(&b, ", %d correlated", f.stats.correlated)
 	}
+	fmt.Fprintf(&b, "; %d denied", f.stats.denied)
+	for _, e := range f.stats.egress {
+		fmt.Fprintf(&b, "; Egress %s (%s): %d", e.Name, e.IP, e.Records)
+	}
 	fmt.Fprintf(&b, "; skew: %d unknown, %d missing IEs", f.unknown, f.missing)
 	if len(f.stats.top) > 0 {
 		t := f.stats.top[0]
@@ -112,6 +116,11 @@ func (r *runner) frame(f, prev figures, start time.Time) {
 	for _, l := range f.stats.recent {
 		fmt.Fprintf(&b, "  %s\n", l)
 	}
+	egressTable(&b, f.stats.egress)
+	fmt.Fprintf(&b, "\nlatest denied connections (%d records: unanswered, and a policy of the model drops them)\n", f.stats.denied)
+	for _, l := range f.stats.recentDenied {
+		fmt.Fprintf(&b, "  %s\n", l)
+	}
 	screen := cursorHome + strings.ReplaceAll(b.String(), "\n", clearLine+"\n") + clearBelow
 	_, _ = io.WriteString(r.o.Stdout, screen)
 }
@@ -128,6 +137,20 @@ func (r *runner) exporterTable(w io.Writer, nodes []ExporterFigures, sent, recei
 		}
 	}
 	fmt.Fprintf(tw, "  total\t\t\t%d\t%d\t%s\t\n", sent, received, lost)
+	_ = tw.Flush()
+}
+
+// egressTable prints the records that left through each Egress.
+func egressTable(w io.Writer, egress []EgressFigures) {
+	if len(egress) == 0 {
+		return
+	}
+	fmt.Fprintln(w, "\nleaving through an Egress")
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "  EGRESSNAME\tEGRESSIP\tEGRESS NODE\tRECORDS")
+	for _, e := range egress {
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%d\n", e.Name, e.IP, e.Node, e.Records)
+	}
 	_ = tw.Flush()
 }
 

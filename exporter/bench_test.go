@@ -4,23 +4,30 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"net/netip"
+	"runtime"
+	"strings"
 	"testing"
 	"time"
+	"unsafe"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 
 	"sluice/certs"
 	"sluice/enrich"
+	"sluice/exporter/attribution"
 	"sluice/exporter/grpcsend"
 	"sluice/exporter/ipfixsend"
 	"sluice/exporter/queue"
 	"sluice/exporter/source"
 	"sluice/flow"
+	"sluice/traceflow/cluster"
+	"sluice/traceflow/pipeline"
 )
 
 // table is an in-memory connection table whose counters grow at every
@@ -53,6 +60,79 @@ func newTable(n int) *table {
 			Start: time.Unix(1_700_000_000, 0)}
 	}
 	return t
+}
+
+// newAttributedTable is newTable's shape for the attribution benchmarks:
+// 250 client Pods, each connection to an address outside the cluster's
+// Pod CIDRs, so that the model finds an egress rule and an Egress for
+// every connection (every verdict cached: 500 keys).
+func newAttributedTable(n int) *table {
+	t := &table{conns: make([]source.Conn, n)}
+	for i := range t.conns {
+		src := netip.AddrFrom4([4]byte{10, 10, 0, byte(i % 250)})
+		dst := netip.AddrFrom4([4]byte{10, 20, 0, byte(i % 250)})
+		sport, dport := uint16(30000+i%30000), uint16(443+i/30000)
+		t.conns[i] = source.Conn{ID: uint32(i + 1), Proto: source.ProtoTCP, TCPState: source.TCPEstablished,
+			OrigSrc: netip.AddrPortFrom(src, sport), OrigDst: netip.AddrPortFrom(dst, dport),
+			ReplySrc: netip.AddrPortFrom(dst, dport), ReplyDst: netip.AddrPortFrom(src, sport),
+			Start: time.Unix(1_700_000_000, 0)}
+	}
+	return t
+}
+
+// benchAttributor models two Nodes, the 250 client Pods of
+// newAttributedTable on node-1 with an Egress, and a NetworkPolicy that
+// allows their egress to 10.20.0.0/16.
+func benchAttributor(b *testing.B) *attribution.Attributor {
+	var y strings.Builder
+	y.WriteString(`apiVersion: v1
+kind: List
+items:
+- {apiVersion: v1, kind: Namespace, metadata: {name: bench}}
+- apiVersion: v1
+  kind: Node
+  metadata: {name: node-1}
+  spec: {podCIDR: 10.10.0.0/16, podCIDRs: [10.10.0.0/16]}
+  status: {addresses: [{type: InternalIP, address: 192.168.0.1}]}
+- apiVersion: v1
+  kind: Node
+  metadata: {name: node-2}
+  spec: {podCIDR: 10.30.0.0/16, podCIDRs: [10.30.0.0/16]}
+  status: {addresses: [{type: InternalIP, address: 192.168.0.2}]}
+- apiVersion: networking.k8s.io/v1
+  kind: NetworkPolicy
+  metadata: {name: clients-out, namespace: bench}
+  spec:
+    podSelector: {matchLabels: {app: client}}
+    policyTypes: [Egress]
+    egress:
+    - to: [{ipBlock: {cidr: 10.20.0.0/16}}]
+- apiVersion: crd.antrea.io/v1beta1
+  kind: Egress
+  metadata: {name: bench-out, creationTimestamp: "2026-01-01T00:00:00Z"}
+  spec:
+    appliedTo: {podSelector: {matchLabels: {app: client}}}
+    egressIP: 192.168.0.100
+  status: {egressNode: node-2, egressIP: 192.168.0.100}
+`)
+	for i := range 250 {
+		fmt.Fprintf(&y, `- apiVersion: v1
+  kind: Pod
+  metadata: {name: client-%d, namespace: bench, labels: {app: client}}
+  spec: {nodeName: node-1}
+  status: {phase: Running, podIP: 10.10.0.%d, podIPs: [{ip: 10.10.0.%d}]}
+`, i, i, i)
+	}
+	objs, err := cluster.ParseObjects([]byte(y.String()), "bench.yaml")
+	if err != nil {
+		b.Fatal(err)
+	}
+	a := attribution.New(attribution.Options{})
+	l := attribution.NewLoader(a, func(context.Context) ([]cluster.Object, error) { return objs, nil }, pipeline.DefaultConfig())
+	if _, err := l.Load(context.Background()); err != nil {
+		b.Fatal(err)
+	}
+	return a
 }
 
 func benchPods(n int) enrich.Store {
@@ -130,10 +210,15 @@ func grpcDrain(b *testing.B, serverTLS *tls.Config) string {
 // cycle (docs/performance.md).
 func BenchmarkPollExport50k(b *testing.B) {
 	const n = 50_000
-	for _, mode := range []string{"store", "store+ipfix-tcp", "store+ipfix-tls", "store+grpc"} {
+	for _, mode := range []string{"store", "store+ipfix-tcp", "store+ipfix-tls", "store+grpc", "store+attribution", "store+attribution+ipfix-tcp"} {
 		b.Run(mode, func(b *testing.B) {
 			tbl := newTable(n)
-			o := Options{Node: "node-1", PodCIDRs: []netip.Prefix{netip.MustParsePrefix("10.10.0.0/16")},
+			var attr *attribution.Attributor
+			if strings.Contains(mode, "+attribution") {
+				tbl, attr = newAttributedTable(n), benchAttributor(b)
+				mode = strings.Replace(mode, "+attribution", "", 1)
+			}
+			o := Options{Attributor: attr, Node: "node-1", PodCIDRs: []netip.Prefix{netip.MustParsePrefix("10.10.0.0/16")},
 				ClusterCIDRs: []netip.Prefix{netip.MustParsePrefix("10.20.0.0/16")}, Source: tbl, Store: benchPods(n),
 				ActiveTimeout: 5 * time.Second, IdleTimeout: 15 * time.Second, BufferSize: n,
 				Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
@@ -178,6 +263,11 @@ func BenchmarkPollExport50k(b *testing.B) {
 			if st := e.store.Stats(); st.Connections != n {
 				b.Fatalf("%d connections tracked", st.Connections)
 			}
+			if attr != nil {
+				if st := attr.Stats(); st.Computed == 0 || st.Errors != 0 {
+					b.Fatalf("attribution: %+v", st)
+				}
+			}
 			// One untimed export cycle, so that the record slices and the
 			// queue have reached their steady-state size: the figure is
 			// the cost of a cycle in a running exporter, not of growing.
@@ -196,6 +286,9 @@ func BenchmarkPollExport50k(b *testing.B) {
 				conns, batch = e.Poll(ctx, now, conns[:0], batch[:0])
 				if len(batch) != n {
 					b.Fatalf("%d records in a cycle, want %d", len(batch), n)
+				}
+				if attr != nil && (batch[0].EgressName != "bench-out" || batch[0].Egress.Name != "clients-out") {
+					b.Fatalf("no attribution: %+v %q", batch[0].Egress, batch[0].EgressName)
 				}
 				if mode == "store" {
 					e.q.Ack(e.q.Head() + uint64(e.q.Len()))
@@ -216,3 +309,43 @@ func BenchmarkPollExport50k(b *testing.B) {
 type nopTransport struct{}
 
 func (nopTransport) Run(ctx context.Context, _ *queue.Queue) error { <-ctx.Done(); return nil }
+
+// BenchmarkHeapPerConnection reports the heap the exporter holds per
+// tracked connection (store entry, index, metadata and cached verdict),
+// after the first poll of 50,000 connections, with and without policy
+// attribution. The connection slice of the dump is the caller's and not
+// counted; the queue is kept at one record.
+func BenchmarkHeapPerConnection(b *testing.B) {
+	const n = 50_000
+	for _, mode := range []string{"pods", "pods+attribution"} {
+		b.Run(mode, func(b *testing.B) {
+			for b.Loop() {
+				tbl := newTable(n)
+				var attr *attribution.Attributor
+				if mode == "pods+attribution" {
+					tbl, attr = newAttributedTable(n), benchAttributor(b)
+				}
+				var ms runtime.MemStats
+				runtime.GC()
+				runtime.ReadMemStats(&ms)
+				before := ms.HeapAlloc
+				e, err := New(Options{Node: "node-1", PodCIDRs: []netip.Prefix{netip.MustParsePrefix("10.10.0.0/16")},
+					ClusterCIDRs: []netip.Prefix{netip.MustParsePrefix("10.20.0.0/16")}, Source: tbl, Store: benchPods(n),
+					Attributor: attr, BufferSize: 1, Transport: nopTransport{}, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+				if err != nil {
+					b.Fatal(err)
+				}
+				conns, _ := e.Poll(context.Background(), time.Unix(1_700_000_000, 0), nil, nil)
+				if e.store.Stats().Connections != n {
+					b.Fatal("not every connection tracked")
+				}
+				runtime.GC()
+				runtime.ReadMemStats(&ms)
+				held := int64(ms.HeapAlloc) - int64(before) - int64(cap(conns))*int64(unsafe.Sizeof(source.Conn{}))
+				b.ReportMetric(float64(held)/n, "heapB/conn")
+				runtime.KeepAlive(e)
+				runtime.KeepAlive(conns)
+			}
+		})
+	}
+}

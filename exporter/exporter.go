@@ -20,6 +20,7 @@ import (
 
 	"sluice/api"
 	"sluice/enrich"
+	"sluice/exporter/attribution"
 	"sluice/exporter/collectoraddr"
 	"sluice/exporter/connstore"
 	"sluice/exporter/grpcsend"
@@ -60,6 +61,12 @@ type Options struct {
 	// Store names Pods (and resolves a Service collector address); nil
 	// names none.
 	Store enrich.Store
+	// Attributor, if set, names the policy rules and the Egress acting on
+	// each connection, and makes denied connections of unanswered ones
+	// the model denies. DeniedRate and DeniedBurst bound the denied
+	// records queued (DefaultDeniedRate, DefaultDeniedBurst if 0).
+	Attributor              *attribution.Attributor
+	DeniedRate, DeniedBurst float64
 	// Collector is the aggregator's address; Profile the agent element
 	// set sent over IPFIX (gRPC sends every field it has); TLS the client
 	// configuration for the tls protocol, and for grpc, where it must hold
@@ -86,7 +93,9 @@ type Exporter struct {
 	o         Options
 	reg       *prometheus.Registry
 	m         *metrics
-	store     *connstore.Store[podmeta.Meta]
+	pm        *podmeta.Resolver
+	store     *connstore.Store[connMeta]
+	denied    tokenBucket
 	q         *queue.Queue
 	transport Transport
 	api       *api.Server
@@ -128,12 +137,22 @@ func New(o Options) (*Exporter, error) {
 	if err != nil {
 		return nil, fmt.Errorf("exporter: %w", err)
 	}
-	e := &Exporter{o: o, reg: prometheus.NewRegistry(), q: queue.New(o.BufferSize)}
+	if o.DeniedRate == 0 {
+		o.DeniedRate = DefaultDeniedRate
+	}
+	if o.DeniedBurst == 0 {
+		o.DeniedBurst = DefaultDeniedBurst
+	}
+	if o.DeniedRate < 0 || o.DeniedBurst < 0 {
+		return nil, errors.New("exporter: the denied-connection rate and burst must not be negative")
+	}
+	e := &Exporter{o: o, reg: prometheus.NewRegistry(), q: queue.New(o.BufferSize), pm: pm,
+		denied: tokenBucket{rate: o.DeniedRate, burst: o.DeniedBurst}}
 	e.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	e.m = newMetrics(e.reg, e.q)
-	e.store, err = connstore.New(connstore.Options[podmeta.Meta]{
+	e.m = newMetrics(e.reg, e.q, o.Attributor)
+	e.store, err = connstore.New(connstore.Options[connMeta]{
 		ActiveTimeout: o.ActiveTimeout, IdleTimeout: o.IdleTimeout, MaxConnections: o.MaxConnections,
-		Keep: pm.Keep, Describe: pm.Describe, Fill: pm.Fill,
+		Keep: pm.Keep, Describe: e.describe, Fill: e.fill,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("exporter: %w", err)
@@ -272,6 +291,7 @@ func (e *Exporter) Poll(ctx context.Context, now time.Time, conns []source.Conn,
 		return conns, batch
 	}
 	batch = e.store.Update(now, conns, batch)
+	batch = e.limitDenied(now, batch)
 	if d := e.q.Push(batch); d > 0 {
 		e.m.bufferDrops.Add(float64(d))
 	}

@@ -3,6 +3,7 @@ package exporter
 import (
 	"github.com/prometheus/client_golang/prometheus"
 
+	"sluice/exporter/attribution"
 	"sluice/exporter/connstore"
 	"sluice/exporter/queue"
 )
@@ -20,9 +21,11 @@ type metrics struct {
 	pollSeconds  prometheus.Histogram
 	transport    queue.SenderMetrics
 	encodeErrors prometheus.Counter
+	// Attribution.
+	deniedRecords, deniedDrops, disagreements prometheus.Counter
 }
 
-func newMetrics(reg prometheus.Registerer, q *queue.Queue) *metrics {
+func newMetrics(reg prometheus.Registerer, q *queue.Queue, a *attribution.Attributor) *metrics {
 	conns := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "sluice_exporter_connections",
 		Help: "Connections in the store: open, or ended (exported with END_OF_FLOW, kept until they leave the conntrack table)."}, []string{"state"})
 	records := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_exporter_records_total",
@@ -62,6 +65,33 @@ func newMetrics(reg prometheus.Registerer, q *queue.Queue) *metrics {
 			Help: "Failed attempts to connect to the aggregator."}),
 		Resent: prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_exporter_records_resent_total",
 			Help: "Flow records written again because the aggregator had not confirmed them when the connection broke (gRPC): at most that many duplicates."}),
+	}
+	m.deniedDrops = dropped.WithLabelValues("denied-rate")
+	m.deniedRecords = prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_exporter_denied_records_total",
+		Help: "Records of denied connections (unanswered, and dropped or rejected by a policy in the model), before the rate limit."})
+	m.disagreements = prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_exporter_attribution_disagreements_total",
+		Help: "Connections the model denies that were answered: the model and the datapath disagree (the denying rule is not exported)."})
+	if a != nil {
+		stat := func(name, help string, get func(attribution.Stats) float64, counter bool) prometheus.Collector {
+			f := func() float64 { return get(a.Stats()) }
+			if counter {
+				return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help}, f)
+			}
+			return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, f)
+		}
+		reg.MustRegister(m.deniedRecords, m.disagreements,
+			stat("sluice_exporter_attribution_cache_hits_total", "Verdicts answered from the attribution cache.",
+				func(s attribution.Stats) float64 { return float64(s.Hits) }, true),
+			stat("sluice_exporter_attribution_computed_total", "Verdicts computed by running the datapath model.",
+				func(s attribution.Stats) float64 { return float64(s.Computed) }, true),
+			stat("sluice_exporter_attribution_errors_total", "Connections the model could not run (no attribution).",
+				func(s attribution.Stats) float64 { return float64(s.Errors) }, true),
+			stat("sluice_exporter_attribution_cache_evictions_total", "Verdicts dropped from the full attribution cache.",
+				func(s attribution.Stats) float64 { return float64(s.Evicted) }, true),
+			stat("sluice_exporter_attribution_cache_entries", "Verdicts in the attribution cache.",
+				func(s attribution.Stats) float64 { return float64(s.Entries) }, false),
+			stat("sluice_exporter_attribution_generation", "Generation of the policy model (one more each time the cluster state changed).",
+				func(s attribution.Stats) float64 { return float64(s.Generation) }, false))
 	}
 	buffered := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sluice_exporter_buffered_records",
 		Help: "Flow records waiting to be written to the aggregator."}, func() float64 { return float64(q.Len()) })

@@ -15,11 +15,14 @@ import (
 
 	"sluice/certs"
 	"sluice/enrich"
+	"sluice/exporter/attribution"
 	"sluice/exporter/collectoraddr"
 	"sluice/exporter/source"
 	"sluice/exporter/source/ctnetlink"
 	"sluice/exporter/source/synthetic"
 	"sluice/flow/ipfixmap"
+	"sluice/traceflow/cluster/kube"
+	"sluice/traceflow/pipeline"
 )
 
 // Settings are the settings of `sluice exporter`, one a flag, as a user
@@ -175,11 +178,15 @@ func (s Settings) Run(ctx context.Context, log *slog.Logger) error {
 		log.Info("no Pod CIDR given; the synthetic source uses a default", "pod_cidr", podCIDRs[0])
 	}
 
+	attr, err := s.openAttribution(bgCtx, &wg, log)
+	if err != nil {
+		return err
+	}
 	src, err := s.openSource(podCIDRs, clusterCIDRs)
 	if err != nil {
 		return err
 	}
-	e, err := New(Options{Node: s.Node, PodCIDRs: podCIDRs, ClusterCIDRs: clusterCIDRs, Source: src, Store: store,
+	e, err := New(Options{Node: s.Node, PodCIDRs: podCIDRs, ClusterCIDRs: clusterCIDRs, Source: src, Store: store, Attributor: attr,
 		Collector: coll, Profile: s.Profile, TLS: tlsConf, PollInterval: s.PollInterval, ActiveTimeout: s.ActiveTimeout,
 		IdleTimeout: s.IdleTimeout, MaxConnections: s.MaxConnections, BufferSize: s.BufferSize,
 		MetricsAddress: s.MetricsAddress, Log: log})
@@ -188,6 +195,44 @@ func (s Settings) Run(ctx context.Context, log *slog.Logger) error {
 		return err
 	}
 	return e.Run(ctx)
+}
+
+// Reload intervals of the policy attribution model.
+const (
+	attributionFileInterval = 2 * time.Second
+	attributionKubeInterval = 30 * time.Second
+)
+
+// openAttribution loads the policy model from the metadata source's
+// objects and keeps it current in the background; nil when there is no
+// metadata source. A state the model cannot use is a warning: the
+// exporter runs without attribution until a reload succeeds.
+func (s *Settings) openAttribution(ctx context.Context, wg *sync.WaitGroup, log *slog.Logger) (*attribution.Attributor, error) {
+	var src attribution.Source
+	interval := attributionFileInterval
+	switch {
+	case s.Inventory != "":
+		src = attribution.FileSource(s.Inventory)
+	case s.Kubeconfig != "":
+		cfg, err := kube.RESTConfig(s.Kubeconfig)
+		if err != nil {
+			return nil, fmt.Errorf("--kubeconfig: %w", err)
+		}
+		client, dyn, err := kube.Clients(cfg)
+		if err != nil {
+			return nil, fmt.Errorf("--kubeconfig: %w", err)
+		}
+		src, interval = attribution.KubeSource(client, dyn), attributionKubeInterval
+	default:
+		return nil, nil
+	}
+	a := attribution.New(attribution.Options{Log: log})
+	l := attribution.NewLoader(a, src, pipeline.DefaultConfig())
+	if _, err := l.Load(ctx); err != nil {
+		log.Warn("no policy attribution until the cluster state can be modelled", "err", err)
+	}
+	wg.Go(func() { l.Run(ctx, interval) })
+	return a, nil
 }
 
 // openSource opens the connection source --source names.

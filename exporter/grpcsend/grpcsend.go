@@ -29,6 +29,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/proto"
 
 	"sluice/exporter/queue"
@@ -252,7 +253,7 @@ func (s *Sender) stream(ctx context.Context, conn *grpc.ClientConn, addr string,
 	// The requests are encoded by flowproto.AppendExportRequest, without
 	// building Protobuf objects (see wireCodec).
 	st, err := conn.NewStream(sctx, &flowpb.FlowExportService_ServiceDesc.Streams[0],
-		flowpb.FlowExportService_Export_FullMethodName, grpc.ForceCodec(wireCodec{}))
+		flowpb.FlowExportService_Export_FullMethodName, grpc.ForceCodecV2(wireCodec{}))
 	openTimer.Stop()
 	if !stopOpen() || err != nil {
 		if err == nil {
@@ -306,7 +307,11 @@ func (s *Sender) stream(ctx context.Context, conn *grpc.ClientConn, addr string,
 		first, *batch = q.Peek(next, (*batch)[:0], o.BatchSize)
 		req, n := s.request(*batch, time.Now())
 		end := first + uint64(len(*batch))
-		if n > 0 {
+		if n == 0 {
+			req.buf.Free()
+		} else {
+			// gRPC takes the buffer over and returns it to the pool
+			// once it is written.
 			if err := st.SendMsg(req); err != nil {
 				// The reason is in the status the receiver gets.
 				r.err = err
@@ -372,38 +377,51 @@ func (s *Sender) request(recs []flow.Flow, now time.Time) (encodedRequest, int) 
 			f.Origin.ExportTime = now
 		}
 	}
-	// A new buffer per request: gRPC may still read a sent message.
-	b := flowproto.AppendExportRequest(make([]byte, 0, 600*len(recs)), recs, func(_ *flow.Flow, err error) {
+	// The buffer comes from gRPC's pool, and goes back to it once gRPC
+	// has written the message (reference-counted: gRPC may still read a
+	// sent message after SendMsg returns).
+	pool := mem.DefaultBufferPool()
+	bp := pool.Get(600 * len(recs))
+	b := flowproto.AppendExportRequest((*bp)[:0], recs, func(_ *flow.Flow, err error) {
 		n--
 		inc(s.o.Metrics.EncodeErrors, 1)
 		s.o.Log.Error("cannot encode a flow record; dropped", "err", err)
 	})
-	return encodedRequest(b), n
+	if cap(b) != cap(*bp) {
+		// It outgrew the pooled buffer: that one goes back now, the
+		// grown one travels unpooled.
+		pool.Put(bp)
+		return encodedRequest{buf: mem.SliceBuffer(b)}, n
+	}
+	*bp = b
+	return encodedRequest{buf: mem.NewBuffer(bp, pool)}, n
 }
 
-// encodedRequest is an ExportRequest already in its wire form.
-type encodedRequest []byte
+// encodedRequest is an ExportRequest already in its wire form, in a
+// buffer whose one reference the codec hands to gRPC.
+type encodedRequest struct{ buf mem.Buffer }
 
 // wireCodec is gRPC's Protobuf codec that also sends encodedRequests as
 // they are. Its name is "proto", so the content type is unchanged.
 type wireCodec struct{}
 
-func (wireCodec) Marshal(v any) ([]byte, error) {
+func (wireCodec) Marshal(v any) (mem.BufferSlice, error) {
 	switch m := v.(type) {
 	case encodedRequest:
-		return m, nil
+		return mem.BufferSlice{m.buf}, nil
 	case proto.Message:
-		return proto.Marshal(m)
+		b, err := proto.Marshal(m)
+		return mem.BufferSlice{mem.SliceBuffer(b)}, err
 	}
 	return nil, fmt.Errorf("grpcsend: cannot marshal %T", v)
 }
 
-func (wireCodec) Unmarshal(data []byte, v any) error {
+func (wireCodec) Unmarshal(data mem.BufferSlice, v any) error {
 	m, ok := v.(proto.Message)
 	if !ok {
 		return fmt.Errorf("grpcsend: cannot unmarshal into %T", v)
 	}
-	return proto.Unmarshal(data, m)
+	return proto.Unmarshal(data.Materialize(), m)
 }
 
 func (wireCodec) Name() string { return "proto" }

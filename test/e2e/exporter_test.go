@@ -32,6 +32,9 @@ const (
 	clientIP   = "10.10.1.2"
 	serverIP   = "10.10.2.2"
 	serverPort = 8080
+	// deniedPort is a port the inventory's NetworkPolicy denies, and an
+	// nftables rule on node-2 drops, as the CNI would.
+	deniedPort = 9090
 )
 
 const inventory = `apiVersion: v1
@@ -41,10 +44,12 @@ items:
   kind: Node
   metadata: {name: node-1, uid: 00000000-0000-4000-8000-000000000001}
   spec: {podCIDR: 10.10.1.0/24, podCIDRs: [10.10.1.0/24]}
+  status: {addresses: [{type: InternalIP, address: 192.168.77.1}]}
 - apiVersion: v1
   kind: Node
   metadata: {name: node-2, uid: 00000000-0000-4000-8000-000000000002}
   spec: {podCIDR: 10.10.2.0/24, podCIDRs: [10.10.2.0/24]}
+  status: {addresses: [{type: InternalIP, address: 192.168.77.2}]}
 - apiVersion: v1
   kind: Pod
   metadata: {name: client, namespace: shop, uid: 00000000-0000-4000-8000-000000000011, creationTimestamp: "2025-01-01T00:00:00Z"}
@@ -52,9 +57,19 @@ items:
   status: {podIP: 10.10.1.2, podIPs: [{ip: 10.10.1.2}]}
 - apiVersion: v1
   kind: Pod
-  metadata: {name: server, namespace: shop, uid: 00000000-0000-4000-8000-000000000012, creationTimestamp: "2025-01-01T00:00:00Z"}
+  metadata: {name: server, namespace: shop, uid: 00000000-0000-4000-8000-000000000012, creationTimestamp: "2025-01-01T00:00:00Z", labels: {app: server}}
   spec: {nodeName: node-2}
   status: {podIP: 10.10.2.2, podIPs: [{ip: 10.10.2.2}]}
+# The server takes connections on its service port only: the policy model
+# allows 8080 (named on node-2's records) and denies the rest.
+- apiVersion: networking.k8s.io/v1
+  kind: NetworkPolicy
+  metadata: {name: server-ingress, namespace: shop}
+  spec:
+    podSelector: {matchLabels: {app: server}}
+    policyTypes: [Ingress]
+    ingress:
+    - ports: [{protocol: TCP, port: 8080}]
 `
 
 // need returns the path of a program the test needs, or skips (fails
@@ -477,11 +492,95 @@ sluice: {ipfixAddress: "127.0.0.1:0", apiAddress: "127.0.0.1:0", grpcAddress: "1
 			raw("reverseOctetTotalCountFromSourceNode") != cn.witnessReply[1] || raw("reverseOctetTotalCountFromDestinationNode") != cn.witnessReply[1] {
 			t.Errorf("port %d: per-Node octets %v; the kernel counted %d, reverse %d", cn.port, r.ByName, cn.witness[1], cn.witnessReply[1])
 		}
+		// node-2's side of the attribution: the rule that allowed it.
+		if f.Ingress.Name != "server-ingress" || f.Ingress.Namespace != "shop" || f.Ingress.Type != 1 || f.Ingress.RuleAction != flow.ActionAllow ||
+			f.Egress.RuleAction != flow.ActionNone {
+			t.Errorf("port %d: ingress policy %+v, egress %+v; want shop/server-ingress (K8s) Allow, no egress rule", cn.port, f.Ingress, f.Egress)
+		}
 		if f.Stats.OctetDeltaCount != cn.witness[1] {
 			t.Errorf("port %d: delta %d octets, want all %d (one record per connection)", cn.port, f.Stats.OctetDeltaCount, cn.witness[1])
 		}
 	}
 	if len(seen) != n {
 		t.Errorf("%d distinct connections in %d records", len(seen), len(recs))
+	}
+}
+
+// TestTwoNodeDenied: a connection that node-2 drops (an nftables rule, as
+// the CNI enforcing the inventory's NetworkPolicy would) stays unanswered
+// in node-1's conntrack; node-1's exporter finds the same denial in the
+// policy model and exports it as a denied connection; the aggregator's
+// output names the policy with the action Drop.
+func TestTwoNodeDenied(t *testing.T) {
+	if os.Geteuid() != 0 {
+		if os.Getenv("SLUICE_REQUIRE_PEERS") == "1" {
+			t.Fatal("this test needs root (network namespaces, conntrack)")
+		}
+		t.Skip("needs root: it creates network namespaces and reads conntrack")
+	}
+	nft := need(t, "nft")
+	bin := sluiceBinary(t)
+	c := newCluster(t, "d")
+	run(t, "ip", "netns", "exec", c.n2, nft, "add", "rule", "inet", "sluice", "track",
+		"ip", "daddr", serverIP, "tcp", "dport", strconv.Itoa(deniedPort), "drop")
+	inv := filepath.Join(t.TempDir(), "inventory.yaml")
+	if err := os.WriteFile(inv, []byte(inventory), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out := stubcollector.New(t)
+	// An ingress Drop still waits for the other Node's record (the
+	// reference's correlation rule); short timeouts make the one-sided
+	// export come soon.
+	agg := testagg.Start(t, fmt.Sprintf(`
+mode: Aggregate
+aggregatorTransportProtocol: tcp
+activeFlowRecordTimeout: 1s
+inactiveFlowRecordTimeout: 10s
+flowCollector: {enable: true, address: "%s:tcp"}
+sluice: {ipfixAddress: "127.0.0.1:0", apiAddress: "127.0.0.1:0", grpcAddress: "127.0.0.1:0", tls: {certDir: %q}}
+`, out.Addr(), t.TempDir()))
+	common := []string{"--source", "conntrack", "--inventory", inv, "--poll-interval", "1s", "--active-timeout", "1s",
+		"--metrics-address", "127.0.0.1:0", "--log-level", "debug", "--collector", agg.Addrs().IPFIX + ":tcp"}
+	startExporter(t, bin, append([]string{"--netns", c.n1, "--node", "node-1", "--pod-cidr", "10.10.1.0/24"}, common...)...)
+	startExporter(t, bin, append([]string{"--netns", c.n2, "--node", "node-2", "--pod-cidr", "10.10.2.0/24"}, common...)...)
+
+	const localPort = 45001
+	err := inNetns(c.p1, func() error {
+		d := net.Dialer{Timeout: 2 * time.Second, LocalAddr: &net.TCPAddr{IP: net.ParseIP(clientIP), Port: localPort}}
+		cn, err := d.Dial("tcp", net.JoinHostPort(serverIP, strconv.Itoa(deniedPort)))
+		if err == nil {
+			cn.Close()
+			return fmt.Errorf("connected to %s:%d through the drop rule", serverIP, deniedPort)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rec *stubcollector.Record
+	testkit.WaitFor(t, "the denied connection's record", func() bool {
+		for _, r := range out.Records() {
+			if r.Flow.SourcePort == localPort && r.Flow.DestinationPort == deniedPort {
+				rec = &r
+				return true
+			}
+		}
+		return false
+	})
+	f := &rec.Flow
+	// The same from the wire's octets, by Antrea's element IDs, without
+	// the record model: ingressNetworkPolicyName (56506/110) and
+	// ingressNetworkPolicyRuleAction (56506/139, 2 = Drop).
+	if name, action := rec.Raw["56506:110"], rec.Raw["56506:139"]; string(name) != "server-ingress" || !bytes.Equal(action, []byte{2}) {
+		t.Errorf("on the wire: ingressNetworkPolicyName %q, ingressNetworkPolicyRuleAction %v; want server-ingress, [2]", name, action)
+	}
+	if f.Ingress.Name != "server-ingress" || f.Ingress.Namespace != "shop" || f.Ingress.Type != 1 || f.Ingress.RuleAction != flow.ActionDrop {
+		t.Errorf("ingress policy %+v; want shop/server-ingress (K8s NetworkPolicy) Drop", f.Ingress)
+	}
+	if f.FlowType != flow.FlowTypeInterNode || f.SourcePodName != "client" || f.SourceNodeName != "node-1" {
+		t.Errorf("flow type %d, source %s on %q; want inter-Node from client on node-1", f.FlowType, f.SourcePodName, f.SourceNodeName)
+	}
+	if f.Stats.PacketTotalCount == 0 || f.ReverseStats.PacketTotalCount != 0 {
+		t.Errorf("counters %d packets, %d reverse; want the SYNs seen and no reply", f.Stats.PacketTotalCount, f.ReverseStats.PacketTotalCount)
 	}
 }

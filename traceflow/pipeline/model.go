@@ -210,6 +210,18 @@ type Model struct {
 	State  *cluster.State
 	Nodes  map[string]*NodeModel
 	Rules  map[uint32]RuleRef
+
+	isolation map[isolationKey]RuleRef
+}
+
+// Isolation names the Kubernetes NetworkPolicy whose isolation drops a
+// Pod's traffic in one direction when no rule allows it (the drop of the
+// EgressDefaultRule or IngressDefaultRule table): the first such policy in
+// namespace/name order, with an empty rule name and the action Drop. ok is
+// false when no Kubernetes NetworkPolicy isolates the Pod that way.
+func (m *Model) Isolation(p *cluster.Pod, ingress bool) (RuleRef, bool) {
+	r, ok := m.isolation[isolationKey{p, ingress}]
+	return r, ok
 }
 
 // PodMAC is the deterministic MAC of a Pod interface.
@@ -284,6 +296,7 @@ func Build(ctx context.Context, st *cluster.State, cfg Config) (*Model, cluster.
 	if err != nil {
 		return nil, probs, err
 	}
+	m.isolation = pol.isolation
 	for _, name := range sortedNodeNames(m) {
 		if err := ctx.Err(); err != nil {
 			return nil, probs, err

@@ -40,13 +40,22 @@ type compiledPolicies struct {
 	rules           []*compiledRule
 	isolatedIngress map[*cluster.Pod]bool
 	isolatedEgress  map[*cluster.Pod]bool
+	// isolation names, per isolated Pod and direction, the first (in name
+	// order) Kubernetes NetworkPolicy that isolates it.
+	isolation map[isolationKey]RuleRef
+}
+
+type isolationKey struct {
+	pod     *cluster.Pod
+	ingress bool
 }
 
 // compilePolicies resolves every policy rule and numbers it with a
 // conjunction ID recorded in refs.
 func compilePolicies(st *cluster.State, refs map[uint32]RuleRef) (*compiledPolicies, error) {
 	pc := &policyCompiler{st: st, refs: refs, next: 1,
-		out: &compiledPolicies{isolatedIngress: map[*cluster.Pod]bool{}, isolatedEgress: map[*cluster.Pod]bool{}}}
+		out: &compiledPolicies{isolatedIngress: map[*cluster.Pod]bool{}, isolatedEgress: map[*cluster.Pod]bool{},
+			isolation: map[isolationKey]RuleRef{}}}
 	// Antrea-native rules first: their IDs follow their precedence.
 	for pos, r := range antreaRulesInOrder(st) {
 		if err := pc.antreaRule(r, pos); err != nil {
@@ -208,6 +217,7 @@ func (pc *policyCompiler) k8sPolicy(np *networkingv1.NetworkPolicy) error {
 	if in {
 		for _, p := range applied {
 			pc.out.isolatedIngress[p] = true
+			pc.isolate(p, true, ref)
 		}
 		for _, r := range np.Spec.Ingress {
 			if err := add(true, TIngressRule, r.From, r.Ports); err != nil {
@@ -218,6 +228,7 @@ func (pc *policyCompiler) k8sPolicy(np *networkingv1.NetworkPolicy) error {
 	if eg {
 		for _, p := range applied {
 			pc.out.isolatedEgress[p] = true
+			pc.isolate(p, false, ref)
 		}
 		for _, r := range np.Spec.Egress {
 			if err := add(false, TEgressRule, r.To, r.Ports); err != nil {
@@ -226,6 +237,15 @@ func (pc *policyCompiler) k8sPolicy(np *networkingv1.NetworkPolicy) error {
 		}
 	}
 	return nil
+}
+
+// isolate records the first policy isolating p in a direction.
+func (pc *policyCompiler) isolate(p *cluster.Pod, ingress bool, ref RuleRef) {
+	k := isolationKey{p, ingress}
+	if _, ok := pc.out.isolation[k]; !ok {
+		ref.Action = crd.RuleActionDrop
+		pc.out.isolation[k] = ref
+	}
 }
 
 func policyTypes(np *networkingv1.NetworkPolicy) (ingress, egress bool) {

@@ -149,6 +149,9 @@ func outputObservations(m *pipeline.Model, nm *pipeline.NodeModel, src *cluster.
 }
 
 func effectiveEgress(m *pipeline.Model, src *cluster.Pod) (*crd.Egress, error) {
+	if src == nil {
+		return nil, fmt.Errorf("no source Pod for an Egress")
+	}
 	e := m.State.EffectiveEgress(src)
 	if e == nil {
 		return nil, fmt.Errorf("no effective Egress for Pod %s", src.Key())

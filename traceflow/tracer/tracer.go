@@ -299,8 +299,13 @@ func walk(ctx context.Context, m *pipeline.Model, src *cluster.Pod, pkt datapath
 		return fmt.Errorf("tracer: %w", err)
 	}
 	nm := m.Nodes[src.Node]
-	entry := datapath.Entry{InPort: nm.PodPort[src.Key()]}
-	sender := true
+	return walkFrom(ctx, m, src, nm, datapath.Entry{InPort: nm.PodPort[src.Key()]}, frame, true, now, t)
+}
+
+// walkFrom runs frame from entry on Node nm, then Node by Node; sender
+// says nm is the source Pod's Node.
+func walkFrom(ctx context.Context, m *pipeline.Model, src *cluster.Pod, nm *pipeline.NodeModel, entry datapath.Entry,
+	frame []byte, sender bool, now func() time.Time, t *Trace) error {
 	for hop := 0; hop < maxHops; hop++ {
 		res, err := nm.Bridge.Run(ctx, frame, entry, datapath.NewConntrack())
 		if err != nil {

@@ -52,6 +52,10 @@ type Route struct {
 	// (DNAT): one is picked per connection and answers in Dst's place, as
 	// conntrack shows it in the reply tuple. Empty: Dst answers itself.
 	Endpoints []netip.AddrPort
+	// Denied connections are never answered: the client sends a few
+	// packets (a TCP SYN and its retransmissions, SYN_SENT) and no reply
+	// comes, until the entry times out.
+	Denied bool
 }
 
 // Source is a synthetic connection table.
@@ -73,6 +77,9 @@ type conn struct {
 	rate, revRate float64
 	sent, revSent float64
 	ends, gone    time.Time
+	// denied: unanswered; start is when it was made.
+	denied bool
+	start  time.Time
 }
 
 var _ source.Source = (*Source)(nil)
@@ -141,6 +148,16 @@ func (s *Source) advance(now time.Time) {
 		if end := c.ends; now.After(end) {
 			active = max(0, dt-now.Sub(end).Seconds())
 		}
+		if c.denied {
+			// One more attempt per second, none answered.
+			c.c.Packets = 1 + uint64(now.Sub(c.start)/time.Second)
+			c.c.Bytes = 60 * c.c.Packets
+			if !now.Before(c.ends) && c.c.Proto != source.ProtoTCP {
+				c.c.Dying = true
+			}
+			kept = append(kept, c)
+			continue
+		}
 		c.sent += c.rate * active
 		c.revSent += c.revRate * active
 		c.c.Bytes = uint64(c.sent)
@@ -188,13 +205,23 @@ func (s *Source) host(p netip.Prefix, n int) netip.Addr {
 
 func (s *Source) newConn(now time.Time) conn {
 	var c source.Conn
+	denied := false
 	if len(s.o.Routes) > 0 {
-		c = s.routed()
+		c, denied = s.routed()
 	} else {
 		c = s.madeUp()
 	}
 	c.ID, c.Start = s.nextID, now
 	s.nextID++
+	if denied {
+		c.Packets, c.Bytes = 1, 60
+		if c.Proto == source.ProtoTCP {
+			c.TCPState = source.TCPSynSent
+		}
+		// The client gives up after a few attempts; the entry stays until
+		// its (shortened) timeout.
+		return conn{c: c, denied: true, start: now, ends: now.Add(3 * time.Second), gone: now.Add(5 * time.Second)}
+	}
 	proto := c.Proto
 	if proto == source.ProtoTCP {
 		c.TCPState = source.TCPEstablished
@@ -253,7 +280,7 @@ func (s *Source) madeUp() source.Conn {
 }
 
 // routed draws a connection's tuple from the routes.
-func (s *Source) routed() source.Conn {
+func (s *Source) routed() (source.Conn, bool) {
 	r := &s.o.Routes[s.rng.IntN(len(s.o.Routes))]
 	sport := s.ephemeralPort()
 	answer := r.Dst
@@ -262,7 +289,7 @@ func (s *Source) routed() source.Conn {
 	}
 	return source.Conn{Proto: r.Proto,
 		OrigSrc: netip.AddrPortFrom(r.Client, sport), OrigDst: r.Dst,
-		ReplySrc: answer, ReplyDst: netip.AddrPortFrom(r.Client, sport)}
+		ReplySrc: answer, ReplyDst: netip.AddrPortFrom(r.Client, sport)}, r.Denied
 }
 
 func (s *Source) ephemeralPort() uint16 { return uint16(32768 + s.rng.IntN(28232)) }

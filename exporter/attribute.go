@@ -1,0 +1,151 @@
+package exporter
+
+import (
+	"context"
+	"time"
+
+	"sluice/exporter/attribution"
+	"sluice/exporter/podmeta"
+	"sluice/exporter/source"
+	"sluice/flow"
+)
+
+// DefaultDeniedRate bounds the denied-connection records queued per
+// second (a port scan against a denying policy must not crowd out the
+// rest); DefaultDeniedBurst is the bucket's depth.
+const (
+	DefaultDeniedRate  = 1000
+	DefaultDeniedBurst = 2000
+)
+
+// connMeta is what the store keeps per connection: the Pods, the flow type
+// and the cached attribution.
+type connMeta struct {
+	pod  podmeta.Meta
+	attr *attribution.Verdict
+	// disagreed: the model denies the connection but it was answered;
+	// counted once.
+	disagreed bool
+}
+
+func attrKey(f *flow.Flow) attribution.Key {
+	return attribution.Key{Src: f.SourceIP.Unmap(), Dst: f.DestinationIP.Unmap(), Proto: f.Protocol, DstPort: f.DestinationPort}
+}
+
+// describe resolves a new connection: Pods, and its verdict at first
+// sight.
+func (e *Exporter) describe(c *source.Conn, start time.Time) connMeta {
+	m := connMeta{pod: e.pm.Describe(c, start)}
+	if e.o.Attributor != nil {
+		// The model's runs are bounded (tables, Nodes); they need no
+		// cancellation.
+		m.attr = e.o.Attributor.Verdict(context.Background(), attribution.Key{Src: c.OrigSrc.Addr().Unmap(),
+			Dst: c.ReplySrc.Addr().Unmap(), Proto: c.Proto, DstPort: c.ReplySrc.Port()})
+	}
+	return m
+}
+
+// fill writes m into an exported record: the Pods, then the attribution
+// on the sides this Node owns. A connection the model denies and that
+// saw no reply is a denied connection: the denying side is written
+// whichever Node owns it (no other Node sees the connection: the packets
+// were dropped before the destination committed them).
+func (e *Exporter) fill(f *flow.Flow, m *connMeta) {
+	e.pm.Fill(f, &m.pod)
+	a := e.o.Attributor
+	if a == nil {
+		return
+	}
+	if m.attr == nil || m.attr.Gen != a.Generation() {
+		m.attr = a.Verdict(context.Background(), attrKey(f))
+		if m.attr == nil {
+			return
+		}
+	}
+	v := m.attr
+	srcLocal, dstLocal := e.pm.Local(f.SourceIP), e.pm.Local(f.DestinationIP)
+	denied := v.Denied && f.ReverseStats.PacketTotalCount == 0
+	if v.Denied && !denied && !m.disagreed {
+		m.disagreed = true
+		e.m.disagreements.Inc()
+	}
+	deny := func(p *flow.Policy) bool { return p.RuleAction == flow.ActionDrop || p.RuleAction == flow.ActionReject }
+	if v.Egress.RuleAction != 0 && (srcLocal || denied) && (denied || !deny(&v.Egress)) {
+		setPolicy(f, &v.Egress, false)
+	}
+	if v.Ingress.RuleAction != 0 && (dstLocal || denied) && (denied || !deny(&v.Ingress)) {
+		setPolicy(f, &v.Ingress, true)
+	}
+	if srcLocal && v.EgressName != "" {
+		f.EgressName, f.EgressIP, f.EgressNodeName = v.EgressName, v.EgressIP, v.EgressNode
+		f.Present.Set(flow.EgressName)
+		f.Present.Set(flow.EgressIP)
+		f.Present.Set(flow.EgressNodeName)
+	}
+}
+
+func setPolicy(f *flow.Flow, p *flow.Policy, ingress bool) {
+	if ingress {
+		f.Ingress = *p
+		for _, fl := range [...]flow.Field{flow.IngressPolicyType, flow.IngressPolicyNamespace, flow.IngressPolicyName,
+			flow.IngressPolicyRuleName, flow.IngressPolicyRuleAction} {
+			f.Present.Set(fl)
+		}
+		return
+	}
+	f.Egress = *p
+	for _, fl := range [...]flow.Field{flow.EgressPolicyType, flow.EgressPolicyNamespace, flow.EgressPolicyName,
+		flow.EgressPolicyRuleName, flow.EgressPolicyRuleAction} {
+		f.Present.Set(fl)
+	}
+}
+
+// isDenied says a record is a denied connection's.
+func isDenied(f *flow.Flow) bool {
+	return f.Egress.RuleAction == flow.ActionDrop || f.Egress.RuleAction == flow.ActionReject ||
+		f.Ingress.RuleAction == flow.ActionDrop || f.Ingress.RuleAction == flow.ActionReject
+}
+
+// tokenBucket is a rate limit on one goroutine's clock.
+type tokenBucket struct {
+	rate, burst, tokens float64
+	last                time.Time
+}
+
+func (b *tokenBucket) take(now time.Time) bool {
+	if b.last.IsZero() {
+		b.tokens = b.burst
+	} else if d := now.Sub(b.last).Seconds(); d > 0 {
+		b.tokens = min(b.burst, b.tokens+d*b.rate)
+	}
+	b.last = now
+	if b.tokens < 1 {
+		return false
+	}
+	b.tokens--
+	return true
+}
+
+// limitDenied drops the denied records over the rate limit from batch,
+// in place, and counts them.
+func (e *Exporter) limitDenied(now time.Time, batch []flow.Flow) []flow.Flow {
+	if e.o.Attributor == nil {
+		return batch
+	}
+	n := 0
+	for i := range batch {
+		f := &batch[i]
+		if isDenied(f) {
+			e.m.deniedRecords.Inc()
+			if !e.denied.take(now) {
+				e.m.deniedDrops.Inc()
+				continue
+			}
+		}
+		if n != i {
+			batch[n] = batch[i]
+		}
+		n++
+	}
+	return batch[:n]
+}

@@ -1,0 +1,229 @@
+package exporter
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net/netip"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"sluice/exporter/attribution"
+	"sluice/exporter/queue"
+	"sluice/exporter/source"
+	"sluice/flow"
+	"sluice/traceflow/cluster"
+	"sluice/traceflow/pipeline"
+)
+
+type fixedSource struct{ conns []source.Conn }
+
+func (s *fixedSource) Dump(_ context.Context, dst []source.Conn) ([]source.Conn, error) {
+	return append(dst, s.conns...), nil
+}
+func (s *fixedSource) Close() error { return nil }
+
+type idleTransport struct{}
+
+func (idleTransport) Run(ctx context.Context, _ *queue.Queue) error { <-ctx.Done(); return nil }
+
+// fixtureSource is the Traceflow fixture cluster with overlays.
+func fixtureSource(overlays ...string) attribution.Source {
+	return func(ctx context.Context) ([]cluster.Object, error) {
+		objs, err := cluster.ReadPath(ctx, "../traceflow/testdata/cluster")
+		if err != nil {
+			return nil, err
+		}
+		for _, o := range overlays {
+			top, err := cluster.ReadPath(ctx, "../traceflow/testdata/overlays/"+o)
+			if err != nil {
+				return nil, err
+			}
+			objs = cluster.Overlay(objs, top)
+		}
+		return objs, nil
+	}
+}
+
+func conn(id uint32, proto uint8, src, dst string, replied bool) source.Conn {
+	s, d := netip.MustParseAddrPort(src), netip.MustParseAddrPort(dst)
+	c := source.Conn{ID: id, Proto: proto, OrigSrc: s, OrigDst: d, ReplySrc: d, ReplyDst: s, Packets: 3, Bytes: 180}
+	if proto == source.ProtoTCP {
+		c.TCPState = source.TCPSynSent
+	}
+	if replied {
+		c.ReversePackets, c.ReverseBytes = 2, 120
+		if proto == source.ProtoTCP {
+			c.TCPState = source.TCPEstablished
+		}
+	}
+	return c
+}
+
+type wantAttr struct {
+	ingress, egress flow.Policy
+	egName, egIP    string
+}
+
+func pol(typ uint8, ns, name, rule string, action uint8) flow.Policy {
+	return flow.Policy{Type: typ, Namespace: ns, Name: name, RuleName: rule, RuleAction: action}
+}
+
+// TestAttribution: records of k8s-node-1 carry the model's policy rules
+// on the sides the Node owns, denied connections name the denying rule
+// whichever Node owns it, and a changed model is applied to live
+// connections at their next export.
+func TestAttribution(t *testing.T) {
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	a := attribution.New(attribution.Options{Log: log, MaxEntries: 4})
+	l := attribution.NewLoader(a, fixtureSource("antrea-deny.yaml"), pipeline.DefaultConfig())
+	if _, err := l.Load(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	const (
+		client = "10.10.1.5"
+		web    = "10.10.1.6"
+		db     = "10.10.2.7"
+	)
+	conns := []source.Conn{
+		conn(1, source.ProtoTCP, client+":40001", web+":80", false),
+		conn(2, source.ProtoTCP, client+":40002", db+":5432", false),
+		conn(3, source.ProtoTCP, client+":40003", db+":5432", true),
+		conn(4, source.ProtoUDP, client+":40004", "8.8.8.8:53", true),
+		conn(5, source.ProtoTCP, "192.168.1.50:40005", web+":80", true),
+		conn(6, source.ProtoTCP, client+":40006", db+":5433", true),
+	}
+	src := &fixedSource{conns: conns}
+	e, err := New(Options{Node: "k8s-node-1", PodCIDRs: []netip.Prefix{netip.MustParsePrefix("10.10.1.0/24")},
+		ClusterCIDRs: []netip.Prefix{netip.MustParsePrefix("10.10.0.0/16")}, Source: src, Transport: idleTransport{},
+		Attributor: a, ActiveTimeout: time.Second, PollInterval: time.Second, Log: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	t0 := time.Unix(1_800_000_000, 0)
+	records := func(at time.Time) map[uint16]*flow.Flow {
+		_, batch := e.Poll(ctx, at, nil, nil)
+		out := map[uint16]*flow.Flow{}
+		for i := range batch {
+			out[batch[i].SourcePort] = &batch[i]
+		}
+		return out
+	}
+	bump := func() {
+		for i := range src.conns {
+			src.conns[i].Packets++
+		}
+	}
+	if got := records(t0); len(got) != 0 {
+		t.Fatalf("%d records before the active timeout", len(got))
+	}
+	bump()
+	got := records(t0.Add(2 * time.Second))
+	want := map[uint16]wantAttr{
+		40001: {ingress: pol(3, "", "protect-web", "drop-from-client", flow.ActionDrop)},
+		40002: {egress: pol(2, "default", "no-db-from-client", "reject-db", flow.ActionReject)},
+		40003: {}, // answered: the model's Reject is not exported
+		40004: {egName: "egress-client", egIP: "192.168.77.210"},
+		40005: {},
+		40006: {},
+	}
+	check := func(got map[uint16]*flow.Flow, want map[uint16]wantAttr) {
+		t.Helper()
+		for port, w := range want {
+			f := got[port]
+			if f == nil {
+				t.Errorf("port %d: no record", port)
+				continue
+			}
+			egIP := ""
+			if f.EgressIP.IsValid() {
+				egIP = f.EgressIP.String()
+			}
+			if f.Ingress != w.ingress || f.Egress != w.egress || f.EgressName != w.egName || egIP != w.egIP {
+				t.Errorf("port %d: ingress %+v egress %+v Egress %q %q; want %+v", port, f.Ingress, f.Egress, f.EgressName, egIP, w)
+			}
+			if (w.ingress.RuleAction != 0) != f.Present.Has(flow.IngressPolicyRuleAction) ||
+				(w.egress.RuleAction != 0) != f.Present.Has(flow.EgressPolicyRuleAction) ||
+				(w.egName != "") != f.Present.Has(flow.EgressName) {
+				t.Errorf("port %d: presence bits do not match the fields", port)
+			}
+		}
+	}
+	check(got, want)
+	if d := testutil.ToFloat64(e.m.disagreements); d != 1 {
+		t.Errorf("disagreements %v, want 1", d)
+	}
+	if d := testutil.ToFloat64(e.m.deniedRecords); d != 2 {
+		t.Errorf("denied records %v, want 2", d)
+	}
+	st := a.Stats()
+	if st.Evicted == 0 || st.Entries > 4 {
+		t.Errorf("cache of 4 entries: %+v", st)
+	}
+
+	// The policies change: the Antrea-native ones go, db is isolated.
+	gen := a.Generation()
+	l2 := attribution.NewLoader(a, fixtureSource("k8s-ingress-isolate.yaml"), pipeline.DefaultConfig())
+	if _, err := l2.Load(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if a.Generation() != gen+1 {
+		t.Fatalf("generation %d after a change from %d", a.Generation(), gen)
+	}
+	bump()
+	got = records(t0.Add(4 * time.Second))
+	check(got, map[uint16]wantAttr{
+		40001: {},
+		40002: {ingress: pol(1, "default", "db-deny-all", "", flow.ActionDrop)}, // denied on node-2, reported here
+		40003: {},                                                               // answered, and isolation is not this Node's side
+		40004: {egName: "egress-client", egIP: "192.168.77.210"},
+	})
+	if changed, err := l2.Load(ctx); err != nil || changed || a.Generation() != gen+1 {
+		t.Errorf("an unchanged state: changed %v, err %v, generation %d", changed, err, a.Generation())
+	}
+}
+
+// TestDeniedRateLimit: denied records over the rate are dropped and
+// counted; the others pass.
+func TestDeniedRateLimit(t *testing.T) {
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	a := attribution.New(attribution.Options{Log: log})
+	if _, err := attribution.NewLoader(a, fixtureSource("antrea-deny.yaml"), pipeline.DefaultConfig()).Load(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	src := &fixedSource{}
+	for i := range 50 {
+		c := conn(uint32(i+1), source.ProtoTCP, "10.10.1.5:"+strconv.Itoa(41000+i), "10.10.1.6:80", false)
+		c.Dying = true // exported at once
+		src.conns = append(src.conns, c)
+	}
+	src.conns = append(src.conns, func() source.Conn {
+		c := conn(99, source.ProtoTCP, "10.10.1.5:42000", "10.10.2.7:5433", true)
+		c.Dying = true
+		return c
+	}())
+	e, err := New(Options{Node: "k8s-node-1", PodCIDRs: []netip.Prefix{netip.MustParsePrefix("10.10.1.0/24")}, Source: src,
+		Transport: idleTransport{}, Attributor: a, DeniedRate: 1, DeniedBurst: 10, Log: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, batch := e.Poll(context.Background(), time.Unix(1_800_000_000, 0), nil, nil)
+	denied, other := 0, 0
+	for i := range batch {
+		if isDenied(&batch[i]) {
+			denied++
+		} else {
+			other++
+		}
+	}
+	if denied != 10 || other != 1 {
+		t.Fatalf("%d denied and %d other records, want 10 and 1", denied, other)
+	}
+	if d := testutil.ToFloat64(e.m.deniedDrops); d != 40 {
+		t.Fatalf("dropped %v, want 40", d)
+	}
+}

@@ -1,0 +1,94 @@
+package attribution
+
+import (
+	"context"
+	"net/netip"
+	"sync"
+	"testing"
+
+	"sluice/flow"
+	"sluice/traceflow/cluster"
+	"sluice/traceflow/pipeline"
+)
+
+func fixture(t *testing.T, overlays ...string) Source {
+	t.Helper()
+	return func(ctx context.Context) ([]cluster.Object, error) {
+		objs, err := cluster.ReadPath(ctx, "../../traceflow/testdata/cluster")
+		if err != nil {
+			return nil, err
+		}
+		for _, o := range overlays {
+			top, err := cluster.ReadPath(ctx, "../../traceflow/testdata/overlays/"+o)
+			if err != nil {
+				return nil, err
+			}
+			objs = cluster.Overlay(objs, top)
+		}
+		return objs, nil
+	}
+}
+
+func key(src, dst string, port uint16) Key {
+	return Key{Src: netip.MustParseAddr(src), Dst: netip.MustParseAddr(dst), Proto: 6, DstPort: port}
+}
+
+// TestVerdicts: verdicts in the records' terms, cached, bounded, and
+// recomputed under a new generation; concurrent use is safe.
+func TestVerdicts(t *testing.T) {
+	ctx := context.Background()
+	a := New(Options{MaxEntries: 2})
+	if v := a.Verdict(ctx, key("10.10.1.5", "10.10.1.6", 80)); v != nil || a.Generation() != 0 {
+		t.Fatalf("a verdict without a model: %+v", v)
+	}
+	l := NewLoader(a, fixture(t, "antrea-deny.yaml"), pipeline.DefaultConfig())
+	if changed, err := l.Load(ctx); err != nil || !changed {
+		t.Fatalf("load: %v %v", changed, err)
+	}
+	v := a.Verdict(ctx, key("10.10.1.5", "10.10.1.6", 80))
+	want := flow.Policy{Type: PolicyTypeAntreaCNP, Name: "protect-web", RuleName: "drop-from-client", RuleAction: flow.ActionDrop}
+	if v == nil || !v.Denied || v.Ingress != want || v.Egress != (flow.Policy{}) || v.Gen != 1 {
+		t.Fatalf("verdict %+v, want denied by %+v", v, want)
+	}
+	if again := a.Verdict(ctx, key("10.10.1.5", "10.10.1.6", 80)); again != v {
+		t.Error("the second lookup was not the cached verdict")
+	}
+	// An address the model does not know: an empty verdict, cached.
+	if v := a.Verdict(ctx, key("1.2.3.4", "5.6.7.8", 80)); v == nil || v.Denied || v.Ingress.RuleAction != 0 {
+		t.Errorf("unmodelled: %+v", v)
+	}
+	a.Verdict(ctx, key("10.10.1.5", "10.10.2.7", 5432))
+	st := a.Stats()
+	if st.Entries != 2 || st.Evicted != 1 || st.Hits != 1 || st.Computed != 2 {
+		t.Errorf("stats %+v", st)
+	}
+	// A new state: generation 2, verdicts asked again.
+	l2 := NewLoader(a, fixture(t, "k8s-ingress-isolate.yaml"), pipeline.DefaultConfig())
+	if _, err := l2.Load(ctx); err != nil {
+		t.Fatal(err)
+	}
+	v = a.Verdict(ctx, key("10.10.1.5", "10.10.2.7", 5432))
+	if v.Gen != 2 || !v.Denied || v.Ingress.Name != "db-deny-all" || v.Ingress.Type != PolicyTypeK8s || v.Egress.RuleAction != 0 {
+		t.Errorf("after the change: %+v", v)
+	}
+	// A state the model cannot use leaves the last one in place.
+	bad := NewLoader(a, func(context.Context) ([]cluster.Object, error) {
+		return cluster.ParseObjects([]byte("apiVersion: v1\nkind: Node\nmetadata: {name: n}\n"), "bad.yaml")
+	}, pipeline.DefaultConfig())
+	if _, err := bad.Load(ctx); err == nil || a.Generation() != 2 {
+		t.Errorf("a Node without an InternalIP: err %v, generation %d", err, a.Generation())
+	}
+	var wg sync.WaitGroup
+	for i := range 4 {
+		wg.Go(func() {
+			for j := range 20 {
+				a.Verdict(ctx, key("10.10.1.5", "10.10.2.7", uint16(5000+i*20+j%3)))
+			}
+		})
+	}
+	wg.Go(func() { _, _ = l.Load(ctx) })
+	wg.Wait()
+	if st := a.Stats(); st.Entries > 2 {
+		t.Errorf("%d entries in a cache of 2", st.Entries)
+	}
+}

@@ -1,0 +1,107 @@
+package attribution
+
+import (
+	"context"
+	"crypto/sha256"
+	"fmt"
+	"time"
+
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+
+	"sluice/traceflow/cluster"
+	"sluice/traceflow/cluster/kube"
+	"sluice/traceflow/pipeline"
+)
+
+// Source yields the cluster's objects, as `sluice traceflow` reads them.
+type Source func(ctx context.Context) ([]cluster.Object, error)
+
+// FileSource reads a `kubectl get -o yaml` file or directory: the
+// exporter's --inventory, whose Pods and Nodes name connections too.
+func FileSource(path string) Source {
+	return func(ctx context.Context) ([]cluster.Object, error) { return cluster.ReadPath(ctx, path) }
+}
+
+// KubeSource lists the live cluster's objects (Pods, Services, Nodes,
+// NetworkPolicies, Antrea's policies, groups and Egresses).
+func KubeSource(client kubernetes.Interface, dyn dynamic.Interface) Source {
+	return func(ctx context.Context) ([]cluster.Object, error) {
+		objs, probs, err := kube.Load(ctx, client, dyn, kube.Options{})
+		if err != nil {
+			return nil, err
+		}
+		if err := probs.Err(); err != nil {
+			return nil, err
+		}
+		return objs, nil
+	}
+}
+
+// Loader keeps an Attributor's model in step with a Source.
+type Loader struct {
+	a    *Attributor
+	src  Source
+	cfg  pipeline.Config
+	hash [sha256.Size]byte
+}
+
+// NewLoader returns a Loader for a (one Loader per Attributor); cfg is
+// the agents' configuration (traffic mode, tunnel type, Service CIDRs);
+// its Tag is replaced by Tag.
+func NewLoader(a *Attributor, src Source, cfg pipeline.Config) *Loader {
+	cfg.Tag = Tag
+	return &Loader{a: a, src: src, cfg: cfg}
+}
+
+// Load reads the source once and, when its objects changed, builds the
+// model and gives it to the Attributor (a new generation). On error the
+// previous model stays in use.
+func (l *Loader) Load(ctx context.Context) (changed bool, err error) {
+	objs, err := l.src(ctx)
+	if err != nil {
+		return false, fmt.Errorf("attribution: %w", err)
+	}
+	h := sha256.New()
+	for _, o := range objs {
+		h.Write([]byte(o.ID()))
+		h.Write([]byte{0})
+		h.Write(o.Raw)
+		h.Write([]byte{0})
+	}
+	var sum [sha256.Size]byte
+	h.Sum(sum[:0])
+	if sum == l.hash && l.a.Generation() != 0 {
+		return false, nil
+	}
+	st, probs := cluster.Build(objs)
+	if err := probs.Err(); err != nil {
+		return false, fmt.Errorf("attribution: %w", err)
+	}
+	m, _, err := pipeline.Build(ctx, st, l.cfg)
+	if err != nil {
+		return false, fmt.Errorf("attribution: the datapath model: %w", err)
+	}
+	l.hash = sum
+	l.a.SetModel(m)
+	l.a.o.Log.Info("policy attribution model loaded", "generation", l.a.Generation(), "pods", len(st.Pods),
+		"network_policies", len(st.NetworkPolicies), "antrea_policies", len(st.AntreaPolicies), "egresses", len(st.Egresses))
+	return true, nil
+}
+
+// Run reloads every interval until ctx ends; failures are logged and the
+// previous model stays in use.
+func (l *Loader) Run(ctx context.Context, interval time.Duration) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if _, err := l.Load(ctx); err != nil && ctx.Err() == nil {
+			l.a.o.Log.Warn("cannot reload the policy attribution model; keeping the previous one", "err", err)
+		}
+	}
+}
