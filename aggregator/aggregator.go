@@ -262,7 +262,11 @@ func (a *Aggregator) Run(ctx context.Context) error {
 	}
 	a.countShutdownLoss(running)
 	a.logSinkTotals()
-	a.log.Info("aggregator stopped")
+	handed := a.buf.Produced()
+	if a.encBuf != nil {
+		handed += a.encBuf.Produced()
+	}
+	a.log.Info("aggregator stopped", "records_to_sinks", handed)
 	return runErr
 }
 

@@ -258,7 +258,7 @@ func (e *Exporter) Run(ctx context.Context) error {
 	stopTransport()
 	<-tdone
 	err := <-apiDone
-	e.o.Log.Info("exporter stopped", "unsent", e.q.Len())
+	e.o.Log.Info("exporter stopped", append([]any{"unsent", e.q.Len()}, e.m.totals()...)...)
 	return err
 }
 

@@ -2,6 +2,7 @@ package exporter
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 
 	"sluice/exporter/attribution"
 	"sluice/exporter/connstore"
@@ -113,4 +114,24 @@ func (m *metrics) observe(st connstore.Stats) {
 		m.records[i].Add(float64(st.Exported[i] - m.lastRecords[i]))
 		m.lastRecords[i] = st.Exported[i]
 	}
+}
+
+// totals are the run's record counts as key-value pairs for the last log
+// line: the process's metrics end with it, that line stays.
+func (m *metrics) totals() []any {
+	var produced uint64
+	for _, c := range m.records[1:] {
+		produced += counterValue(c)
+	}
+	return []any{"records", produced, "exported", counterValue(m.transport.Sent), "resent", counterValue(m.transport.Resent),
+		"dropped_buffer-full", counterValue(m.bufferDrops), "dropped_encode-error", counterValue(m.encodeErrors),
+		"dropped_denied-rate", counterValue(m.deniedDrops)}
+}
+
+func counterValue(c prometheus.Counter) uint64 {
+	var d dto.Metric
+	if c == nil || c.Write(&d) != nil {
+		return 0
+	}
+	return uint64(d.GetCounter().GetValue())
 }
