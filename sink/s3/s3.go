@@ -20,6 +20,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -152,13 +153,13 @@ type Sink struct {
 	attempts                             prometheus.Counter
 
 	// mu guards the queue and what goes with it.
-	mu      sync.Mutex
+	mu       sync.Mutex
 	queue    []*object // closed files waiting, oldest first
 	inflight *object   // the file being uploaded
 	closed   bool      // no more files will come
-	kick    chan struct{}
-	region  string // the bucket's region, once known
-	failing string // the error of the last failed attempt, "" after a success
+	kick     chan struct{}
+	region   string // the bucket's region, once known
+	failing  string // the error of the last failed attempt, "" after a success
 }
 
 // object is one closed file.
@@ -521,13 +522,14 @@ func (s *Sink) LastError() error {
 // explain turns the store's refusals into errors that say what to fix.
 func explain(err error, bucket string) error {
 	resp := minio.ToErrorResponse(err)
-	switch resp.Code {
-	case "InvalidAccessKeyId", "SignatureDoesNotMatch", "InvalidToken", "ExpiredToken", "AccessDenied",
-		"InvalidClientTokenId", "AuthorizationHeaderMalformed":
+	switch {
+	case resp.StatusCode == 401 || resp.StatusCode == 403 || slices.Contains([]string{"InvalidAccessKeyId",
+		"SignatureDoesNotMatch", "InvalidToken", "ExpiredToken", "AccessDenied", "InvalidClientTokenId",
+		"XAdminUserNotFound"}, resp.Code): // the last one is versitygw's name for an unknown access key
 		return fmt.Errorf("the store refused the credentials (%s: %s); check AWS_ACCESS_KEY_ID, "+
 			"AWS_SECRET_ACCESS_KEY and AWS_SESSION_TOKEN, and that they may write to bucket %q: %w",
 			resp.Code, resp.Message, bucket, err)
-	case "NoSuchBucket":
+	case resp.Code == "NoSuchBucket":
 		return fmt.Errorf("bucket %q does not exist (s3Uploader.bucketName): %w", bucket, err)
 	}
 	var ne net.Error
