@@ -158,7 +158,6 @@ type Sink struct {
 	inflight *object   // the file being uploaded
 	closed   bool      // no more files will come
 	kick     chan struct{}
-	region   string // the bucket's region, once known
 	failing  string // the error of the last failed attempt, "" after a success
 }
 
