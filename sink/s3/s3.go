@@ -158,7 +158,8 @@ type Sink struct {
 	inflight *object   // the file being uploaded
 	closed   bool      // no more files will come
 	kick     chan struct{}
-	failing  string // the error of the last failed attempt, "" after a success
+	ended    chan struct{} // closed when reading has ended (closed is set)
+	failing  string        // the error of the last failed attempt, "" after a success
 }
 
 // object is one closed file.
@@ -225,7 +226,7 @@ func New(o Options) (*Sink, error) {
 	if err != nil {
 		return nil, fmt.Errorf("s3: endpoint %q: %w", endpoint, err)
 	}
-	s := &Sink{o: o, format: f, client: client, kick: make(chan struct{}, 1)}
+	s := &Sink{o: o, format: f, client: client, kick: make(chan struct{}, 1), ended: make(chan struct{})}
 	s.metrics = newMetrics(o.Registry, o.Name)
 	m := o.Metrics
 	s.exported = m.Exported.WithLabelValues(o.Name)
@@ -254,7 +255,7 @@ func (s *Sink) Run(ctx context.Context, c *ring.Consumer[*flow.Flow]) error {
 	s.mu.Lock()
 	s.closed = true
 	s.mu.Unlock()
-	s.wake()
+	close(s.ended)
 	<-uploaded
 	s.mu.Lock()
 	left := s.queue
@@ -399,6 +400,7 @@ func (s *Sink) wake() {
 func (s *Sink) uploadLoop(ctx context.Context) {
 	backoff := time.Duration(0)
 	actx := ctx // becomes the final context once the queue is closed
+	ended := s.ended
 	finalSet := false
 	for {
 		s.mu.Lock()
@@ -425,6 +427,7 @@ func (s *Sink) uploadLoop(ctx context.Context) {
 			case <-ctx.Done():
 				return
 			case <-s.kick:
+			case <-s.ended:
 			}
 			continue
 		}
@@ -464,6 +467,11 @@ func (s *Sink) uploadLoop(ctx context.Context) {
 			t.Stop()
 			return
 		case <-t.C:
+		case <-ended:
+			// The pipeline ended during the wait: try again at once, now
+			// within FinalTimeout.
+			t.Stop()
+			ended = nil
 		}
 	}
 }

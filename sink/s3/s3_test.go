@@ -429,3 +429,31 @@ func TestCancelCountsWhatItHeld(t *testing.T) {
 		t.Errorf("exported %v, pending %v", r.exported(), testutil.ToFloat64(m.PendingFiles))
 	}
 }
+
+// TestFinalTimeout: when the pipeline ends with the server down, Run
+// tries again at once (not after the backoff it was waiting out) and for
+// FinalTimeout, then returns and counts what it held as dropped.
+func TestFinalTimeout(t *testing.T) {
+	srv := s3server.Start(t)
+	srv.MakeBucket("flows")
+	srv.Stop()
+	r := start(t, srv, s3.Options{MaxRecordsPerFile: 10, UploadInterval: time.Hour, RetryMin: 20 * time.Second,
+		RetryMax: 20 * time.Second, FinalTimeout: 500 * time.Millisecond})
+	m := r.s.SinkMetrics()
+	r.buf.Produce(records(0, 15, false)...)
+	testkit.WaitFor(t, "a failed upload", func() bool { return testutil.ToFloat64(m.UploadErrors) >= 1 })
+	began := time.Now()
+	r.finish(t)
+	if took := time.Since(began); took < 500*time.Millisecond || took > 10*time.Second {
+		t.Errorf("Run returned after %v, want about FinalTimeout (500ms), well before the 20s backoff", took)
+	}
+	if got := testutil.ToFloat64(m.UploadErrors); got < 2 {
+		t.Errorf("%v upload attempts failed, want another one once the pipeline ended", got)
+	}
+	if r.dropped() != 15 || r.exported() != 0 {
+		t.Errorf("dropped %v, exported %v; want 15 and 0", r.dropped(), r.exported())
+	}
+	if !strings.Contains(r.logs.String(), "the sink stopped before the store took it") {
+		t.Errorf("no log line for the dropped files:\n%s", r.logs.String())
+	}
+}
