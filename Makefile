@@ -17,9 +17,11 @@ PROTOC_GEN_GO_GRPC := google.golang.org/grpc/cmd/protoc-gen-go-grpc@v1.6.0
 # Interop tests fail, rather than skip, when a peer program is missing.
 export SLUICE_REQUIRE_PEERS ?= 1
 
-# The Kubernetes tests (test/kube) and `make manifests` use these, built
-# once from their Go modules into $(SLUICE_CACHE) by scripts/build-*.sh.
+# The Kubernetes tests (test/kube), the S3 sink's tests (versitygw) and
+# `make manifests` use these, built once from their Go modules into
+# $(SLUICE_CACHE) by scripts/build-*.sh.
 KUBE_VERSION  := v1.37.2
+VERSITYGW_VERSION := v1.8.0
 HELM_VERSION  := v4.3.2
 SLUICE_CACHE  ?= $(HOME)/.cache/sluice
 export SLUICE_CACHE
@@ -33,6 +35,7 @@ deps:
 	./scripts/install-deps.sh
 	KUBE_VERSION=$(KUBE_VERSION) ./scripts/build-kube-apiserver.sh >/dev/null
 	HELM_VERSION=$(HELM_VERSION) ./scripts/build-helm.sh >/dev/null
+	VERSITYGW_VERSION=$(VERSITYGW_VERSION) ./scripts/build-versitygw.sh >/dev/null
 
 build:
 	$(GO) build -o bin/sluice ./cmd/sluice

@@ -9,6 +9,7 @@ import (
 	"sluice/sink/flowlog"
 	"sluice/sink/flowstream"
 	"sluice/sink/ipfixout"
+	"sluice/sink/s3"
 )
 
 // Sinks are the sinks this build can run, one line a sink: adding one is
@@ -18,6 +19,7 @@ func Sinks() []sink.Factory {
 		ipfixout.Factory(),
 		flowlog.Factory(),
 		flowstream.Factory(),
+		s3.Factory(),
 	}
 }
 

@@ -44,6 +44,8 @@ const (
 	FormatIPFIX = "IPFIX" // flowCollector.recordFormat
 	FormatJSON  = "JSON"  // flowCollector.recordFormat
 	FormatCSV   = "CSV"   // s3Uploader.recordFormat, flowLogger.recordFormat
+	// FormatParquet is Sluice's s3Uploader.recordFormat: typed columns.
+	FormatParquet = "Parquet"
 )
 
 // Defaults that are not obvious from [Default].
@@ -207,13 +209,17 @@ type S3Uploader struct {
 	// Region is a hint for locating the bucket; empty means AWS_REGION,
 	// then us-west-2.
 	Region string `yaml:"region"`
-	// RecordFormat is FormatCSV (the only format).
+	// RecordFormat is FormatCSV (Antrea's rows) or FormatParquet (Sluice's
+	// typed columns).
 	RecordFormat string `yaml:"recordFormat"`
-	// Compress gzips uploaded files.
+	// Compress gzips uploaded CSV files (zstd pages in Parquet files).
 	Compress          bool `yaml:"compress"`
 	MaxRecordsPerFile int  `yaml:"maxRecordsPerFile"`
 	// UploadInterval is the time between uploads (at least 1s).
 	UploadInterval Duration `yaml:"uploadInterval"`
+	// Endpoint (Sluice's key) is the URL of an S3-compatible store,
+	// http:// or https://; empty means AWS S3.
+	Endpoint string `yaml:"endpoint"`
 }
 
 // FlowLogger is the `flowLogger` section: one CSV line per exported record

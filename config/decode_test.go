@@ -88,6 +88,7 @@ func TestDefaultValues(t *testing.T) {
 		{"s3Uploader.compress", a.S3Uploader.Compress, true},
 		{"s3Uploader.maxRecordsPerFile", a.S3Uploader.MaxRecordsPerFile, 1000000},
 		{"s3Uploader.uploadInterval", a.S3Uploader.UploadInterval.Duration, 60 * time.Second},
+		{"s3Uploader.endpoint", a.S3Uploader.Endpoint, ""},
 		{"flowLogger.enable", a.FlowLogger.Enable, false},
 		{"flowLogger.path", a.FlowLogger.Path, filepath.Join(os.TempDir(), "antrea-flows.log")},
 		{"flowLogger.maxSize", a.FlowLogger.MaxSize, 100},

@@ -260,9 +260,15 @@ func (v *validator) s3Uploader() {
 	if s.BucketName == "" {
 		v.addNear("s3Uploader.bucketName", "s3Uploader.enable", "required when s3Uploader.enable is true")
 	}
-	v.oneOf("s3Uploader.recordFormat", s.RecordFormat, FormatCSV)
+	v.oneOf("s3Uploader.recordFormat", s.RecordFormat, FormatCSV, FormatParquet)
 	v.atLeast("s3Uploader.maxRecordsPerFile", s.MaxRecordsPerFile, 1)
 	v.minDuration("s3Uploader.uploadInterval", s.UploadInterval, time.Second)
+	if s.Endpoint != "" {
+		if u, err := url.Parse(s.Endpoint); err != nil || !isOneOf(u.Scheme, "http", "https") || u.Host == "" ||
+			(u.Path != "" && u.Path != "/") {
+			v.add("s3Uploader.endpoint", "%q is not http://<host>[:<port>] or https://<host>[:<port>]", s.Endpoint)
+		}
+	}
 }
 
 func (v *validator) flowLogger() {

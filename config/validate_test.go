@@ -135,10 +135,15 @@ sluice:
 		{"ClickHouse good", "clickHouse:\n  enable: true\n  databaseURL: https://db.example:8443\n  commitInterval: 1s\n", ptr(allSinks()), ""},
 		{"S3 settings", "s3Uploader:\n  enable: true\n  recordFormat: JSON\n  uploadInterval: 0s\n  maxRecordsPerFile: -5\n", ptr(allSinks()), strings.Join([]string{
 			`cfg.yaml:2: s3Uploader.bucketName: required when s3Uploader.enable is true`,
-			`cfg.yaml:3: s3Uploader.recordFormat: "JSON" is not valid (want CSV, case-sensitive)`,
+			`cfg.yaml:3: s3Uploader.recordFormat: "JSON" is not valid (want CSV or Parquet, case-sensitive)`,
 			`cfg.yaml:4: s3Uploader.uploadInterval: must be at least 1s, got 0s`,
 			`cfg.yaml:5: s3Uploader.maxRecordsPerFile: must be at least 1, got -5`,
 		}, "\n")},
+		{"S3 endpoint", "s3Uploader:\n  enable: true\n  bucketName: b\n  endpoint: s3.local:9000\n", ptr(allSinks()),
+			`cfg.yaml:4: s3Uploader.endpoint: "s3.local:9000" is not http://<host>[:<port>] or https://<host>[:<port>]`},
+		{"S3 endpoint with a path", "s3Uploader:\n  enable: true\n  bucketName: b\n  endpoint: http://s3.local/flows\n", ptr(allSinks()),
+			`cfg.yaml:4: s3Uploader.endpoint: "http://s3.local/flows" is not http://<host>[:<port>] or https://<host>[:<port>]`},
+		{"S3 Parquet to a store of one's own", "s3Uploader:\n  enable: true\n  bucketName: b\n  recordFormat: Parquet\n  endpoint: https://s3.local:9000\n", ptr(allSinks()), ""},
 		{"flow logger settings", `flowLogger:
   enable: true
   maxSize: -1
