@@ -278,6 +278,28 @@ type Sluice struct {
 	Proxy ProxyOptions `yaml:"proxy"`
 	// Aggregate holds settings of Aggregate mode.
 	Aggregate AggregateOptions `yaml:"aggregate"`
+	// Traceflow holds the Traceflow controller's settings.
+	Traceflow TraceflowOptions `yaml:"traceflow"`
+}
+
+// TraceflowOptions is the `sluice.traceflow` section: the controller that
+// answers Traceflow objects (traceflows.sluice.io) by tracing them on the
+// datapath model of the cluster, as `sluice traceflow --kubeconfig` does.
+// The model settings take the CLI's flag values (--traffic-mode,
+// --tunnel-type, --service-cidr, --egress-except-cidr, --proxy-all) and
+// are checked when the aggregator starts.
+type TraceflowOptions struct {
+	// Enable runs the controller; it needs Kubernetes (sluice.kubeconfig
+	// or the in-cluster configuration).
+	Enable bool `yaml:"enable"`
+	// DeleteAfter is how long after its start a finished (Succeeded or
+	// Failed) Traceflow is deleted; 0 keeps them, as Antrea does.
+	DeleteAfter       Duration `yaml:"deleteAfter"`
+	TrafficMode       string   `yaml:"trafficMode"`
+	TunnelType        string   `yaml:"tunnelType"`
+	ServiceCIDRs      []string `yaml:"serviceCIDRs"`
+	EgressExceptCIDRs []string `yaml:"egressExceptCIDRs"`
+	ProxyAll          bool     `yaml:"proxyAll"`
 }
 
 // ServerTLS is the `sluice.tls` section: the certificates of the IPFIX (tls
@@ -367,6 +389,8 @@ func Default() *Aggregator {
 			FlowStreamAddress: ":14740",
 			Proxy:             ProxyOptions{PassThroughUnknown: true, FastPath: true},
 			Aggregate:         AggregateOptions{MaxFlows: 1000000, ExportOneSided: true},
+			Traceflow: TraceflowOptions{TrafficMode: "encap", TunnelType: "geneve",
+				ServiceCIDRs: []string{"10.96.0.0/12"}},
 		},
 	}
 }
@@ -416,6 +440,8 @@ func (a *Aggregator) applyDefaults() {
 	// An empty flowStreamAddress is not restored either: validation
 	// refuses it when the service is enabled, rather than guess.
 	setString(&a.Sluice.APIAddress, d.Sluice.APIAddress)
+	setString(&a.Sluice.Traceflow.TrafficMode, d.Sluice.Traceflow.TrafficMode)
+	setString(&a.Sluice.Traceflow.TunnelType, d.Sluice.Traceflow.TunnelType)
 }
 
 // atLeastOneSecond rounds a flow record timeout up to 1s, as Antrea does.

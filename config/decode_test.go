@@ -109,6 +109,8 @@ func TestDefaultValues(t *testing.T) {
 		{"sluice.proxy.fastPath", a.Sluice.Proxy.FastPath, true},
 		{"sluice.aggregate.maxFlows", a.Sluice.Aggregate.MaxFlows, 1000000},
 		{"sluice.aggregate.exportOneSided", a.Sluice.Aggregate.ExportOneSided, true},
+		{"sluice.traceflow", a.Sluice.Traceflow, TraceflowOptions{TrafficMode: "encap", TunnelType: "geneve",
+			ServiceCIDRs: []string{"10.96.0.0/12"}}},
 	}
 	for _, c := range checks {
 		if !reflect.DeepEqual(c.got, c.want) {
