@@ -54,8 +54,11 @@ func (a *Aggregator) setupTraceflow() error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), clusterCertsTimeout)
 	defer cancel()
-	if err := ctl.Check(ctx); err != nil {
+	switch err := ctl.Check(ctx); {
+	case errors.Is(err, controller.ErrNotServed) || errors.Is(err, controller.ErrForbidden):
 		return a.cfg.KeyError(key, err)
+	case err != nil:
+		a.log.Warn("traceflow controller: the API server cannot be asked now; retrying in the background", "err", err)
 	}
 	a.traceflow = ctl
 	return nil

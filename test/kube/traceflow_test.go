@@ -16,6 +16,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	authorizationv1 "k8s.io/api/authorization/v1"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -86,6 +87,51 @@ func createFixture(t *testing.T, ctx context.Context, dyn dynamic.Interface) {
 	}
 }
 
+// tidyForModel deletes, from the control plane the package's tests share,
+// what earlier tests left that the model refuses as a cluster state (and
+// so would make every trace, the CLI's and the controller's alike, fail):
+// Nodes without an InternalIP (the tunnel endpoint) and Pods on no Node or
+// on one that does not exist.
+func tidyForModel(t *testing.T, ctx context.Context, c *kubetest.Cluster) {
+	t.Helper()
+	cs, err := c.AdminClient()
+	if err != nil {
+		t.Fatal(err)
+	}
+	nodes, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	kept := map[string]bool{}
+	for _, n := range nodes.Items {
+		internal := false
+		for _, a := range n.Status.Addresses {
+			internal = internal || a.Type == corev1.NodeInternalIP
+		}
+		if internal {
+			kept[n.Name] = true
+			continue
+		}
+		t.Logf("deleting Node %s (no InternalIP), left by an earlier test", n.Name)
+		if err := cs.CoreV1().Nodes().Delete(ctx, n.Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			t.Fatal(err)
+		}
+	}
+	pods, err := cs.CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range pods.Items {
+		if kept[p.Spec.NodeName] {
+			continue
+		}
+		t.Logf("deleting Pod %s/%s (on Node %q, which does not exist), left by an earlier test", p.Namespace, p.Name, p.Spec.NodeName)
+		if err := cs.CoreV1().Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil && !apierrors.IsNotFound(err) {
+			t.Fatal(err)
+		}
+	}
+}
+
 // traceflowCase is one Traceflow applied through the API.
 type traceflowCase struct {
 	name       string
@@ -140,6 +186,7 @@ func TestTraceflowController(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	tidyForModel(t, ctx, c)
 	createFixture(t, ctx, dyn)
 
 	sa, err := c.ServiceAccountConfig(ctx, "flow-aggregator", "flow-aggregator")

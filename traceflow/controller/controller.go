@@ -167,17 +167,23 @@ func New(client kubernetes.Interface, dyn dynamic.Interface, opts Options) (*Con
 	return c, nil
 }
 
-// Check asks the API server once for Traceflows, so that a missing CRD or
-// a missing permission is an error at start-up rather than a log line
-// repeated for ever.
+// Errors of Check that no retry can fix.
+var (
+	ErrNotServed = errors.New("the API server does not serve " + CRDName + ": install its CustomResourceDefinition (deploy/sluice.yaml or the chart)")
+	ErrForbidden = errors.New("the Traceflow controller needs get, list, watch and delete on " + CRDName + " and update on " + Resource + "/status")
+)
+
+// Check asks the API server once for Traceflows, so that a missing CRD
+// (ErrNotServed) or a missing permission (ErrForbidden) is an error at
+// start-up rather than a log line repeated for ever. Other errors (an API
+// server out of reach) are worth a warning only: Run keeps retrying.
 func (c *Controller) Check(ctx context.Context) error {
 	_, err := c.dyn.Resource(GVR()).List(ctx, metav1.ListOptions{Limit: 1})
 	switch {
 	case apierrors.IsNotFound(err):
-		return fmt.Errorf("the API server does not serve %s: install its CustomResourceDefinition (deploy/sluice.yaml or the chart)", CRDName)
+		return ErrNotServed
 	case apierrors.IsForbidden(err):
-		return fmt.Errorf("listing %s: %w (the Traceflow controller needs get, list, watch and delete on %s and update on %s/status)",
-			CRDName, err, CRDName, Resource)
+		return fmt.Errorf("%w: %v", ErrForbidden, err)
 	case err != nil:
 		return fmt.Errorf("listing %s: %w", CRDName, err)
 	}
