@@ -169,8 +169,10 @@ func TestController(t *testing.T) {
 // The queue holds each name once and refuses names beyond its cap.
 func TestQueue(t *testing.T) {
 	q := newQueue(2)
-	if !q.add("a") || !q.add("a") || !q.add("b") {
-		t.Fatal("refused within the cap")
+	for _, n := range []string{"a", "a", "b"} {
+		if !q.add(n) {
+			t.Fatalf("%s refused within the cap", n)
+		}
 	}
 	if q.add("c") {
 		t.Fatal("accepted beyond the cap")
