@@ -66,6 +66,8 @@ const (
 	// maxSweep is the longest time between two sweeps.
 	maxSweep = 10 * time.Second
 	minSweep = 100 * time.Millisecond
+	// stateTimeout bounds one read of the cluster state.
+	stateTimeout = time.Minute
 )
 
 // Options configure a Controller. Settings and Log are required.
@@ -102,6 +104,9 @@ type Controller struct {
 
 	mu       sync.Mutex
 	attempts map[string]int // failed reads of the state, by name
+	// answered holds, by name, the resourceVersion whose status was
+	// written, so that a cache not yet updated does not trace it again.
+	answered map[string]string
 
 	sweepCount atomic.Int64 // finished sweeps, for tests
 }
@@ -138,7 +143,7 @@ func New(client kubernetes.Interface, dyn dynamic.Interface, opts Options) (*Con
 		opts.Now = time.Now
 	}
 	c := &Controller{client: client, dyn: dyn, opts: opts, log: opts.Log, q: newQueue(opts.QueueSize),
-		attempts: map[string]int{}}
+		attempts: map[string]int{}, answered: map[string]string{}}
 	c.m = metrics{
 		traced: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_traceflow_traced_total",
 			Help: "Traceflow objects traced, by the phase written (Succeeded, Failed)."}, []string{"phase"}),
@@ -287,6 +292,11 @@ func (c *Controller) sweep(ctx context.Context, store cache.Store) {
 			delete(c.attempts, name)
 		}
 	}
+	for name := range c.answered {
+		if !live[name] {
+			delete(c.answered, name)
+		}
+	}
 	c.mu.Unlock()
 	c.sweepCount.Add(1)
 }
@@ -311,6 +321,13 @@ func (c *Controller) process(ctx context.Context, store cache.Store, name string
 	}
 	u, ok := obj.(*unstructured.Unstructured)
 	if !ok || !pending(u) {
+		return
+	}
+	c.mu.Lock()
+	rv, done := c.answered[name]
+	stale := done && rv == u.GetResourceVersion()
+	c.mu.Unlock()
+	if stale {
 		return
 	}
 	tf, err := decode(u)
@@ -349,6 +366,9 @@ func (c *Controller) process(ctx context.Context, store cache.Store, name string
 		c.log.WarnContext(ctx, "traceflow controller: cannot write the status; the next sweep retries", "name", name, "err", err)
 		return
 	}
+	c.mu.Lock()
+	c.answered[name] = u.GetResourceVersion()
+	c.mu.Unlock()
 	c.m.traced.WithLabelValues(string(status.Phase)).Inc()
 	c.log.InfoContext(ctx, "traceflow controller: traced", "name", name, "phase", status.Phase,
 		"reason", status.Reason, "nodes", len(status.Results))
@@ -358,7 +378,10 @@ func (c *Controller) process(ctx context.Context, store cache.Store, name string
 // does. A request the model cannot take gives a Failed status; an error is
 // returned only when the state cannot be read.
 func (c *Controller) trace(ctx context.Context, tf *crd.Traceflow) (crd.TraceflowStatus, error) {
-	objs, probs, err := kube.Load(ctx, c.client, c.dyn, kube.Options{})
+	// As the CLI's default --request-timeout.
+	lctx, cancel := context.WithTimeout(ctx, stateTimeout)
+	objs, probs, err := kube.Load(lctx, c.client, c.dyn, kube.Options{})
+	cancel()
 	if err != nil {
 		return crd.TraceflowStatus{}, fmt.Errorf("reading the cluster state: %w", err)
 	}
