@@ -27,6 +27,7 @@ import (
 	"sluice/mode"
 	"sluice/ring"
 	"sluice/sink"
+	"sluice/traceflow/controller"
 )
 
 // DrainTimeout is the default of sluice.drainTimeout: how long sinks may
@@ -55,7 +56,10 @@ type Aggregator struct {
 	certs   *certs.Bundle
 
 	// meta is the Kubernetes metadata source, nil when there is none.
-	meta        enrich.Source
+	meta enrich.Source
+	// traceflow answers Traceflow objects; nil unless
+	// sluice.traceflow.enable.
+	traceflow   *controller.Controller
 	batches     chan flow.Batch
 	buf         *ring.Buffer[*flow.Flow]
 	mode        mode.Mode
@@ -107,6 +111,9 @@ func (a *Aggregator) init() error {
 		return err
 	}
 	if err := a.setupMetadata(); err != nil {
+		return err
+	}
+	if err := a.setupTraceflow(); err != nil {
 		return err
 	}
 	if a.mode, err = a.newMode(); err != nil {
@@ -216,6 +223,13 @@ func (a *Aggregator) Run(ctx context.Context) error {
 		case <-a.meta.Ready():
 		case <-runCtx.Done():
 		}
+	}
+	if a.traceflow != nil {
+		stages.Go(func() {
+			if err := a.traceflow.Run(runCtx); err != nil && runCtx.Err() == nil {
+				a.log.Error("the Traceflow controller stopped", "err", err)
+			}
+		})
 	}
 	collCtx, stopColl := context.WithCancel(runCtx)
 	defer stopColl()

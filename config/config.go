@@ -288,6 +288,28 @@ type Sluice struct {
 	// send what they hold; what they have not sent by then is counted as
 	// lost (reason "shutdown"). 0 means the default, 10s.
 	DrainTimeout Duration `yaml:"drainTimeout"`
+	// Traceflow holds the Traceflow controller's settings.
+	Traceflow TraceflowOptions `yaml:"traceflow"`
+}
+
+// TraceflowOptions is the `sluice.traceflow` section: the controller that
+// answers Traceflow objects (traceflows.sluice.io) by tracing them on the
+// datapath model of the cluster, as `sluice traceflow --kubeconfig` does.
+// The model settings take the CLI's flag values (--traffic-mode,
+// --tunnel-type, --service-cidr, --egress-except-cidr, --proxy-all) and
+// are checked when the aggregator starts.
+type TraceflowOptions struct {
+	// Enable runs the controller; it needs Kubernetes (sluice.kubeconfig
+	// or the in-cluster configuration).
+	Enable bool `yaml:"enable"`
+	// DeleteAfter is how long after its start a finished (Succeeded or
+	// Failed) Traceflow is deleted; 0 keeps them, as Antrea does.
+	DeleteAfter       Duration `yaml:"deleteAfter"`
+	TrafficMode       string   `yaml:"trafficMode"`
+	TunnelType        string   `yaml:"tunnelType"`
+	ServiceCIDRs      []string `yaml:"serviceCIDRs"`
+	EgressExceptCIDRs []string `yaml:"egressExceptCIDRs"`
+	ProxyAll          bool     `yaml:"proxyAll"`
 }
 
 // ServerTLS is the `sluice.tls` section: the certificates of the IPFIX (tls
@@ -378,6 +400,8 @@ func Default() *Aggregator {
 			Proxy:             ProxyOptions{PassThroughUnknown: true, FastPath: true},
 			Aggregate:         AggregateOptions{MaxFlows: 1000000, ExportOneSided: true},
 			DrainTimeout:      Duration{10 * time.Second},
+			Traceflow: TraceflowOptions{TrafficMode: "encap", TunnelType: "geneve",
+				ServiceCIDRs: []string{"10.96.0.0/12"}},
 		},
 	}
 }
@@ -430,6 +454,8 @@ func (a *Aggregator) applyDefaults() {
 	if a.Sluice.DrainTimeout.Duration <= 0 {
 		a.Sluice.DrainTimeout = d.Sluice.DrainTimeout
 	}
+	setString(&a.Sluice.Traceflow.TrafficMode, d.Sluice.Traceflow.TrafficMode)
+	setString(&a.Sluice.Traceflow.TunnelType, d.Sluice.Traceflow.TunnelType)
 }
 
 // atLeastOneSecond rounds a flow record timeout up to 1s, as Antrea does.

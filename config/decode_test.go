@@ -111,6 +111,8 @@ func TestDefaultValues(t *testing.T) {
 		{"sluice.aggregate.maxFlows", a.Sluice.Aggregate.MaxFlows, 1000000},
 		{"sluice.aggregate.exportOneSided", a.Sluice.Aggregate.ExportOneSided, true},
 		{"sluice.drainTimeout", a.Sluice.DrainTimeout.Duration, 10 * time.Second},
+		{"sluice.traceflow", a.Sluice.Traceflow, TraceflowOptions{TrafficMode: "encap", TunnelType: "geneve",
+			ServiceCIDRs: []string{"10.96.0.0/12"}}},
 	}
 	for _, c := range checks {
 		if !reflect.DeepEqual(c.got, c.want) {

@@ -344,6 +344,9 @@ func (v *validator) sluice() {
 	}
 
 	v.atLeast("sluice.aggregate.maxFlows", s.Aggregate.MaxFlows, 1)
+	if s.Traceflow.DeleteAfter.Duration < 0 {
+		v.add("sluice.traceflow.deleteAfter", "must not be negative, got %s", s.Traceflow.DeleteAfter.Duration)
+	}
 }
 
 // pair checks that a certificate and its key are given together.

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/netip"
 	"os"
 	"strings"
 	"time"
@@ -17,6 +16,7 @@ import (
 	"sluice/traceflow/crd"
 	"sluice/traceflow/datapath"
 	"sluice/traceflow/flowspec"
+	"sluice/traceflow/modelrun"
 	"sluice/traceflow/ovs"
 	"sluice/traceflow/pipeline"
 	"sluice/traceflow/render"
@@ -47,35 +47,22 @@ func (f *traceflowFlags) register(cmd *cobra.Command) {
 	fl.BoolVar(&f.proxyAll, "proxy-all", false, "the agents' antreaProxy.proxyAll: NodePorts of each Node's own addresses are load-balanced in OVS")
 }
 
+// settingFlags names each model setting's flag, for errors.
+var settingFlags = map[string]string{
+	"TrafficMode": "--traffic-mode", "TunnelType": "--tunnel-type",
+	"ServiceCIDRs": "--service-cidr", "EgressExceptCIDRs": "--egress-except-cidr",
+}
+
 // config turns the flags into a pipeline configuration.
 func (f *traceflowFlags) config(tag uint8) (pipeline.Config, error) {
-	cfg := pipeline.DefaultConfig()
-	var err error
-	if cfg.TrafficMode, err = pipeline.ParseTrafficMode(f.trafficMode); err != nil {
-		return cfg, fmt.Errorf("--traffic-mode: %w", err)
+	s := modelrun.Settings{TrafficMode: f.trafficMode, TunnelType: f.tunnelType,
+		ServiceCIDRs: f.serviceCIDRs, EgressExceptCIDRs: f.exceptCIDRs, ProxyAll: f.proxyAll}
+	cfg, err := s.Config(tag)
+	var se *modelrun.SettingError
+	if errors.As(err, &se) {
+		return cfg, fmt.Errorf("%s: %w", settingFlags[se.Field], se.Err)
 	}
-	if cfg.TunnelType, err = pipeline.ParseTunnelType(f.tunnelType); err != nil {
-		return cfg, fmt.Errorf("--tunnel-type: %w", err)
-	}
-	parse := func(flag string, in []string) ([]netip.Prefix, error) {
-		var out []netip.Prefix
-		for _, s := range in {
-			p, err := netip.ParsePrefix(s)
-			if err != nil {
-				return nil, fmt.Errorf("%s: %q is not a CIDR", flag, s)
-			}
-			out = append(out, p.Masked())
-		}
-		return out, nil
-	}
-	if cfg.ServiceCIDRs, err = parse("--service-cidr", f.serviceCIDRs); err != nil {
-		return cfg, err
-	}
-	if cfg.EgressExceptCIDRs, err = parse("--egress-except-cidr", f.exceptCIDRs); err != nil {
-		return cfg, err
-	}
-	cfg.Tag, cfg.ProxyAll = tag, f.proxyAll
-	return cfg, nil
+	return cfg, err
 }
 
 // objects reads the cluster state's objects: from files, or from the live
@@ -122,15 +109,11 @@ func (f *traceflowFlags) model(ctx context.Context, stderr io.Writer, objs []clu
 	if err != nil {
 		return nil, err
 	}
-	st, probs := cluster.Build(objs)
-	if err := probs.Err(); err != nil {
+	m, probs, err := modelrun.Model(ctx, objs, cfg)
+	if err != nil {
 		return nil, err
 	}
-	m, more, err := pipeline.Build(ctx, st, cfg)
-	if err != nil {
-		return nil, fmt.Errorf("building the datapath model: %w", err)
-	}
-	for _, p := range append(probs, more...) {
+	for _, p := range probs {
 		fmt.Fprintf(stderr, "%s%s\n", label, p)
 	}
 	return m, nil

@@ -153,6 +153,9 @@ type aggregatorOptions struct {
 	kubeconfig string
 	grpc       bool     // run the gRPC collector (mutual TLS)
 	env        []string // added to the process's environment
+	// sluiceExtra is appended to the sluice section of the configuration
+	// (keys indented by two spaces).
+	sluiceExtra string
 }
 
 func startAggregatorWith(t *testing.T, o aggregatorOptions, jc *jsonCollector) *aggregatorProc {
@@ -181,7 +184,7 @@ sluice:
   kubeconfig: "%s"
   tls:
     certDir: %s
-`, jc.ln.Addr(), ipfixPort, grpcAddr, apiPort, kubeconfig, filepath.Join(dir, "certs"))
+%s`, jc.ln.Addr(), ipfixPort, grpcAddr, apiPort, kubeconfig, filepath.Join(dir, "certs"), o.sluiceExtra)
 	path := filepath.Join(dir, "flow-aggregator.conf")
 	if err := os.WriteFile(path, []byte(conf), 0o600); err != nil {
 		t.Fatal(err)

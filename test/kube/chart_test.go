@@ -7,6 +7,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 
@@ -128,6 +129,10 @@ func chartVariants() []chartVariant {
 			if _, ok := r["HorizontalPodAutoscaler/flow-aggregator"]; ok {
 				t.Error("an HPA by default")
 			}
+			checkTraceflowRendered(t, r, cfg, true)
+		}},
+		{name: "no-traceflow", set: []string{"sluice.traceflow.enable=false"}, check: func(t *testing.T, r rendered) {
+			checkTraceflowRendered(t, r, aggregatorConfig(t, r), false)
 		}},
 		{name: "proxy-hpa", set: []string{"mode=Proxy", "autoscaling.enable=true", "autoscaling.maxReplicas=5"}, check: func(t *testing.T, r rendered) {
 			if cfg := aggregatorConfig(t, r); cfg.Mode != config.ModeProxy {
@@ -252,5 +257,37 @@ func TestChartRefuses(t *testing.T) {
 	// Proxy mode may run several replicas.
 	if _, err := render(t, "flow-aggregator", "flow-aggregator", "mode=Proxy", "replicas=3"); err != nil {
 		t.Errorf("Proxy mode with 3 replicas: %v", err)
+	}
+}
+
+// checkTraceflowRendered checks the Traceflow controller's parts: with it
+// on, the CRD, the aggregator's grants on Traceflows, and the switch in
+// the configuration; with it off, none of them.
+func checkTraceflowRendered(t *testing.T, r rendered, cfg *config.Aggregator, on bool) {
+	t.Helper()
+	if cfg.Sluice.Traceflow.Enable != on {
+		t.Errorf("sluice.traceflow.enable = %v, want %v", cfg.Sluice.Traceflow.Enable, on)
+	}
+	if _, ok := r["CustomResourceDefinition/traceflows.sluice.io"]; ok != on {
+		t.Errorf("CRD traceflows.sluice.io rendered: %v, want %v", ok, on)
+	}
+	var role rbacv1.ClusterRole
+	r.get(t, "ClusterRole", "flow-aggregator", &role)
+	grants := map[string]string{}
+	for _, rule := range role.Rules {
+		for _, g := range rule.APIGroups {
+			for _, res := range rule.Resources {
+				grants[g+"/"+res] = strings.Join(rule.Verbs, ",")
+			}
+		}
+	}
+	want := map[string]string{}
+	if on {
+		want = map[string]string{"sluice.io/traceflows": "get,list,watch,delete", "sluice.io/traceflows/status": "update,patch"}
+	}
+	for _, k := range []string{"sluice.io/traceflows", "sluice.io/traceflows/status"} {
+		if grants[k] != want[k] {
+			t.Errorf("ClusterRole flow-aggregator grants %q on %s, want %q", grants[k], k, want[k])
+		}
 	}
 }

@@ -74,7 +74,11 @@ func Run(ctx context.Context, m *pipeline.Model, tf *crd.Traceflow, opts Options
 		now = opts.Now
 	}
 	out := tf.Clone()
-	out.APIVersion, out.Kind = crd.GroupVersion, crd.KindTraceflow
+	// Keep the request's group (Antrea's, or Sluice's traceflows.sluice.io).
+	if out.APIVersion == "" {
+		out.APIVersion = crd.GroupVersion
+	}
+	out.Kind = crd.KindTraceflow
 	start := metav1.NewTime(now().Truncate(time.Second))
 	out.Status = crd.TraceflowStatus{StartTime: &start}
 	src, err := admit(m.State, tf)
