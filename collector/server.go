@@ -168,6 +168,11 @@ func (s *Server) serveConn(ctx context.Context, c net.Conn, transport string, tl
 			case errors.Is(err, ipfix.ErrMalformed):
 				s.o.Metrics.DecodeErrors.WithLabelValues(transport).Inc()
 				log.Warn("closing IPFIX session: malformed message", "err", err)
+			case errors.Is(err, io.ErrUnexpectedEOF):
+				// The peer went away inside a message: what it sent of it
+				// is lost, and counted with the malformed ones.
+				s.o.Metrics.DecodeErrors.WithLabelValues(transport).Inc()
+				log.Warn("IPFIX session ended inside a message (truncated)", "err", err)
 			default:
 				log.Info("IPFIX session ended", "err", err)
 			}

@@ -42,6 +42,7 @@ type pipeline struct {
 	certDir string
 	ipfix   string // the aggregator's IPFIX address (TCP)
 	grpc    string
+	api     string
 	runs    int
 }
 
@@ -54,7 +55,7 @@ func newPipeline(t *testing.T, transport, drainTimeout string) *pipeline {
 		network = "udp"
 	}
 	p := &pipeline{t: t, coll: stubcollector.New(t), certDir: filepath.Join(dir, "certs"),
-		ipfix: freeAddr(t, network), grpc: freeAddr(t, "tcp")}
+		ipfix: freeAddr(t, network), grpc: freeAddr(t, "tcp"), api: freeAddr(t, "tcp")}
 	if _, err := certs.Ensure(p.certDir, certs.Options{}); err != nil {
 		t.Fatal(err)
 	}
@@ -67,10 +68,10 @@ flowCollector: {enable: true, address: "%s:tcp"}
 sluice:
   ipfixAddress: %q
   grpcAddress: %q
-  apiAddress: "127.0.0.1:0"
+  apiAddress: %q
   drainTimeout: %s
   tls: {certDir: %s}
-`, transport, p.coll.Addr(), p.ipfix, p.grpc, drainTimeout, p.certDir))
+`, transport, p.coll.Addr(), p.ipfix, p.grpc, p.api, drainTimeout, p.certDir))
 	return p
 }
 
