@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
@@ -166,12 +167,19 @@ func num(t *testing.T, l map[string]any, key string) int {
 func freeAddr(t *testing.T, network string) string {
 	t.Helper()
 	if network == "udp" {
-		c, err := net.ListenPacket("udp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
+		// Outside the ephemeral range: an exporter re-dialling a dead
+		// aggregator over UDP gets an ephemeral local port, which could
+		// be this one once the aggregator is gone.
+		for range 100 {
+			addr := fmt.Sprintf("127.0.0.1:%d", 20000+rand.IntN(12000))
+			c, err := net.ListenPacket("udp", addr)
+			if err != nil {
+				continue
+			}
+			c.Close()
+			return addr
 		}
-		defer c.Close()
-		return c.LocalAddr().String()
+		t.Fatal("no free UDP port")
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
