@@ -63,6 +63,12 @@ func (p *pipeline) exporterMetrics(name string) string {
 // newPipeline prepares an aggregator whose IPFIX collector takes transport
 // (tcp, tls or udp).
 func newPipeline(t *testing.T, transport, drainTimeout string) *pipeline {
+	return newPipelineBuffer(t, transport, drainTimeout, 65536)
+}
+
+// newPipelineBuffer is newPipeline with the aggregator's record buffer of
+// the given size.
+func newPipelineBuffer(t *testing.T, transport, drainTimeout string, buffer int) *pipeline {
 	dir := t.TempDir()
 	network := "tcp"
 	if transport == "udp" {
@@ -77,7 +83,7 @@ func newPipeline(t *testing.T, transport, drainTimeout string) *pipeline {
 	writeFile(t, p.config, fmt.Sprintf(`
 mode: Proxy
 aggregatorTransportProtocol: %s
-recordBufferSize: 65536
+recordBufferSize: %d
 flowCollector: {enable: true, address: "%s:tcp"}
 sluice:
   ipfixAddress: %q
@@ -85,7 +91,7 @@ sluice:
   apiAddress: %q
   drainTimeout: %s
   tls: {certDir: %s}
-`, transport, p.coll.Addr(), p.ipfix, p.grpc, p.api, drainTimeout, p.certDir))
+`, transport, buffer, p.coll.Addr(), p.ipfix, p.grpc, p.api, drainTimeout, p.certDir))
 	return p
 }
 

@@ -27,6 +27,21 @@ type Collector struct {
 	recs []Record
 	raw  []*ipfix.Record // raw[i] is recs[i]'s, until Records builds its maps
 	errs []error
+	// conns are the open connections, closed by Close.
+	conns  map[net.Conn]bool
+	closed bool
+}
+
+// Close stops the collector: its listener and every connection close, as
+// when a collector goes down. What it received stays readable.
+func (c *Collector) Close() {
+	c.ln.Close()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.closed = true
+	for conn := range c.conns {
+		conn.Close()
+	}
 }
 
 // Record is one data record a Collector received.
@@ -38,14 +53,18 @@ type Record struct {
 }
 
 // New starts a Collector.
-func New(tb testing.TB) *Collector {
+func New(tb testing.TB) *Collector { return NewAt(tb, "127.0.0.1:0") }
+
+// NewAt starts a Collector listening on addr (a collector coming back
+// where one was stopped, say).
+func NewAt(tb testing.TB, addr string) *Collector {
 	tb.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		tb.Fatal(err)
 	}
-	c := &Collector{ln: ln}
-	tb.Cleanup(func() { ln.Close() })
+	c := &Collector{ln: ln, conns: map[net.Conn]bool{}}
+	tb.Cleanup(c.Close)
 	table, err := ipfixmap.NewTable(ipfix.DefaultRegistry())
 	if err != nil {
 		tb.Fatal(err)
@@ -65,7 +84,20 @@ func New(tb testing.TB) *Collector {
 // serve decodes one connection until it ends or sends what cannot be
 // decoded.
 func (c *Collector) serve(conn net.Conn, table *ipfixmap.Table) {
-	defer conn.Close()
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		conn.Close()
+		return
+	}
+	c.conns[conn] = true
+	c.mu.Unlock()
+	defer func() {
+		conn.Close()
+		c.mu.Lock()
+		delete(c.conns, conn)
+		c.mu.Unlock()
+	}()
 	sess := ipfix.NewSession(ipfix.SessionOptions{})
 	d := ipfix.NewDecoder(sess)
 	var unknownSeen uint64
