@@ -6,6 +6,7 @@ import (
 	"sluice/mode"
 	"sluice/ring"
 	"sluice/sink"
+	"sluice/sink/clickhouse"
 	"sluice/sink/flowlog"
 	"sluice/sink/flowstream"
 	"sluice/sink/ipfixout"
@@ -18,6 +19,7 @@ func Sinks() []sink.Factory {
 		ipfixout.Factory(),
 		flowlog.Factory(),
 		flowstream.Factory(),
+		clickhouse.Factory(),
 	}
 }
 
