@@ -279,6 +279,22 @@ sluice: {ipfixAddress: "127.0.0.1:0", apiAddress: "127.0.0.1:0", inventory: %s}
 					}
 				}
 			}
+			// The queries docs/sinks.md shows run on this server and find rows.
+			for _, q := range docQueries(t) {
+				rows, err := conn.Query(context.Background(), q)
+				if err != nil {
+					t.Errorf("docs/sinks.md query fails: %v\n%s", err, q)
+					continue
+				}
+				n := 0
+				for rows.Next() {
+					n++
+				}
+				rows.Close()
+				if n == 0 {
+					t.Errorf("docs/sinks.md query finds nothing:\n%s", q)
+				}
+			}
 			// The views were fed.
 			for _, v := range []string{clickhouse.PodView, clickhouse.NodeView, clickhouse.PolicyView} {
 				if srv.Count(conn, v) < 1 {
@@ -287,4 +303,20 @@ sluice: {ipfixAddress: "127.0.0.1:0", apiAddress: "127.0.0.1:0", inventory: %s}
 			}
 		})
 	}
+}
+
+// docQueries are the SQL blocks of docs/sinks.md.
+func docQueries(t *testing.T) []string {
+	b, err := os.ReadFile("../../docs/sinks.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, part := range strings.Split(string(b), "```sql\n")[1:] {
+		out = append(out, strings.Split(part, "```")[0])
+	}
+	if len(out) < 4 {
+		t.Fatalf("docs/sinks.md has %d SQL blocks", len(out))
+	}
+	return out
 }
