@@ -39,6 +39,8 @@ const (
 	DefaultBatchRows    = 65536
 	DefaultFlushTimeout = 10 * time.Second
 	DefaultDialTimeout  = 10 * time.Second
+	// blockRows bounds a block of an INSERT.
+	blockRows = 8192
 	// insertTimeout bounds one INSERT, sent and acknowledged.
 	insertTimeout = time.Minute
 	// Backoff between failed attempts doubles from minBackoff to
@@ -500,23 +502,37 @@ func describe(err error, user string) string {
 	return err.Error()
 }
 
-// insert sends rows as one INSERT.
+// insert sends rows as one INSERT, in blocks of at most blockRows rows:
+// the driver's column buffers, cleared after each block, are then reused
+// instead of growing (and being collected) insert after insert.
 func (s *Sink) insert(ctx context.Context, rows []*flow.Flow) error {
 	ictx, cancel := context.WithTimeout(ctx, insertTimeout)
 	defer cancel()
-	s.blk.reset()
-	for _, f := range rows {
-		s.blk.add(f)
-	}
 	batch, err := s.conn.PrepareBatch(ictx, s.blk.insert)
 	if err != nil {
 		return err
 	}
-	if err := s.blk.appendTo(batch); err != nil {
-		batch.Abort()
-		return err
+	for len(rows) > 0 {
+		n := min(len(rows), blockRows)
+		s.blk.reset()
+		for _, f := range rows[:n] {
+			s.blk.add(f)
+		}
+		rows = rows[n:]
+		if err := s.blk.appendTo(batch); err != nil {
+			batch.Abort()
+			return err
+		}
+		if len(rows) > 0 {
+			if err := batch.Flush(); err != nil {
+				batch.Abort()
+				return err
+			}
+		}
 	}
-	return batch.Send()
+	err = batch.Send()
+	s.blk.reset()
+	return err
 }
 
 // deque is a growable ring of records.
