@@ -16,7 +16,7 @@ func TestClickHouseSchema(t *testing.T) {
 				"CREATE MATERIALIZED VIEW IF NOT EXISTS `default`.flows_policy_view"}, nil},
 		{[]string{"clickhouse", "schema", "--server-version", "18.16", "--database", "fa", "--ttl", "1h"},
 			[]string{"-- left out for ClickHouse 18.16: TTL", "CREATE TABLE IF NOT EXISTS `fa`.flows", "destinationServiceIP String"},
-			[]string{"LowCardinality(", "TTL timeInserted"}},
+			[]string{"Namespace LowCardinality(String)", "TTL timeInserted"}},
 	} {
 		var out bytes.Buffer
 		root := newRootCmd()
