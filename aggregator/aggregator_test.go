@@ -427,9 +427,10 @@ func TestCloseReleasesWhatNewBound(t *testing.T) {
 // against the sinks this build runs, as a file is.
 func TestNewRefusesUnsupportedSinks(t *testing.T) {
 	cfg := config.Default()
-	cfg.ClickHouse.Enable = true
+	cfg.S3Uploader.Enable = true
+	cfg.S3Uploader.BucketName = "flows"
 	_, err := aggregator.New(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	if err == nil || !strings.Contains(err.Error(), "clickHouse.enable: the ClickHouse sink is not supported yet") {
-		t.Errorf("New with ClickHouse: %v", err)
+	if err == nil || !strings.Contains(err.Error(), "s3Uploader.enable: the S3 uploader sink is not supported yet") {
+		t.Errorf("New with S3: %v", err)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"sluice/mode"
 	"sluice/ring"
 	"sluice/sink"
+	"sluice/sink/clickhouse"
 	"sluice/sink/flowlog"
 	"sluice/sink/flowstream"
 	"sluice/sink/ipfixout"
@@ -20,6 +21,7 @@ func Sinks() []sink.Factory {
 		flowlog.Factory(),
 		flowstream.Factory(),
 		s3.Factory(),
+		clickhouse.Factory(),
 	}
 }
 

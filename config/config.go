@@ -2,7 +2,9 @@
 //
 // The file is YAML. It accepts every key of Antrea's flow-aggregator.conf,
 // with Antrea's defaults, so an existing Antrea file can be used as it is.
-// Keys Sluice adds live under the single top-level key `sluice`.
+// Keys Sluice adds live under the single top-level key `sluice`, except the
+// few that only make sense inside a sink's own section (clickHouse.createSchema,
+// clickHouse.queueSize, clickHouse.ttl, clickHouse.tls.caFile).
 //
 // [Load] and [Parse] decode the file strictly: an unknown key (usually a
 // typo) is an error naming the key and its line, with a suggestion when a
@@ -191,14 +193,29 @@ type ClickHouse struct {
 	Compress bool `yaml:"compress"`
 	// CommitInterval is the time between batch inserts (at least 1s).
 	CommitInterval Duration `yaml:"commitInterval"`
+	// CreateSchema (Sluice) creates the flows table and its views at start
+	// when they are missing.
+	CreateSchema bool `yaml:"createSchema"`
+	// QueueSize (Sluice) bounds the rows waiting to be inserted; beyond
+	// it the oldest are dropped and counted.
+	QueueSize int `yaml:"queueSize"`
+	// TTL (Sluice) is how long rows live in a table CreateSchema creates;
+	// 0 keeps them. Servers older than 19.6 have no TTL.
+	TTL Duration `yaml:"ttl"`
 }
 
 // ClickHouseTLS is the `clickHouse.tls` section.
 type ClickHouseTLS struct {
 	InsecureSkipVerify bool `yaml:"insecureSkipVerify"`
-	// CACert means: verify the server with a custom CA.
+	// CACert means: verify the server with the CA in CAFile.
 	CACert bool `yaml:"caCert"`
+	// CAFile (Sluice) is the CA's PEM file; the default is where the
+	// reference's chart mounts its clickhouse-ca Secret.
+	CAFile string `yaml:"caFile"`
 }
+
+// DefaultClickHouseCAFile is the default clickHouse.tls.caFile.
+const DefaultClickHouseCAFile = "/etc/flow-aggregator/certs/clickhouse/ca.crt"
 
 // S3Uploader is the `s3Uploader` section.
 type S3Uploader struct {
@@ -376,6 +393,8 @@ func Default() *Aggregator {
 			DatabaseURL:    DefaultClickHouseURL,
 			Compress:       true,
 			CommitInterval: Duration{8 * time.Second},
+			QueueSize:      524288,
+			TLS:            ClickHouseTLS{CAFile: DefaultClickHouseCAFile},
 		},
 		S3Uploader: S3Uploader{
 			RecordFormat:      FormatCSV,
@@ -437,6 +456,8 @@ func (a *Aggregator) applyDefaults() {
 
 	setString(&a.ClickHouse.Database, d.ClickHouse.Database)
 	setString(&a.ClickHouse.DatabaseURL, d.ClickHouse.DatabaseURL)
+	setInt(&a.ClickHouse.QueueSize, d.ClickHouse.QueueSize)
+	setString(&a.ClickHouse.TLS.CAFile, d.ClickHouse.TLS.CAFile)
 
 	setString(&a.S3Uploader.RecordFormat, d.S3Uploader.RecordFormat)
 	setInt(&a.S3Uploader.MaxRecordsPerFile, d.S3Uploader.MaxRecordsPerFile)

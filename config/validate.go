@@ -250,6 +250,8 @@ func (v *validator) clickHouse() {
 		v.add("clickHouse.databaseURL", "%q is not <scheme>://<host>:<port> with scheme tcp, tls, http or https", c.DatabaseURL)
 	}
 	v.minDuration("clickHouse.commitInterval", c.CommitInterval, time.Second)
+	v.atLeast("clickHouse.queueSize", c.QueueSize, 1)
+	v.minDuration("clickHouse.ttl", c.TTL, 0)
 }
 
 func (v *validator) s3Uploader() {

@@ -78,6 +78,8 @@ func TestValidate(t *testing.T) {
 		{"flow collector unsupported", "flowCollector:\n  enable: true\n  address: c:4739\n",
 			&ValidateOptions{Sinks: map[string]SinkSupport{}},
 			`cfg.yaml:2: flowCollector.enable: the flow collector sink is not supported yet`},
+		{"ClickHouse queue and TTL", "clickHouse:\n  enable: true\n  queueSize: -1\n  ttl: -1s\n", ptr(allSinks()),
+			"cfg.yaml:3: clickHouse.queueSize: must be at least 1, got -1\ncfg.yaml:4: clickHouse.ttl: must be at least 0s, got -1s"},
 		{"disabled sinks are not checked", "clickHouse:\n  commitInterval: 1ms\ns3Uploader:\n  uploadInterval: 1ms\nflowCollector:\n  maxIPFIXMsgSize: 5\n", nil, ""},
 
 		// flowCollector.

@@ -56,6 +56,11 @@ type Options struct {
 	Log *slog.Logger
 	// Seed makes the traffic repeatable.
 	Seed uint64
+	// ClickHouseURL, when set, is a ClickHouse server (clickHouse.databaseURL)
+	// the aggregator also writes its records to, creating the flows table
+	// and views if they are missing; credentials from CH_USERNAME and
+	// CH_PASSWORD.
+	ClickHouseURL string
 }
 
 func (o *Options) defaults() error {

@@ -15,6 +15,7 @@ import (
 
 	"sluice/config"
 	"sluice/exporter/source"
+	"sluice/internal/testkit/chserver"
 	"sluice/ipfix"
 	"sluice/traceflow/crd"
 )
@@ -294,3 +295,24 @@ func (f fixedSource) Dump(_ context.Context, dst []source.Conn) ([]source.Conn, 
 }
 
 func (fixedSource) Close() error { return nil }
+
+// TestDemoClickHouse: given a ClickHouse, the demo's aggregator creates
+// the flows table and writes every record it exports there too.
+func TestDemoClickHouse(t *testing.T) {
+	srv := chserver.Start(t, chserver.Options{})
+	var stdout bytes.Buffer
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	sum, err := Run(ctx, Options{Mode: config.ModeAggregate, Duration: 4 * time.Second, Rate: 150, Stdout: &stdout,
+		Refresh: time.Second, Seed: 1, ClickHouseURL: "tcp://" + srv.Addr})
+	if err != nil {
+		t.Fatalf("Run: %v\n%s", err, stdout.String())
+	}
+	rows := srv.Count(srv.Conn(), "flows")
+	if got := sum.SinkExported[config.SinkClickHouse]; got == 0 || int64(got) != rows {
+		t.Errorf("the sink counted %d rows, the table has %d", got, rows)
+	}
+	if !strings.Contains(stdout.String(), "clickHouse: ") {
+		t.Errorf("the summary does not mention ClickHouse:\n%s", stdout.String())
+	}
+}

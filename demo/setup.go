@@ -191,6 +191,12 @@ func aggregatorConfig(o *Options, work, inventory, collectorAddr string) (*confi
 		cfg.FlowLogger.Path = filepath.Join(o.Out, "flows.log")
 		cfg.FlowLogger.Compress = false
 	}
+	if o.ClickHouseURL != "" {
+		cfg.ClickHouse.Enable = true
+		cfg.ClickHouse.DatabaseURL = o.ClickHouseURL
+		cfg.ClickHouse.CreateSchema = true
+		cfg.ClickHouse.CommitInterval = config.Duration{Duration: time.Second}
+	}
 	loopback := "127.0.0.1:0"
 	cfg.Sluice.IPFIXAddress, cfg.Sluice.GRPCAddress, cfg.Sluice.FlowStreamAddress, cfg.Sluice.APIAddress =
 		loopback, loopback, loopback, loopback

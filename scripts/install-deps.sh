@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what the tests need on a fresh Debian machine: the third-party
 # IPFIX peers the interop tests run for real, the tools of the end-to-end
-# tests, protoc for the check of the generated code, and the Go modules.
+# tests, ClickHouse for the ClickHouse sink's tests, protoc for the check
+# of the generated code, and the Go modules.
 set -euo pipefail
 
 need=()
@@ -21,6 +22,9 @@ command -v ovs-vswitchd >/dev/null || need+=(openvswitch-switch)
 # The Kubernetes tests: etcd beside a kube-apiserver built from source
 # (scripts/build-kube-apiserver.sh, run by `make deps`).
 command -v etcd >/dev/null || need+=(etcd-server)
+# The ClickHouse sink's tests start their own server (Debian's 18.16).
+command -v clickhouse-server >/dev/null || need+=(clickhouse-server)
+command -v clickhouse-client >/dev/null || need+=(clickhouse-client)
 # `make generate-check`: protoc and the well-known .proto files it includes.
 command -v protoc >/dev/null || need+=(protobuf-compiler)
 [[ -f /usr/include/google/protobuf/timestamp.proto ]] || need+=(libprotobuf-dev)

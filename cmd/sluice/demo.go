@@ -18,12 +18,13 @@ import (
 func newDemoCmd() *cobra.Command {
 	var (
 		mode, out, clusterDir string
+		clickHouseURL         string
 		duration              time.Duration
 		rate                  float64
 		logOpts               logOptions
 	)
 	cmd := &cobra.Command{
-		Use:   "demo [--mode aggregate|proxy] [--duration 30s] [--out DIR] [--rate N] [--cluster DIR]",
+		Use:   "demo [--mode aggregate|proxy] [--duration 30s] [--out DIR] [--rate N] [--cluster DIR] [--clickhouse-url tcp://HOST:9000]",
 		Short: "Run a whole cluster's flow pipeline and a trace on this machine",
 		Long: `Runs, in one process on loopback, an aggregator and one exporter per Node
 of an example cluster (bundled; --cluster for your own YAML), each exporter
@@ -69,7 +70,7 @@ Pod through its Egress in antctl's layout. --out DIR keeps the flow log
 			// The first signal starts the orderly stop (draining can take
 			// a few seconds); a second one ends the process at once.
 			go func() { <-ctx.Done(); stop() }()
-			_, err = demo.Run(ctx, demo.Options{Mode: m, Duration: duration, Rate: rate, ClusterDir: clusterDir, Out: out,
+			_, err = demo.Run(ctx, demo.Options{Mode: m, Duration: duration, Rate: rate, ClusterDir: clusterDir, Out: out, ClickHouseURL: clickHouseURL,
 				Stdout: stdout, Terminal: isTerm, Log: log})
 			return err
 		},
@@ -80,6 +81,7 @@ Pod through its Egress in antctl's layout. --out DIR keeps the flow log
 	fl.StringVar(&out, "out", "", "directory for the flow log (aggregate mode) and the capture of the aggregator's IPFIX export")
 	fl.Float64Var(&rate, "rate", demo.DefaultRate, "new connections per second in the whole cluster")
 	fl.StringVar(&clusterDir, "cluster", "", "cluster objects (a directory of YAML/JSON, as sluice traceflow reads) instead of the bundled example")
+	fl.StringVar(&clickHouseURL, "clickhouse-url", "", "also write the records to this ClickHouse (tcp://host:9000; CH_USERNAME, CH_PASSWORD), creating the flows table if missing")
 	logOpts.register(cmd)
 	// The view is the demo's output: the components speak only of problems.
 	lvl := fl.Lookup("log-level")
