@@ -234,10 +234,29 @@ func (e *exportService) Export(stream flowpb.FlowExportService_ExportServer) err
 	defer s.release(exporter)
 	log := o.Log.With("transport", "grpc", "peer", exporter.String())
 	done := make(chan streamEnd, 1)
-	go func() { done <- e.receive(stream, exporter, log) }()
+	pending := make(chan []*flow.Flow, 1)
+	go func() { done <- e.receive(stream, exporter, log, pending) }()
 	log.Info("gRPC export stream opened")
-	select {
-	case end := <-done:
+	for {
+		var end streamEnd
+		select {
+		case recs := <-pending:
+			if !send(e.ctx, o.Out, flow.Batch{Flows: recs}) {
+				return status.Error(codes.Unavailable, "the aggregator is shutting down")
+			}
+			continue
+		case end = <-done:
+		case <-e.ctx.Done():
+			return status.Error(codes.Unavailable, "the aggregator is shutting down")
+		}
+		// The receiver's last records went into pending before it ended.
+		select {
+		case recs := <-pending:
+			if !send(e.ctx, o.Out, flow.Batch{Flows: recs}) {
+				return status.Error(codes.Unavailable, "the aggregator is shutting down")
+			}
+		default:
+		}
 		switch {
 		case end.err == nil:
 			log.Info("gRPC export stream closed", "records", end.n, "invalid", end.bad)
@@ -256,14 +275,17 @@ func (e *exportService) Export(stream flowpb.FlowExportService_ExportServer) err
 		}
 		log.Info("gRPC export stream ended", "records", end.n, "invalid", end.bad, "err", end.err)
 		return end.err
-	case <-e.ctx.Done():
-		return status.Error(codes.Unavailable, "the aggregator is shutting down")
 	}
 }
 
 // receive reads the stream's requests, decodes their flows straight from
 // the wire and hands them on, until the stream or the collector ends.
-func (e *exportService) receive(stream flowpb.FlowExportService_ExportServer, exporter netip.Addr, log *slog.Logger) streamEnd {
+//
+// Records go to pending, which holds at most one batch; the handler
+// takes it from there into the pipeline. While the pipeline is busy, the
+// records of the messages that arrive meanwhile join the waiting batch
+// (up to grpcBatch), so that one-flow messages travel in batches.
+func (e *exportService) receive(stream flowpb.FlowExportService_ExportServer, exporter netip.Addr, log *slog.Logger, pending chan []*flow.Flow) streamEnd {
 	o := &e.s.o
 	addr := exporter.String()
 	records := o.Metrics.Records.WithLabelValues("grpc", addr)
@@ -343,18 +365,40 @@ func (e *exportService) receive(stream flowpb.FlowExportService_ExportServer, ex
 		// Handed on in batches of at most grpcBatch records.
 		for rest := decoded; len(rest) > 0; {
 			k := min(len(rest), grpcBatch)
-			b := flow.Batch{Flows: slices.Clone(rest[:k])}
-			rest = rest[k:]
 			n += uint64(k)
 			records.Add(float64(k))
-			if !send(e.ctx, o.Out, b) {
+			if !handOn(e.ctx, pending, rest[:k]) {
 				return streamEnd{err: status.Error(codes.Unavailable, "the aggregator is shutting down"), counted: true, n: n, bad: bad}
 			}
+			rest = rest[k:]
 		}
 		clear(decoded) // the pipeline owns the records now
 		if cap(req.b) > maxKeptRequestBuffer {
 			req.b = nil
 		}
+	}
+}
+
+// handOn adds recs (at most grpcBatch) to the batch waiting in pending,
+// or puts them there as a new one, waiting while a full batch is there.
+// Only the receiver puts into pending, so a put after a take never blocks.
+func handOn(ctx context.Context, pending chan []*flow.Flow, recs []*flow.Flow) bool {
+	select {
+	case b := <-pending:
+		if len(b)+len(recs) <= grpcBatch {
+			pending <- append(b, recs...)
+			return true
+		}
+		pending <- b
+	default:
+		pending <- slices.Clone(recs)
+		return true
+	}
+	select {
+	case pending <- slices.Clone(recs):
+		return true
+	case <-ctx.Done():
+		return false
 	}
 }
 
