@@ -58,15 +58,17 @@ func RequestFlows(req []byte, dst [][]byte) ([][]byte, error) {
 // the result is always ToFlow's. Not safe for concurrent use: one per
 // stream.
 type Decoder struct {
-	strs   map[string]string
-	labels map[string]string // encoded Labels message -> JSON
+	strs        map[string]string
+	labels      map[string]string // encoded Labels message -> JSON
+	labelsBytes int               // held by labels, keys and values
 }
 
-// Bounds of the interning tables: each is cleared when full.
+// Bounds of the interning tables, each cleared when full: at most about
+// 1 MiB of strings (as an IPFIX session's) and 256 KiB of label sets.
 const (
 	maxInterned    = 4096
 	maxInternedLen = 256
-	maxLabelSets   = 1024
+	maxLabelsBytes = 256 << 10
 	maxLabelsLen   = 4096
 )
 
@@ -617,8 +619,9 @@ func (d *Decoder) labelsJSON(b []byte) (string, bool) {
 		return "", false
 	}
 	if len(b) <= maxLabelsLen {
-		if len(d.labels) >= maxLabelSets {
+		if d.labelsBytes += len(b) + len(js); d.labelsBytes > maxLabelsBytes {
 			clear(d.labels)
+			d.labelsBytes = len(b) + len(js)
 		}
 		d.labels[string(b)] = js
 	}
