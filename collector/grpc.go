@@ -373,6 +373,7 @@ func (e *exportService) receive(stream flowpb.FlowExportService_ExportServer, ex
 			rest = rest[k:]
 		}
 		clear(decoded) // the pipeline owns the records now
+		clear(spans)   // nor keep the message's buffer
 		if cap(req.b) > maxKeptRequestBuffer {
 			req.b = nil
 		}
