@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"slices"
 	"sync"
 	"time"
 
@@ -16,7 +17,10 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/encoding"
+	protoenc "google.golang.org/grpc/encoding/proto"
 	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 
@@ -89,6 +93,7 @@ func (s *Server) ServeGRPC(ctx context.Context, ln net.Listener, tlsConfig *tls.
 		grpc.ConnectionTimeout(o.HandshakeTimeout),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
 		grpc.WaitForHandlers(true),
+		grpc.ForceServerCodecV2(rawCodec{proto: encoding.GetCodecV2(protoenc.Name)}),
 	)
 	flowpb.RegisterFlowExportServiceServer(srv, &exportService{s: s, ctx: ctx})
 	// Handlers see ctx and return, so the graceful stop is quick; the
@@ -176,9 +181,48 @@ type exportService struct {
 	ctx context.Context // the collector's run
 }
 
-// Export receives one exporter's stream. Receiving runs in its own
-// goroutine so that the handler can end the stream when the collector
-// stops, even while the exporter is idle.
+// rawRequest is an ExportRequest as it came off the wire: rawCodec hands
+// its bytes over undecoded, and flowproto.Decoder reads the flows from
+// them. One per stream, reused for each message.
+type rawRequest struct{ b []byte }
+
+// rawCodec is the collector server's codec: Protobuf, except that a
+// rawRequest receives the message's bytes. It is forced on the
+// collector's own server only (which serves FlowExportService alone).
+type rawCodec struct{ proto encoding.CodecV2 }
+
+func (c rawCodec) Marshal(v any) (mem.BufferSlice, error) { return c.proto.Marshal(v) }
+
+func (c rawCodec) Unmarshal(data mem.BufferSlice, v any) error {
+	r, ok := v.(*rawRequest)
+	if !ok {
+		return c.proto.Unmarshal(data, v)
+	}
+	// Copied: gRPC frees data when Unmarshal returns.
+	n := data.Len()
+	r.b = slices.Grow(r.b[:0], n)[:n]
+	data.CopyTo(r.b)
+	return nil
+}
+
+func (rawCodec) Name() string { return "proto" }
+
+// maxKeptRequestBuffer is the largest message buffer a stream keeps
+// between messages; a larger one (a rare large request) is let go.
+const maxKeptRequestBuffer = 256 << 10
+
+// streamEnd is how a stream's receiving ended: err is the error to
+// return (nil for the exporter's end of stream); counted says the ending
+// was already counted and logged.
+type streamEnd struct {
+	err     error
+	counted bool
+	n, bad  uint64
+}
+
+// Export receives one exporter's stream. Receiving, decoding and handing
+// on run in their own goroutine so that the handler can end the stream
+// when the collector stops, even while the exporter is idle.
 func (e *exportService) Export(stream flowpb.FlowExportService_ExportServer) error {
 	s, o := e.s, &e.s.o
 	sctx := stream.Context()
@@ -189,103 +233,173 @@ func (e *exportService) Export(stream flowpb.FlowExportService_ExportServer) err
 	s.hold(exporter)
 	defer s.release(exporter)
 	log := o.Log.With("transport", "grpc", "peer", exporter.String())
+	done := make(chan streamEnd, 1)
+	pending := make(chan []*flow.Flow, 1)
+	go func() { done <- e.receive(stream, exporter, log, pending) }()
+	log.Info("gRPC export stream opened")
+	for {
+		var end streamEnd
+		select {
+		case recs := <-pending:
+			if !send(e.ctx, o.Out, flow.Batch{Flows: recs}) {
+				return status.Error(codes.Unavailable, "the aggregator is shutting down")
+			}
+			continue
+		case end = <-done:
+		case <-e.ctx.Done():
+			return status.Error(codes.Unavailable, "the aggregator is shutting down")
+		}
+		// The receiver's last records went into pending before it ended.
+		select {
+		case recs := <-pending:
+			if !send(e.ctx, o.Out, flow.Batch{Flows: recs}) {
+				return status.Error(codes.Unavailable, "the aggregator is shutting down")
+			}
+		default:
+		}
+		switch {
+		case end.err == nil:
+			log.Info("gRPC export stream closed", "records", end.n, "invalid", end.bad)
+			return stream.SendAndClose(&flowpb.ExportResponse{})
+		case end.counted:
+			return end.err
+		}
+		// A message that did not decode (Internal) or was too large
+		// (ResourceExhausted): the exporter has let go of its records,
+		// so count it. A client that went away is not an error of the
+		// stream's content.
+		if c := status.Code(end.err); c == codes.Internal || c == codes.ResourceExhausted {
+			o.Metrics.DecodeErrors.WithLabelValues("grpc").Inc()
+			log.Warn("gRPC export stream ended by an error", "records", end.n, "invalid", end.bad, "err", end.err)
+			return end.err
+		}
+		log.Info("gRPC export stream ended", "records", end.n, "invalid", end.bad, "err", end.err)
+		return end.err
+	}
+}
+
+// receive reads the stream's requests, decodes their flows straight from
+// the wire and hands them on, until the stream or the collector ends.
+//
+// Records go to pending, which holds at most one batch; the handler
+// takes it from there into the pipeline. While the pipeline is busy, the
+// records of the messages that arrive meanwhile join the waiting batch
+// (up to grpcBatch), so that one-flow messages travel in batches.
+func (e *exportService) receive(stream flowpb.FlowExportService_ExportServer, exporter netip.Addr, log *slog.Logger, pending chan []*flow.Flow) streamEnd {
+	o := &e.s.o
 	addr := exporter.String()
 	records := o.Metrics.Records.WithLabelValues("grpc", addr)
 	skew := o.Metrics.SkewUnknown.WithLabelValues(addr)
 	invalid := o.Metrics.Dropped.WithLabelValues("grpc", "invalid")
 	tooMany := o.Metrics.Dropped.WithLabelValues("grpc", "too-many-flows")
-	decodeErrors := o.Metrics.DecodeErrors.WithLabelValues("grpc")
 	messages := o.Metrics.Messages.WithLabelValues("grpc")
 
-	reqs := make(chan *flowpb.ExportRequest)
-	recvErr := make(chan error, 1)
-	go func() {
-		for {
-			req, err := stream.Recv()
-			if err != nil {
-				recvErr <- err
-				return
-			}
-			select {
-			case reqs <- req:
-			case <-sctx.Done():
-				recvErr <- sctx.Err()
-				return
-			}
-		}
-	}()
-	log.Info("gRPC export stream opened")
-	var slab []flow.Flow
-	var n, bad uint64
+	dec := flowproto.NewDecoder()
+	var (
+		req     rawRequest
+		spans   [][]byte
+		decoded []*flow.Flow
+		slab    []flow.Flow
+		n, bad  uint64
+	)
 	for {
-		var req *flowpb.ExportRequest
-		select {
-		case req = <-reqs:
-		case err := <-recvErr:
+		if err := stream.RecvMsg(&req); err != nil {
 			if errors.Is(err, io.EOF) {
-				log.Info("gRPC export stream closed", "records", n, "invalid", bad)
-				return stream.SendAndClose(&flowpb.ExportResponse{})
+				err = nil
 			}
-			// A message that did not decode (gRPC says Internal) or was
-			// too large (ResourceExhausted): the exporter has let go of
-			// its records, so count it. A client that went away is not
-			// an error of the stream's content.
-			if c := status.Code(err); c == codes.Internal || c == codes.ResourceExhausted {
-				decodeErrors.Inc()
-				log.Warn("gRPC export stream ended by an error", "records", n, "invalid", bad, "err", err)
-				return err
-			}
-			log.Info("gRPC export stream ended", "records", n, "invalid", bad, "err", err)
-			return err
-		case <-e.ctx.Done():
-			return status.Error(codes.Unavailable, "the aggregator is shutting down")
+			return streamEnd{err: err, n: n, bad: bad}
 		}
 		messages.Inc()
-		flows := req.GetFlows()
-		if len(flows) > o.GRPC.MaxFlows {
-			tooMany.Add(float64(len(flows)))
-			log.Warn("ending gRPC export stream: too many flows in one request", "flows", len(flows), "limit", o.GRPC.MaxFlows)
-			return status.Errorf(codes.ResourceExhausted, "%d flows in one request, more than %d", len(flows), o.GRPC.MaxFlows)
+		var err error
+		spans, err = flowproto.RequestFlows(req.b, spans[:0])
+		if err != nil {
+			return streamEnd{err: status.Errorf(codes.Internal, "grpc: failed to unmarshal the received message: %v", err), n: n, bad: bad}
 		}
-		// Converted and handed on in batches of at most grpcBatch, so that
-		// a large request is never held converted all at once.
-		for len(flows) > 0 {
-			k := min(len(flows), grpcBatch)
-			b := flow.Batch{Flows: make([]*flow.Flow, 0, k)}
-			unknown := 0
-			for _, p := range flows[:k] {
-				if len(slab) == 0 {
-					slab = make([]flow.Flow, slabSize)
-				}
-				f := &slab[0]
-				u, err := flowproto.ToFlow(p, f)
-				if err == nil && !f.SourceIP.IsValid() && !f.DestinationIP.IsValid() {
-					err = errNoAddress
-				}
-				if err != nil {
-					*f = flow.Flow{} // reused for the next record
-					if bad++; bad == 1 {
-						log.Warn("dropping gRPC records with invalid values (further ones on this stream are only counted)", "err", err)
-					}
-					invalid.Inc()
-					continue
-				}
-				slab = slab[1:]
-				unknown += u
-				f.Origin.Exporter = exporter
-				f.Origin.Transport = "grpc"
-				b.Flows = append(b.Flows, f)
-			}
-			flows = flows[k:]
-			n += uint64(len(b.Flows))
-			records.Add(float64(len(b.Flows)))
-			if unknown > 0 {
-				skew.Add(float64(unknown))
-			}
-			if len(b.Flows) > 0 && !send(e.ctx, o.Out, b) {
-				return status.Error(codes.Unavailable, "the aggregator is shutting down")
-			}
+		if len(spans) > o.GRPC.MaxFlows {
+			tooMany.Add(float64(len(spans)))
+			log.Warn("ending gRPC export stream: too many flows in one request", "flows", len(spans), "limit", o.GRPC.MaxFlows)
+			return streamEnd{err: status.Errorf(codes.ResourceExhausted, "%d flows in one request, more than %d", len(spans), o.GRPC.MaxFlows), counted: true, n: n, bad: bad}
 		}
+		// The whole request is decoded before any of it is handed on:
+		// a request that does not decode ends the stream with none of
+		// its records taken, as when gRPC decoded it.
+		decoded = decoded[:0]
+		var unknown, invalidHere int
+		var firstInvalid error
+		for _, sp := range spans {
+			if len(slab) == 0 {
+				slab = make([]flow.Flow, slabSize)
+			}
+			f := &slab[0]
+			u, err := dec.Decode(sp, f)
+			if errors.Is(err, flowproto.ErrMalformed) {
+				*f = flow.Flow{}
+				return streamEnd{err: status.Errorf(codes.Internal, "grpc: failed to unmarshal the received message: %v", err), n: n, bad: bad}
+			}
+			if err == nil && !f.SourceIP.IsValid() && !f.DestinationIP.IsValid() {
+				err = errNoAddress
+			}
+			if err != nil {
+				*f = flow.Flow{} // reused for the next record
+				if invalidHere++; firstInvalid == nil {
+					firstInvalid = err
+				}
+				continue
+			}
+			slab = slab[1:]
+			unknown += u
+			f.Origin.Exporter = exporter
+			f.Origin.Transport = "grpc"
+			decoded = append(decoded, f)
+		}
+		if invalidHere > 0 {
+			if bad == 0 {
+				log.Warn("dropping gRPC records with invalid values (further ones on this stream are only counted)", "err", firstInvalid)
+			}
+			bad += uint64(invalidHere)
+			invalid.Add(float64(invalidHere))
+		}
+		if unknown > 0 {
+			skew.Add(float64(unknown))
+		}
+		// Handed on in batches of at most grpcBatch records.
+		for rest := decoded; len(rest) > 0; {
+			k := min(len(rest), grpcBatch)
+			n += uint64(k)
+			records.Add(float64(k))
+			if !handOn(e.ctx, pending, rest[:k]) {
+				return streamEnd{err: status.Error(codes.Unavailable, "the aggregator is shutting down"), counted: true, n: n, bad: bad}
+			}
+			rest = rest[k:]
+		}
+		clear(decoded) // the pipeline owns the records now
+		clear(spans)   // nor keep the message's buffer
+		if cap(req.b) > maxKeptRequestBuffer {
+			req.b = nil
+		}
+	}
+}
+
+// handOn adds recs (at most grpcBatch) to the batch waiting in pending,
+// or puts them there as a new one, waiting while a full batch is there.
+// Only the receiver puts into pending, so a put after a take never blocks.
+func handOn(ctx context.Context, pending chan []*flow.Flow, recs []*flow.Flow) bool {
+	select {
+	case b := <-pending:
+		if len(b)+len(recs) <= grpcBatch {
+			pending <- append(b, recs...)
+			return true
+		}
+		pending <- b
+	default:
+		pending <- slices.Clone(recs)
+		return true
+	}
+	select {
+	case pending <- slices.Clone(recs):
+		return true
+	case <-ctx.Done():
+		return false
 	}
 }
 

@@ -270,10 +270,12 @@ func ParseUID(s string) (UID, bool) {
 	}
 	j := 0
 	for i := 0; i < len(s); {
-		if s[i] == '-' {
+		if i == 8 || i == 13 || i == 18 || i == 23 { // the dashes, checked above
 			i++
 			continue
 		}
+		// A dash anywhere else is not a hex digit; skipping it ran j past
+		// the UID and i past the text.
 		hi, ok1 := unhex(s[i])
 		lo, ok2 := unhex(s[i+1])
 		if !ok1 || !ok2 {
