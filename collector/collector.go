@@ -80,6 +80,9 @@ type Metrics struct {
 	SkewUnknown    *prometheus.CounterVec // exporter
 	SkewMissing    *prometheus.CounterVec // exporter
 	TemplatesTotal *prometheus.CounterVec // transport, event
+	// UDPKernelDrops counts datagrams the kernel dropped on the UDP
+	// socket for want of room in its receive buffer.
+	UDPKernelDrops prometheus.Counter
 }
 
 // NewMetrics creates the collector's series and registers them with reg
@@ -106,10 +109,12 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Elements of the newest Antrea agent set that records lacked (older exporters), summed over records."}, []string{"exporter"}),
 		TemplatesTotal: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_collector_templates_total",
 			Help: "Template events: added, replaced, withdrawn, expired."}, []string{"transport", "event"}),
+		UDPKernelDrops: prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_collector_udp_datagrams_dropped_total",
+			Help: "IPFIX datagrams the kernel dropped before the collector read them: its UDP receive buffer was full."}),
 	}
 	if reg != nil {
 		reg.MustRegister(m.Records, m.Messages, m.DecodeErrors, m.Sessions, m.Refused, m.Dropped,
-			m.UnknownSets, m.SkewUnknown, m.SkewMissing, m.TemplatesTotal)
+			m.UnknownSets, m.SkewUnknown, m.SkewMissing, m.TemplatesTotal, m.UDPKernelDrops)
 	}
 	return m
 }

@@ -189,6 +189,9 @@ func (s *Server) serveConn(ctx context.Context, c net.Conn, transport string, tl
 	}
 }
 
+// UDPReadBuffer is the receive buffer ServeUDP asks for.
+const UDPReadBuffer = 8 << 20
+
 // ServeUDP reads IPFIX datagrams from conn. Templates are kept per source
 // address and port and expire after UDPTemplateTTL; a peer silent that
 // long is forgotten. When the pipeline is full, records are dropped and
@@ -210,6 +213,28 @@ func (s *Server) ServeUDP(ctx context.Context, conn *net.UDPConn) error {
 	gauge := s.o.Metrics.Sessions.WithLabelValues("udp")
 	defer gauge.Set(0)
 	dropped := s.o.Metrics.Dropped.WithLabelValues("udp", "pipeline-full")
+	// A burst of datagrams (many exporters at once) must fit in the
+	// socket until it is read; what the kernel still drops is counted.
+	raiseReadBuffer(conn, UDPReadBuffer)
+	if _, ok := kernelDrops(conn); ok {
+		kernel := s.o.Metrics.UDPKernelDrops
+		go func() {
+			t := time.NewTicker(time.Second)
+			defer t.Stop()
+			var last uint64
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case <-t.C:
+				}
+				if n, ok := kernelDrops(conn); ok && n > last {
+					kernel.Add(float64(n - last))
+					last = n
+				}
+			}
+		}()
+	}
 	buf := make([]byte, ipfix.MaxMessageLen)
 	lastSweep := time.Now()
 	for {

@@ -32,11 +32,14 @@ const (
 	// ReasonShutdown: the aggregator stopped (its drain timeout passed)
 	// before the sink had sent the record.
 	ReasonShutdown = "shutdown"
+	// ReasonQueueFull: a sink's own queue (ClickHouse's rows waiting for
+	// an insert) had no room; the oldest were dropped.
+	ReasonQueueFull = "queue-full"
 )
 
 // Reasons are the values of the "reason" label, in the order logs list them.
 func Reasons() []string {
-	return []string{ReasonBufferFull, ReasonSendError, ReasonEncodeError, ReasonShutdown}
+	return []string{ReasonBufferFull, ReasonQueueFull, ReasonSendError, ReasonEncodeError, ReasonShutdown}
 }
 
 // BestEffort is implemented by sinks that promise no delivery (the flow

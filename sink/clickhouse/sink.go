@@ -51,7 +51,7 @@ const (
 
 // ReasonQueueFull is the "reason" of rows dropped, oldest first, because
 // the queue was full (the server away or too slow).
-const ReasonQueueFull = "queue-full"
+const ReasonQueueFull = sink.ReasonQueueFull
 
 // Protocols of Options.Protocol.
 const (
