@@ -347,32 +347,10 @@ recordBufferSize: 16
 flowLogger: {enable: true, path: %q}
 sluice: {ipfixAddress: "127.0.0.1:0", apiAddress: "127.0.0.1:0", aggregate: {exportOneSided: true}}
 `, logPath))
-	tb, _ := ipfixmap.NewTable(ipfix.DefaultRegistry())
-	names, _ := ipfixmap.AgentElements("v2.7", 4)
-	els, _ := tb.Elements(names)
-	tmpl, _ := ipfixmap.TemplateOf(256, els)
-	conn, err := net.Dial("tcp", a.Addrs().IPFIX)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	enc, _ := ipfix.NewEncoder(ipfix.EncoderOptions{}, func(m []byte) error { _, err := conn.Write(m); return err })
-	enc.AddTemplate(1, tmpl)
+	// Inter-Node flows only their source Node reports: held for
+	// correlation until the flush.
 	const n = 3000
-	for i := range n {
-		// Inter-Node flows only their source Node reports: held for
-		// correlation until the flush.
-		f := flow.Flow{
-			StartTime: time.Now().Add(-10 * time.Second).Truncate(time.Second), EndTime: time.Now().Truncate(time.Second),
-			SourceIP: netip.AddrFrom4([4]byte{10, 244, 1, byte(i % 250)}), DestinationIP: netip.MustParseAddr("10.244.2.9"),
-			SourcePort: uint16(10000 + i), DestinationPort: 443, Protocol: 6, FlowType: flow.FlowTypeInterNode,
-			SourcePodNamespace: "web", SourcePodName: "client", SourceNodeName: "node-a",
-		}
-		if err := ipfixmap.WriteRecord(enc.Begin(1, tmpl), els, &f); err != nil {
-			t.Fatal(err)
-		}
-	}
-	enc.Flush()
+	sendIPFIX(t, a.Addrs().IPFIX, n)
 	testkit.WaitFor(t, "all flows held", func() bool {
 		return strings.Contains(metrics(t, a.Addrs().API), "sluice_collector_records_received_total{exporter=\"127.0.0.1\",transport=\"tcp\"} 3000")
 	})
@@ -424,13 +402,14 @@ func TestCloseReleasesWhatNewBound(t *testing.T) {
 }
 
 // TestNewRefusesUnsupportedSinks: a configuration made in code is checked
-// against the sinks this build runs, as a file is.
+// against the sinks this build runs, as a file is: here a sink its
+// registry entry says cannot run in Proxy mode.
 func TestNewRefusesUnsupportedSinks(t *testing.T) {
 	cfg := config.Default()
-	cfg.S3Uploader.Enable = true
-	cfg.S3Uploader.BucketName = "flows"
+	cfg.Mode = config.ModeProxy
+	cfg.FlowLogger.Enable = true
 	_, err := aggregator.New(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	if err == nil || !strings.Contains(err.Error(), "s3Uploader.enable: the S3 uploader sink is not supported yet") {
-		t.Errorf("New with S3: %v", err)
+	if err == nil || !strings.Contains(err.Error(), "flowLogger.enable: the flow logger sink cannot be used in Proxy mode") {
+		t.Errorf("New with the flow logger in Proxy mode: %v", err)
 	}
 }

@@ -19,7 +19,8 @@ import (
 	"sluice/ipfix"
 )
 
-// sendIPFIX sends n Antrea v2.7 records over TCP to addr.
+// sendIPFIX sends n Antrea v2.7 records over TCP to addr: inter-Node
+// flows that only their source Node reports (distinct source ports).
 func sendIPFIX(t *testing.T, addr string, n int) {
 	t.Helper()
 	tb, _ := ipfixmap.NewTable(ipfix.DefaultRegistry())

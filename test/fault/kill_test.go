@@ -148,19 +148,18 @@ func testAggregatorKilled(t *testing.T, proto string) {
 	atKill := p.coll.Len()
 	killed := time.Now()
 	agg.signal(t, syscall.SIGKILL)
-	// What the exporter had written when the aggregator died, read just
-	// after (so it includes everything written before): only those not
-	// yet at the collector can be lost.
-	exportedTotal := regexp.MustCompile(`(?m)^sluice_exporter_records_exported_total (\S+)$`)
-	var writtenAtKill int
-	testkit.WaitFor(t, "the exporter's metrics", func() bool {
-		writtenAtKill = metric(t, p.metrics["node-1"], exportedTotal)
-		return writtenAtKill >= 0
-	})
-	inFlight := writtenAtKill - atKill
 	// The fault: the aggregator stays down for 5 s (the scenario's
 	// outage, not a wait for anything).
 	time.Sleep(5 * time.Second)
+	// What the exporter wrote to the killed aggregator: with nobody
+	// listening it can write nothing more until the restart. Only those
+	// not at the collector at the kill can be lost.
+	exportedTotal := regexp.MustCompile(`(?m)^sluice_exporter_records_exported_total (\S+)$`)
+	writtenAtKill := metric(t, p.metrics["node-1"], exportedTotal)
+	if writtenAtKill < 0 {
+		t.Fatal("cannot read the exporter's metrics")
+	}
+	inFlight := writtenAtKill - atKill
 	agg = p.startAggregator()
 	restarted := time.Since(killed)
 	testkit.WaitFor(t, "records after the restart", func() bool { return p.coll.Len() >= atKill+4000 })

@@ -1,0 +1,140 @@
+package fault
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/netip"
+	"path/filepath"
+	"regexp"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"sluice/flow"
+	"sluice/flow/ipfixmap"
+	"sluice/internal/testkit"
+	"sluice/ipfix"
+)
+
+// floodMessages encodes n distinct inter-Node records (one side of each
+// connection, held for correlation) for sender w, as IPFIX messages.
+func floodMessages(t *testing.T, w, n int) []byte {
+	t.Helper()
+	tb, _ := ipfixmap.NewTable(ipfix.DefaultRegistry())
+	names, _ := ipfixmap.AgentElements("v2.7", 4)
+	els, _ := tb.Elements(names)
+	tmpl, _ := ipfixmap.TemplateOf(256, els)
+	var out []byte
+	enc, _ := ipfix.NewEncoder(ipfix.EncoderOptions{}, func(m []byte) error { out = append(out, m...); return nil })
+	enc.AddTemplate(1, tmpl)
+	now := time.Now().Truncate(time.Second)
+	for i := range n {
+		f := flow.Flow{StartTime: now.Add(-time.Second), EndTime: now,
+			SourceIP: netip.AddrFrom4([4]byte{10, byte(w), byte(i >> 8), byte(i)}), DestinationIP: netip.MustParseAddr("10.244.2.9"),
+			SourcePort: uint16(1024 + i%60000), DestinationPort: 443, Protocol: 6, FlowType: flow.FlowTypeInterNode,
+			SourcePodNamespace: "web", SourcePodName: "client", SourceNodeName: "node-a"}
+		f.Stats.PacketTotalCount, f.Stats.OctetTotalCount = 10, 1000
+		if err := ipfixmap.WriteRecord(enc.Begin(1, tmpl), els, &f); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := enc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// TestOverload is scenario 5: far more records than the aggregator can
+// process (four senders writing as fast as TCP lets them, new connections
+// every record) for 8 s. Its heap stays under its configured bound
+// (GOMEMLIMIT, with sluice.aggregate.maxFlows and recordBufferSize
+// bounding what it holds), what it cannot pass on is counted, and once the
+// flood stops it serves a well-behaved exporter again.
+func TestOverload(t *testing.T) {
+	p := newPipelineBuffer(t, "tcp", "5s", 8192)
+	// Aggregate mode, a bounded flow table.
+	writeFile(t, p.config, fmt.Sprintf(`
+mode: Aggregate
+aggregatorTransportProtocol: tcp
+activeFlowRecordTimeout: 1s
+inactiveFlowRecordTimeout: 2s
+recordBufferSize: 8192
+flowCollector: {enable: true, address: "%s:tcp"}
+sluice:
+  ipfixAddress: %q
+  grpcAddress: ""
+  apiAddress: %q
+  drainTimeout: 5s
+  tls: {certDir: %s}
+  aggregate: {maxFlows: 50000, exportOneSided: true}
+`, p.coll.Addr(), p.ipfix, p.api, filepath.Join(t.TempDir(), "certs")))
+	// The bound: Go's soft memory limit, as a Deployment sets it from the
+	// container's limit. The flood must not push the heap past it.
+	t.Setenv("GOMEMLIMIT", "192MiB")
+	agg := p.startAggregator()
+	heapRe := regexp.MustCompile(`(?m)^go_memstats_heap_inuse_bytes (\S+)$`)
+	receivedRe := regexp.MustCompile(`(?m)^sluice_collector_records_received_total\{[^}]*\} (\S+)$`)
+
+	ctx, stop := context.WithTimeout(context.Background(), 8*time.Second)
+	defer stop()
+	var sent atomic.Int64
+	var wg sync.WaitGroup
+	for w := range 4 {
+		msgs := floodMessages(t, w+1, 20000)
+		wg.Go(func() {
+			c, err := net.Dial("tcp", p.ipfix)
+			if err != nil {
+				return
+			}
+			defer c.Close()
+			for ctx.Err() == nil {
+				_ = c.SetWriteDeadline(time.Now().Add(time.Second))
+				if _, err := c.Write(msgs); err == nil {
+					sent.Add(20000)
+				}
+			}
+		})
+	}
+	var peak int
+	for ctx.Err() == nil {
+		if h := metric(t, p.api, heapRe); h > peak {
+			peak = h
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	wg.Wait()
+	received := metric(t, p.api, receivedRe)
+
+	// The flood is over: a well-behaved exporter is served again.
+	before := p.coll.Len()
+	exp := p.startExporter("node-1", "tcp", 200)
+	testkit.WaitFor(t, "the well-behaved exporter's records after the flood", func() bool {
+		return p.coll.Len() >= before+500
+	})
+	exp.signal(t, syscall.SIGTERM)
+	agg.signal(t, syscall.SIGTERM)
+	s := agg.line("sink totals", map[string]any{"sink": "flowCollector"})
+	end := agg.line("aggregator stopped", nil)
+	if s == nil || end == nil {
+		t.Fatal("the aggregator did not log its totals")
+	}
+	handed, exported := num(t, end, "records_to_sinks"), num(t, s, "exported")
+	dropped := num(t, s, "dropped_buffer-full") + num(t, s, "dropped_send-error") + num(t, s, "dropped_encode-error") + num(t, s, "dropped_shutdown")
+	t.Logf("flood: %d records written by the senders in 8 s, %d received by the aggregator; peak heap in use %d MiB; sink: %d handed, %d exported, %d dropped (buffer-full %d)",
+		sent.Load(), received, peak>>20, handed, exported, dropped, num(t, s, "dropped_buffer-full"))
+	// GOMEMLIMIT is soft: the collector may overshoot it briefly while it
+	// catches up, hence the quarter of margin.
+	const limit = 192 << 20
+	if bound := limit * 5 / 4; peak > bound {
+		t.Errorf("peak heap in use %d MiB, over GOMEMLIMIT (%d MiB) by more than a quarter, with 50,000 flows and an 8,192-record buffer", peak>>20, limit>>20)
+	}
+	if exported+dropped != handed {
+		t.Errorf("the sink exported %d and dropped %d of %d records handed to it", exported, dropped, handed)
+	}
+}
