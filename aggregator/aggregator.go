@@ -301,6 +301,7 @@ func (a *Aggregator) runMode() {
 type runningSink struct {
 	stop   context.CancelFunc
 	unread func() uint64
+	done   chan struct{} // closed when the sink's Run returned
 }
 
 // startSinks runs each sink on its own consumer of the buffer (of encoded
@@ -322,16 +323,20 @@ func (a *Aggregator) startSinks(stages *sync.WaitGroup, errs chan<- error) []run
 		if a.encoded != nil {
 			es := ns.s.(sink.EncodedSink) // setupFastPath checked it
 			c := a.encBuf.Consumer()
-			running[i] = runningSink{stop: stop, unread: c.Unread}
+			running[i] = runningSink{stop: stop, unread: c.Unread, done: make(chan struct{})}
+			done := running[i].done
 			stages.Go(func() {
+				defer close(done)
 				defer c.Close() // a stopped sink no longer holds back the final flush
 				fail(es.RunEncoded(ctx, c))
 			})
 			continue
 		}
 		c := a.buf.Consumer()
-		running[i] = runningSink{stop: stop, unread: c.Unread}
+		running[i] = runningSink{stop: stop, unread: c.Unread, done: make(chan struct{})}
+		done := running[i].done
 		stages.Go(func() {
+			defer close(done)
 			defer c.Close()
 			fail(ns.s.Run(ctx, c))
 		})
@@ -370,6 +375,14 @@ func (a *Aggregator) drain(stages *sync.WaitGroup, modeDone <-chan struct{}, run
 		capacity = uint64(a.encBuf.Cap())
 	}
 	for i, r := range running {
+		select {
+		case <-r.done:
+			continue // finished (or never read: the flow stream's observers)
+		default:
+		}
+		if _, ok := a.sinks[i].s.(sink.BestEffort); ok {
+			continue
+		}
 		if r.unread() >= capacity {
 			a.log.Warn("a sink held back the final flush past the drain timeout; stopping it so the others get the rest",
 				"sink", a.sinks[i].key, "timeout", timeout.String())
