@@ -380,9 +380,9 @@ func TestWrongCredentials(t *testing.T) {
 					t.Errorf("error %q does not say %q", msg, w)
 				}
 			}
-			if !strings.Contains(r.logs.String(), "level=ERROR msg=\"cannot upload to S3") {
-				t.Errorf("no error logged:\n%s", r.logs.String())
-			}
+			testkit.WaitFor(t, "the error logged", func() bool {
+				return strings.Contains(r.logs.String(), "level=ERROR msg=\"cannot upload to S3")
+			})
 			if r.exported() != 0 || r.dropped() != 0 {
 				t.Errorf("exported %v, dropped %v while refused", r.exported(), r.dropped())
 			}
