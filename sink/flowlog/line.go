@@ -1,12 +1,10 @@
 package flowlog
 
 import (
-	"net/netip"
 	"strconv"
-	"strings"
-	"time"
 
 	"sluice/flow"
+	"sluice/sink/rowtext"
 )
 
 // Fields is the number of comma-separated fields of a line.
@@ -17,13 +15,13 @@ const Fields = 30
 // protocol, rule actions and policy types are written as words;
 // otherwise as their numbers.
 func AppendLine(b []byte, f *flow.Flow, pretty bool) []byte {
-	b = appendSeconds(b, f.StartTime)
+	b = rowtext.AppendSeconds(b, f.StartTime)
 	b = append(b, ',')
-	b = appendSeconds(b, f.EndTime)
+	b = rowtext.AppendSeconds(b, f.EndTime)
 	b = append(b, ',')
-	b = appendAddr(b, f.SourceIP)
+	b = rowtext.AppendAddr(b, f.SourceIP)
 	b = append(b, ',')
-	b = appendAddr(b, f.DestinationIP)
+	b = rowtext.AppendAddr(b, f.DestinationIP)
 	b = append(b, ',')
 	b = strconv.AppendUint(b, uint64(f.SourcePort), 10)
 	b = append(b, ',')
@@ -37,24 +35,24 @@ func AppendLine(b []byte, f *flow.Flow, pretty bool) []byte {
 	for _, s := range [...]string{f.SourcePodName, f.SourcePodNamespace, f.SourceNodeName,
 		f.DestinationPodName, f.DestinationPodNamespace, f.DestinationNodeName} {
 		b = append(b, ',')
-		b = appendText(b, s)
+		b = rowtext.AppendText(b, s)
 	}
 	b = append(b, ',')
-	b = appendAddr(b, f.DestinationClusterIP)
+	b = rowtext.AppendAddr(b, f.DestinationClusterIP)
 	b = append(b, ',')
-	b = appendAddr(b, f.DestinationServiceIP)
+	b = rowtext.AppendAddr(b, f.DestinationServiceIP)
 	b = append(b, ',')
 	b = strconv.AppendUint(b, uint64(f.DestinationServicePort), 10)
 	b = append(b, ',')
-	b = appendText(b, f.DestinationServicePortName)
+	b = rowtext.AppendText(b, f.DestinationServicePortName)
 	b = appendPolicy(b, &f.Ingress, pretty)
 	b = appendPolicy(b, &f.Egress, pretty)
 	b = append(b, ',')
-	b = appendText(b, f.EgressName)
+	b = rowtext.AppendText(b, f.EgressName)
 	b = append(b, ',')
-	b = appendAddr(b, f.EgressIP)
+	b = rowtext.AppendAddr(b, f.EgressIP)
 	b = append(b, ',')
-	b = appendText(b, f.EgressNodeName)
+	b = rowtext.AppendText(b, f.EgressNodeName)
 	return b
 }
 
@@ -62,7 +60,7 @@ func AppendLine(b []byte, f *flow.Flow, pretty bool) []byte {
 func appendPolicy(b []byte, p *flow.Policy, pretty bool) []byte {
 	for _, s := range [...]string{p.Name, p.Namespace, p.RuleName} {
 		b = append(b, ',')
-		b = appendText(b, s)
+		b = rowtext.AppendText(b, s)
 	}
 	b = append(b, ',')
 	if pretty {
@@ -75,39 +73,6 @@ func appendPolicy(b []byte, p *flow.Policy, pretty bool) []byte {
 		b = append(b, PolicyTypeName(p.Type)...)
 	} else {
 		b = strconv.AppendUint(b, uint64(p.Type), 10)
-	}
-	return b
-}
-
-func appendSeconds(b []byte, t time.Time) []byte {
-	if t.IsZero() {
-		return append(b, '0')
-	}
-	return strconv.AppendInt(b, t.Unix(), 10)
-}
-
-// appendAddr writes an address, or nothing for an unset one; an
-// IPv4-mapped one as IPv4, as the IPFIX export sends it.
-func appendAddr(b []byte, a netip.Addr) []byte {
-	if !a.IsValid() {
-		return b
-	}
-	return a.Unmap().AppendTo(b)
-}
-
-// appendText writes s; a line break inside a value would split the record
-// in two, so CR and LF become spaces (nothing else is escaped, as in the
-// reference's format).
-func appendText(b []byte, s string) []byte {
-	if !strings.ContainsAny(s, "\r\n") {
-		return append(b, s...)
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if c == '\r' || c == '\n' {
-			c = ' '
-		}
-		b = append(b, c)
 	}
 	return b
 }

@@ -1,12 +1,11 @@
 package s3
 
 import (
-	"net/netip"
 	"strconv"
-	"strings"
 	"time"
 
 	"sluice/flow"
+	"sluice/sink/rowtext"
 )
 
 // CSVFields is the number of comma-separated fields of a CSV row, not
@@ -26,19 +25,19 @@ func AppendCSVRow(b []byte, f *flow.Flow, written time.Time) []byte {
 	if agg == nil {
 		agg = &none
 	}
-	b = appendSeconds(b, f.StartTime)
+	b = rowtext.AppendSeconds(b, f.StartTime)
 	b = append(b, ',')
-	b = appendSeconds(b, f.EndTime)
+	b = rowtext.AppendSeconds(b, f.EndTime)
 	b = append(b, ',')
-	b = appendSeconds(b, agg.EndFromSource)
+	b = rowtext.AppendSeconds(b, agg.EndFromSource)
 	b = append(b, ',')
-	b = appendSeconds(b, agg.EndFromDestination)
+	b = rowtext.AppendSeconds(b, agg.EndFromDestination)
 	b = append(b, ',')
 	b = strconv.AppendUint(b, uint64(f.EndReason), 10)
 	b = append(b, ',')
-	b = appendAddr(b, f.SourceIP)
+	b = rowtext.AppendAddr(b, f.SourceIP)
 	b = append(b, ',')
-	b = appendAddr(b, f.DestinationIP)
+	b = rowtext.AppendAddr(b, f.DestinationIP)
 	for _, n := range [...]uint64{uint64(f.SourcePort), uint64(f.DestinationPort), uint64(f.Protocol),
 		f.Stats.PacketTotalCount, f.Stats.OctetTotalCount, f.Stats.PacketDeltaCount, f.Stats.OctetDeltaCount,
 		f.ReverseStats.PacketTotalCount, f.ReverseStats.OctetTotalCount,
@@ -49,26 +48,26 @@ func AppendCSVRow(b []byte, f *flow.Flow, written time.Time) []byte {
 	for _, s := range [...]string{f.SourcePodName, f.SourcePodNamespace, f.SourceNodeName,
 		f.DestinationPodName, f.DestinationPodNamespace, f.DestinationNodeName} {
 		b = append(b, ',')
-		b = appendText(b, s)
+		b = rowtext.AppendText(b, s)
 	}
 	b = append(b, ',')
-	b = appendAddr(b, f.DestinationClusterIP)
+	b = rowtext.AppendAddr(b, f.DestinationClusterIP)
 	b = append(b, ',')
-	b = appendAddr(b, f.DestinationServiceIP)
+	b = rowtext.AppendAddr(b, f.DestinationServiceIP)
 	b = append(b, ',')
 	b = strconv.AppendUint(b, uint64(f.DestinationServicePort), 10)
 	b = append(b, ',')
-	b = appendText(b, f.DestinationServicePortName)
+	b = rowtext.AppendText(b, f.DestinationServicePortName)
 	b = appendPolicy(b, &f.Ingress)
 	b = appendPolicy(b, &f.Egress)
 	b = append(b, ',')
-	b = appendText(b, f.TCPState)
+	b = rowtext.AppendText(b, f.TCPState)
 	b = append(b, ',')
 	b = strconv.AppendUint(b, uint64(f.FlowType), 10)
 	b = append(b, ",'"...)
-	b = appendText(b, f.SourcePodLabels)
+	b = rowtext.AppendText(b, f.SourcePodLabels)
 	b = append(b, "','"...)
-	b = appendText(b, f.DestinationPodLabels)
+	b = rowtext.AppendText(b, f.DestinationPodLabels)
 	b = append(b, '\'')
 	for _, n := range [...]uint64{agg.Throughput, agg.ReverseThroughput, agg.ThroughputFromSource,
 		agg.ThroughputFromDestination, agg.ReverseThroughputFromSource, agg.ReverseThroughputFromDestination} {
@@ -76,15 +75,15 @@ func AppendCSVRow(b []byte, f *flow.Flow, written time.Time) []byte {
 		b = strconv.AppendUint(b, n, 10)
 	}
 	b = append(b, ',')
-	b = appendText(b, f.ClusterID)
+	b = rowtext.AppendText(b, f.ClusterID)
 	b = append(b, ',')
 	b = strconv.AppendInt(b, written.Unix(), 10)
 	b = append(b, ',')
-	b = appendText(b, f.EgressName)
+	b = rowtext.AppendText(b, f.EgressName)
 	b = append(b, ',')
-	b = appendAddr(b, f.EgressIP)
+	b = rowtext.AppendAddr(b, f.EgressIP)
 	b = append(b, ',')
-	b = appendText(b, f.EgressNodeName)
+	b = rowtext.AppendText(b, f.EgressNodeName)
 	return b
 }
 
@@ -92,42 +91,10 @@ func AppendCSVRow(b []byte, f *flow.Flow, written time.Time) []byte {
 func appendPolicy(b []byte, p *flow.Policy) []byte {
 	for _, s := range [...]string{p.Name, p.Namespace, p.RuleName} {
 		b = append(b, ',')
-		b = appendText(b, s)
+		b = rowtext.AppendText(b, s)
 	}
 	b = append(b, ',')
 	b = strconv.AppendUint(b, uint64(p.RuleAction), 10)
 	b = append(b, ',')
 	return strconv.AppendUint(b, uint64(p.Type), 10)
-}
-
-func appendSeconds(b []byte, t time.Time) []byte {
-	if t.IsZero() {
-		return append(b, '0')
-	}
-	return strconv.AppendInt(b, t.Unix(), 10)
-}
-
-// appendAddr writes an address, nothing for an unset one, an IPv4-mapped
-// one as IPv4.
-func appendAddr(b []byte, a netip.Addr) []byte {
-	if !a.IsValid() {
-		return b
-	}
-	return a.Unmap().AppendTo(b)
-}
-
-// appendText writes s with CR and LF made spaces, so that a value never
-// splits a row (nothing else is escaped, as in the reference's format).
-func appendText(b []byte, s string) []byte {
-	if !strings.ContainsAny(s, "\r\n") {
-		return append(b, s...)
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if c == '\r' || c == '\n' {
-			c = ' '
-		}
-		b = append(b, c)
-	}
-	return b
 }

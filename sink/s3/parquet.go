@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"sluice/flow"
+	"sluice/sink/rowtext"
 )
 
 // ParquetRow is one row of a Parquet file (recordFormat: Parquet): the
@@ -162,5 +163,5 @@ func text(s string) string {
 	if !strings.ContainsAny(s, "\r\n") {
 		return s
 	}
-	return string(appendText(nil, s))
+	return string(rowtext.AppendText(nil, s))
 }
