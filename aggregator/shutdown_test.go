@@ -13,39 +13,30 @@ import (
 	"time"
 
 	"sluice/flow"
-	"sluice/flow/ipfixmap"
 	"sluice/internal/testkit"
+	"sluice/internal/testkit/ipfixgen"
 	"sluice/internal/testkit/testagg"
-	"sluice/ipfix"
 )
 
 // sendIPFIX sends n Antrea v2.7 records over TCP to addr: inter-Node
 // flows that only their source Node reports (distinct source ports).
 func sendIPFIX(t *testing.T, addr string, n int) {
 	t.Helper()
-	tb, _ := ipfixmap.NewTable(ipfix.DefaultRegistry())
-	names, _ := ipfixmap.AgentElements("v2.7", 4)
-	els, _ := tb.Elements(names)
-	tmpl, _ := ipfixmap.TemplateOf(256, els)
-	conn, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	enc, _ := ipfix.NewEncoder(ipfix.EncoderOptions{}, func(m []byte) error { _, err := conn.Write(m); return err })
-	enc.AddTemplate(1, tmpl)
-	for i := range n {
-		f := flow.Flow{
+	flows := make([]flow.Flow, n)
+	for i := range flows {
+		flows[i] = flow.Flow{
 			StartTime: time.Now().Add(-10 * time.Second).Truncate(time.Second), EndTime: time.Now().Truncate(time.Second),
 			SourceIP: netip.AddrFrom4([4]byte{10, 244, 1, byte(i % 250)}), DestinationIP: netip.MustParseAddr("10.244.2.9"),
 			SourcePort: uint16(10000 + i), DestinationPort: 443, Protocol: 6, FlowType: flow.FlowTypeInterNode,
 			SourcePodNamespace: "web", SourcePodName: "client", SourceNodeName: "node-a",
 		}
-		if err := ipfixmap.WriteRecord(enc.Begin(1, tmpl), els, &f); err != nil {
-			t.Fatal(err)
-		}
 	}
-	if err := enc.Flush(); err != nil {
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := conn.Write(ipfixgen.Messages(t, 1, flows)); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -14,37 +14,25 @@ import (
 	"time"
 
 	"sluice/flow"
-	"sluice/flow/ipfixmap"
 	"sluice/internal/testkit"
-	"sluice/ipfix"
+	"sluice/internal/testkit/ipfixgen"
 )
 
 // floodMessages encodes n distinct inter-Node records (one side of each
 // connection, held for correlation) for sender w, as IPFIX messages.
 func floodMessages(t *testing.T, w, n int) []byte {
 	t.Helper()
-	tb, _ := ipfixmap.NewTable(ipfix.DefaultRegistry())
-	names, _ := ipfixmap.AgentElements("v2.7", 4)
-	els, _ := tb.Elements(names)
-	tmpl, _ := ipfixmap.TemplateOf(256, els)
-	var out []byte
-	enc, _ := ipfix.NewEncoder(ipfix.EncoderOptions{}, func(m []byte) error { out = append(out, m...); return nil })
-	enc.AddTemplate(1, tmpl)
 	now := time.Now().Truncate(time.Second)
-	for i := range n {
-		f := flow.Flow{StartTime: now.Add(-time.Second), EndTime: now,
+	flows := make([]flow.Flow, n)
+	for i := range flows {
+		f := &flows[i]
+		*f = flow.Flow{StartTime: now.Add(-time.Second), EndTime: now,
 			SourceIP: netip.AddrFrom4([4]byte{10, byte(w), byte(i >> 8), byte(i)}), DestinationIP: netip.MustParseAddr("10.244.2.9"),
 			SourcePort: uint16(1024 + i%60000), DestinationPort: 443, Protocol: 6, FlowType: flow.FlowTypeInterNode,
 			SourcePodNamespace: "web", SourcePodName: "client", SourceNodeName: "node-a"}
 		f.Stats.PacketTotalCount, f.Stats.OctetTotalCount = 10, 1000
-		if err := ipfixmap.WriteRecord(enc.Begin(1, tmpl), els, &f); err != nil {
-			t.Fatal(err)
-		}
 	}
-	if err := enc.Flush(); err != nil {
-		t.Fatal(err)
-	}
-	return out
+	return ipfixgen.Messages(t, 1, flows)
 }
 
 // TestOverload is scenario 5: far more records than the aggregator can

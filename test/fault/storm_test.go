@@ -13,32 +13,17 @@ import (
 
 	"sluice/certs"
 	"sluice/flow"
-	"sluice/flow/ipfixmap"
 	"sluice/internal/testkit"
-	"sluice/ipfix"
+	"sluice/internal/testkit/ipfixgen"
 )
 
 // oneRecord is an IPFIX message stream of a template and one record from
 // the exporter numbered i.
 func oneRecord(t *testing.T, i int) []byte {
 	t.Helper()
-	tb, _ := ipfixmap.NewTable(ipfix.DefaultRegistry())
-	names, _ := ipfixmap.AgentElements("v2.7", 4)
-	els, _ := tb.Elements(names)
-	tmpl, _ := ipfixmap.TemplateOf(256, els)
-	var out []byte
-	enc, _ := ipfix.NewEncoder(ipfix.EncoderOptions{}, func(m []byte) error { out = append(out, m...); return nil })
-	enc.AddTemplate(uint32(i), tmpl)
-	f := flow.Flow{StartTime: time.Now().Truncate(time.Second), EndTime: time.Now().Truncate(time.Second),
+	return ipfixgen.Messages(t, uint32(i), []flow.Flow{{StartTime: time.Now().Truncate(time.Second), EndTime: time.Now().Truncate(time.Second),
 		SourceIP: netip.AddrFrom4([4]byte{10, 244, byte(i >> 8), byte(i)}), DestinationIP: netip.MustParseAddr("10.244.200.1"),
-		SourcePort: uint16(i), DestinationPort: 443, Protocol: 6, FlowType: flow.FlowTypeIntraNode}
-	if err := ipfixmap.WriteRecord(enc.Begin(uint32(i), tmpl), els, &f); err != nil {
-		t.Fatal(err)
-	}
-	if err := enc.Flush(); err != nil {
-		t.Fatal(err)
-	}
-	return out
+		SourcePort: uint16(i), DestinationPort: 443, Protocol: 6, FlowType: flow.FlowTypeIntraNode}})
 }
 
 // TestConnectionStorm is scenario 3: many exporters connect within about a
