@@ -877,6 +877,9 @@ func (s *Store) Run(ctx context.Context, in <-chan flow.Batch, out *ring.Buffer[
 				s.Add(now, f, emit)
 			}
 			produce()
+			// Records are held for correlation by design: confirmed
+			// once taken.
+			b.Resolve(flow.Now)
 		case <-t.C:
 			s.Tick(s.o.Clock(), emit)
 			produce()

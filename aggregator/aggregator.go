@@ -333,6 +333,9 @@ func (a *Aggregator) startSinks(stages *sync.WaitGroup, errs chan<- error) []run
 			continue
 		}
 		c := a.buf.Consumer()
+		if _, ok := ns.s.(sink.BestEffort); ok {
+			c.BestEffort() // gRPC confirmations do not wait for live views
+		}
 		running[i] = runningSink{stop: stop, unread: c.Unread, done: make(chan struct{})}
 		done := running[i].done
 		stages.Go(func() {

@@ -138,3 +138,64 @@ sluice:
 		t.Log("nothing was sent again: the aggregator stopped between two streams")
 	}
 }
+
+// TestGRPCConfirmedOnceWritten: in Proxy mode a gRPC stream is confirmed
+// only once the sinks wrote its records. With the flowCollector down, the
+// stream's records reach the aggregator and its confirmation waits (the
+// exporter keeps them); once the collector is up, they are written, then
+// confirmed, and the exporter lets them go.
+func TestGRPCConfirmedOnceWritten(t *testing.T) {
+	const n = 100
+	dir := t.TempDir()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	collAddr := ln.Addr().String() // reserved, down until the collector starts on it
+	ln.Close()
+	yaml := fmt.Sprintf(`
+mode: Proxy
+aggregatorTransportProtocol: none
+flowCollector: {enable: true, address: "%s:tcp"}
+sluice:
+  apiAddress: "127.0.0.1:0"
+  grpcAddress: "127.0.0.1:0"
+  tls: {certDir: %s}
+`, collAddr, filepath.Join(dir, "certs"))
+	a := testagg.Start(t, yaml)
+	b, err := certs.Ensure(filepath.Join(dir, "certs"), certs.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := grpcsend.New(grpcsend.Options{Address: a.Addrs().GRPC, TLS: b.ClientTLS("localhost"),
+		AckRecords: n, AckInterval: time.Minute, MinBackoff: 20 * time.Millisecond, MaxBackoff: 100 * time.Millisecond,
+		Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := queue.New(1000)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); s.Run(ctx, q) }()
+	defer func() { cancel(); <-done }()
+	batch := make([]flow.Flow, 0, n)
+	for i := range n {
+		f := flowtest.Full(0, false)
+		f.SourcePort = uint16(20000 + i)
+		batch = append(batch, *f)
+	}
+	q.Push(batch)
+
+	testkit.WaitFor(t, "a stream waiting for its records to be written", func() bool {
+		return strings.Contains(metrics(t, a.Addrs().API), "sluice_collector_grpc_confirms_waiting 1")
+	})
+	if q.Len() != n {
+		t.Fatalf("exporter holds %d records, want %d: confirmed before the collector could have them", q.Len(), n)
+	}
+	coll := stubcollector.NewAt(t, collAddr)
+	testkit.WaitFor(t, "the records at the collector", func() bool { return coll.Len() >= n })
+	testkit.WaitFor(t, "the exporter to let the records go", func() bool { return q.Len() == 0 })
+	if got := coll.Len(); got != n {
+		t.Errorf("%d records at the collector, want %d", got, n)
+	}
+}

@@ -18,6 +18,11 @@ func (a *Aggregator) setupCollectors() error {
 	if a.encoded != nil {
 		o.Forwarder = a.encoded.NewForwarder
 	}
+	// Proxy mode forwards at once, so a gRPC stream can be confirmed
+	// once its records are written on: a killed aggregator then loses
+	// nothing it confirmed. Aggregate mode holds records for correlation
+	// by design and confirms them once taken.
+	o.GRPC.ConfirmWritten = cfg.Mode == config.ModeProxy
 	var err error
 	a.coll, err = collector.New(o)
 	if err != nil {

@@ -83,6 +83,9 @@ type Metrics struct {
 	// UDPKernelDrops counts datagrams the kernel dropped on the UDP
 	// socket for want of room in its receive buffer.
 	UDPKernelDrops prometheus.Counter
+	// ConfirmsWaiting are the gRPC streams whose response waits for the
+	// sinks to write their records (GRPCOptions.ConfirmWritten).
+	ConfirmsWaiting prometheus.Gauge
 }
 
 // NewMetrics creates the collector's series and registers them with reg
@@ -111,10 +114,12 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Template events: added, replaced, withdrawn, expired."}, []string{"transport", "event"}),
 		UDPKernelDrops: prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_collector_udp_datagrams_dropped_total",
 			Help: "IPFIX datagrams the kernel dropped before the collector read them: its UDP receive buffer was full."}),
+		ConfirmsWaiting: prometheus.NewGauge(prometheus.GaugeOpts{Name: "sluice_collector_grpc_confirms_waiting",
+			Help: "gRPC export streams whose confirmation waits for the sinks to write their records (Proxy mode)."}),
 	}
 	if reg != nil {
 		reg.MustRegister(m.Records, m.Messages, m.DecodeErrors, m.Sessions, m.Refused, m.Dropped,
-			m.UnknownSets, m.SkewUnknown, m.SkewMissing, m.TemplatesTotal, m.UDPKernelDrops)
+			m.UnknownSets, m.SkewUnknown, m.SkewMissing, m.TemplatesTotal, m.UDPKernelDrops, m.ConfirmsWaiting)
 	}
 	return m
 }
@@ -255,7 +260,7 @@ func (s *session) countTemplates() {
 
 // send hands a batch on, blocking (TCP) until there is room or ctx ends.
 func send(ctx context.Context, out chan<- flow.Batch, b flow.Batch) bool {
-	if b.Len() == 0 {
+	if b.Len() == 0 && b.Written == nil {
 		return true
 	}
 	select {

@@ -47,6 +47,12 @@ type GRPCOptions struct {
 	MaxStreams uint32
 	// StopTimeout bounds the graceful stop; default 5 s.
 	StopTimeout time.Duration
+	// ConfirmWritten delays a stream's response (the exporter's
+	// confirmation) until the pipeline's sinks have written its records,
+	// rather than until the records entered the pipeline: what an
+	// aggregator killed in between had confirmed is then never lost. Needs
+	// a mode that answers flow.Batch.Written (both do).
+	ConfirmWritten bool
 }
 
 func (o *GRPCOptions) defaults() {
@@ -259,6 +265,12 @@ func (e *exportService) Export(stream flowpb.FlowExportService_ExportServer) err
 		}
 		switch {
 		case end.err == nil:
+			if o.GRPC.ConfirmWritten {
+				if err := e.awaitWritten(sctx); err != nil {
+					log.Info("gRPC export stream ended before its records were written", "records", end.n, "err", err)
+					return err
+				}
+			}
 			log.Info("gRPC export stream closed", "records", end.n, "invalid", end.bad)
 			return stream.SendAndClose(&flowpb.ExportResponse{})
 		case end.counted:
@@ -276,6 +288,37 @@ func (e *exportService) Export(stream flowpb.FlowExportService_ExportServer) err
 		log.Info("gRPC export stream ended", "records", end.n, "invalid", end.bad, "err", end.err)
 		return end.err
 	}
+}
+
+// awaitWritten sends a mark behind the stream's records and waits until
+// the sinks have written everything before it, the exporter goes away
+// (sctx) or the collector stops.
+func (e *exportService) awaitWritten(sctx context.Context) error {
+	answer := make(chan func(context.Context) error, 1)
+	if !send(e.ctx, e.s.o.Out, flow.Batch{Written: answer}) {
+		return status.Error(codes.Unavailable, "the aggregator is shutting down")
+	}
+	var wait func(context.Context) error
+	select {
+	case wait = <-answer:
+	case <-e.ctx.Done():
+		return status.Error(codes.Unavailable, "the aggregator is shutting down")
+	case <-sctx.Done():
+		return status.FromContextError(sctx.Err()).Err()
+	}
+	wctx, cancel := context.WithCancel(sctx)
+	defer cancel()
+	defer context.AfterFunc(e.ctx, cancel)()
+	waiting := e.s.o.Metrics.ConfirmsWaiting
+	waiting.Inc()
+	defer waiting.Dec()
+	if err := wait(wctx); err != nil {
+		if e.ctx.Err() != nil {
+			return status.Error(codes.Unavailable, "the aggregator stopped before the records were written")
+		}
+		return status.FromContextError(err).Err()
+	}
+	return nil
 }
 
 // receive reads the stream's requests, decodes their flows straight from

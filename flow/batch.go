@@ -1,6 +1,10 @@
 package flow
 
-import "sluice/ipfix"
+import (
+	"context"
+
+	"sluice/ipfix"
+)
 
 // Batch is what a collector hands to the aggregator's mode: the records of
 // one message. It lives here, below both, so that the modes need not
@@ -10,7 +14,24 @@ type Batch struct {
 	// Encoded are records a Forwarder already turned into export records
 	// (Proxy mode's fast path); they are not in Flows.
 	Encoded []ipfix.EncodedRecord
+	// Written, when set, asks the mode for a way to wait until the sinks
+	// have written every record handed on before this batch (a gRPC
+	// stream confirms its records only then). The mode sends exactly one
+	// function on it (buffered) when it reaches the batch; the function
+	// blocks until then or until its context ends. A mode that holds
+	// records back by design (Aggregate) sends one that returns at once.
+	Written chan<- func(context.Context) error
 }
+
+// Resolve answers a batch's Written request, if it has one, with wait.
+func (b *Batch) Resolve(wait func(context.Context) error) {
+	if b.Written != nil {
+		b.Written <- wait
+	}
+}
+
+// Now is a wait that is over at once.
+func Now(context.Context) error { return nil }
 
 // Len is the number of records in the batch.
 func (b *Batch) Len() int { return len(b.Flows) + len(b.Encoded) }

@@ -110,6 +110,10 @@ func (fw *Forwarding) Run(ctx context.Context, in <-chan flow.Batch, out *ring.B
 		p.copied.Add(float64(len(b.Encoded)))
 		p.rebuilt.Add(float64(len(b.Flows))) // as Run: those that fail to encode too
 		out.Produce(recs...)
+		if b.Written != nil {
+			pos := out.Produced()
+			b.Resolve(func(ctx context.Context) error { return out.WaitWritten(ctx, pos) })
+		}
 	})
 }
 

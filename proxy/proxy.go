@@ -69,6 +69,10 @@ func (p *Proxy) Run(ctx context.Context, in <-chan flow.Batch, out *ring.Buffer[
 		}
 		p.rebuilt.Add(float64(len(b.Flows)))
 		out.Produce(b.Flows...)
+		if b.Written != nil {
+			pos := out.Produced()
+			b.Resolve(func(ctx context.Context) error { return out.WaitWritten(ctx, pos) })
+		}
 	})
 }
 

@@ -27,6 +27,12 @@ type Buffer[T any] struct {
 	// flushing makes Produce wait for room as ProduceWait does (see
 	// Flushing).
 	flushing bool
+	// written wakes WaitWritten when a consumer commits, reads or
+	// closes; wanted is the furthest position a WaitWritten waits for
+	// (0 when none waits), so that consumers know to commit soon.
+	written *sync.Cond
+	wanted  uint64
+	writers int
 }
 
 // New returns a buffer of at least capacity items (rounded up to a power
@@ -39,6 +45,7 @@ func New[T any](capacity int) *Buffer[T] {
 	b := &Buffer[T]{items: make([]T, n), done: make(chan struct{}), mask: uint64(n - 1), consumers: map[*Consumer[T]]struct{}{}}
 	b.wake = sync.NewCond(&b.mu)
 	b.room = sync.NewCond(&b.mu)
+	b.written = sync.NewCond(&b.mu)
 	return b
 }
 
@@ -139,6 +146,13 @@ type Consumer[T any] struct {
 	next uint64
 	// Lost counts items overwritten before this consumer read them.
 	Lost uint64
+	// committed is the position up to which the consumer has written
+	// what it read (see CommitOnWrite); manual says it commits itself,
+	// otherwise reading commits. bestEffort consumers are never waited
+	// for by WaitWritten.
+	committed  uint64
+	manual     bool
+	bestEffort bool
 }
 
 // Consumer returns a consumer starting at the current head (it sees only
@@ -146,9 +160,115 @@ type Consumer[T any] struct {
 func (b *Buffer[T]) Consumer() *Consumer[T] {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	c := &Consumer[T]{b: b, next: b.head}
+	c := &Consumer[T]{b: b, next: b.head, committed: b.head}
 	b.consumers[c] = struct{}{}
 	return c
+}
+
+// CommitOnWrite says that this consumer writes what it reads somewhere
+// later than it reads it (a sink that batches into messages), and tells
+// the buffer with Commit when it has. Until then WaitWritten waits for it.
+// Without it, reading an item is writing it.
+func (c *Consumer[T]) CommitOnWrite() {
+	c.b.mu.Lock()
+	defer c.b.mu.Unlock()
+	c.manual = true
+}
+
+// BestEffort says that WaitWritten must not wait for this consumer (a
+// live view that promises no delivery).
+func (c *Consumer[T]) BestEffort() {
+	c.b.mu.Lock()
+	defer c.b.mu.Unlock()
+	c.bestEffort = true
+	c.b.written.Broadcast()
+}
+
+// Commit says that everything this consumer has read, except the last
+// held items, is written (or lost and counted by the consumer).
+func (c *Consumer[T]) Commit(held int) {
+	b := c.b
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	pos := c.next - min(uint64(held), c.next)
+	if pos > c.committed {
+		c.committed = pos
+		if b.writers > 0 {
+			b.written.Broadcast()
+		}
+	}
+}
+
+// CommitWanted reports whether a WaitWritten waits for items this
+// consumer has read and not committed: it should write them out now
+// rather than on its own clock.
+func (c *Consumer[T]) CommitWanted() bool {
+	b := c.b
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return c.commitWanted()
+}
+
+// commitWanted is CommitWanted with mu held.
+func (c *Consumer[T]) commitWanted() bool {
+	return c.manual && c.b.writers > 0 && c.committed < c.next && c.committed < c.b.wanted
+}
+
+// writtenTo is how far the consumer has written: what it committed
+// (what it read, unless it commits itself), or, when it was lapped, the
+// oldest item the buffer still holds (what it lost is counted as lost
+// when it reads again). Called with mu held.
+func (c *Consumer[T]) writtenTo() uint64 {
+	b := c.b
+	w := c.next
+	if c.manual {
+		w = c.committed
+	}
+	if n := uint64(len(b.items)); b.head > n && w < b.head-n {
+		w = b.head - n
+	}
+	return w
+}
+
+// WaitWritten waits until every open consumer (but the best-effort ones)
+// has written the items produced before position pos (a value of
+// Produced), has lost them, or has closed; or until ctx ends (its error
+// is returned). It is how a producer confirms delivery to its own source.
+func (b *Buffer[T]) WaitWritten(ctx context.Context, pos uint64) error {
+	stop := context.AfterFunc(ctx, func() {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		b.written.Broadcast()
+	})
+	defer stop()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.writers++
+	defer func() {
+		if b.writers--; b.writers == 0 {
+			b.wanted = 0
+		}
+	}()
+	for {
+		behind := false
+		for c := range b.consumers {
+			if !c.bestEffort && c.writtenTo() < pos {
+				behind = true
+				break
+			}
+		}
+		if !behind {
+			return nil
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if pos > b.wanted {
+			b.wanted = pos
+			b.wake.Broadcast() // consumers waiting in Next: commit what they hold
+		}
+		b.written.Wait()
+	}
 }
 
 // Observer returns a consumer starting at the oldest item the buffer
@@ -174,6 +294,7 @@ func (c *Consumer[T]) Close() {
 	defer b.mu.Unlock()
 	delete(b.consumers, c)
 	b.room.Broadcast()
+	b.written.Broadcast()
 }
 
 // Unread is the number of items produced that this consumer has not
@@ -188,7 +309,9 @@ func (c *Consumer[T]) Unread() uint64 {
 
 // Next appends up to max available items to dst, blocking until at least
 // one is available, the buffer is closed and drained (ok false), or ctx
-// ends (ok false).
+// ends (ok false). A consumer that commits on write also gets (dst, true)
+// with no item when a WaitWritten waits for what it holds (see
+// CommitWanted).
 func (c *Consumer[T]) Next(ctx context.Context, dst []T, max int) (out []T, ok bool) {
 	b := c.b
 	stop := context.AfterFunc(ctx, func() {
@@ -203,6 +326,9 @@ func (c *Consumer[T]) Next(ctx context.Context, dst []T, max int) (out []T, ok b
 		if b.closed || ctx.Err() != nil {
 			return dst, false
 		}
+		if c.commitWanted() {
+			return dst, true
+		}
 		b.wake.Wait()
 	}
 	if oldest := b.head - uint64(len(b.items)); b.head > uint64(len(b.items)) && c.next < oldest {
@@ -215,6 +341,9 @@ func (c *Consumer[T]) Next(ctx context.Context, dst []T, max int) (out []T, ok b
 	}
 	if b.waiting > 0 {
 		b.room.Broadcast()
+	}
+	if b.writers > 0 && !c.manual {
+		b.written.Broadcast()
 	}
 	return dst, true
 }

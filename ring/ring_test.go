@@ -211,3 +211,88 @@ func TestFlushingWaitsAndCountsUnread(t *testing.T) {
 		t.Fatalf("quitter unread %d lost %d, want 18 and 0", quitter.Unread(), quitter.Lost)
 	}
 }
+
+// waitUntil polls cond until it holds or a deadline passes.
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func TestWaitWrittenWaitsForCommits(t *testing.T) {
+	b := New[int](16)
+	writer, reader, live := b.Consumer(), b.Consumer(), b.Consumer()
+	writer.CommitOnWrite()
+	live.BestEffort() // never read: must not hold the wait back
+	b.Produce(1, 2, 3, 4)
+	pos := b.Produced()
+
+	done := make(chan error, 1)
+	go func() { done <- b.WaitWritten(context.Background(), pos) }()
+
+	if got, ok := writer.Next(context.Background(), nil, 10); !ok || len(got) != 4 {
+		t.Fatalf("writer read %v %v", got, ok)
+	}
+	waitUntil(t, "the writer to be asked to commit", writer.CommitWanted)
+	// The writer holds what it read, and asks for nothing more: Next
+	// returns at once, empty, so that it can write out and commit.
+	if got, ok := writer.Next(context.Background(), nil, 10); !ok || len(got) != 0 {
+		t.Fatalf("writer's Next while a commit is wanted: %v %v", got, ok)
+	}
+	writer.Commit(1) // one item still held
+	if _, ok := reader.Next(context.Background(), nil, 10); !ok {
+		t.Fatal("reader read nothing")
+	}
+	select {
+	case err := <-done:
+		t.Fatalf("WaitWritten returned (%v) with an item uncommitted", err)
+	default:
+	}
+	if !writer.CommitWanted() {
+		t.Fatal("CommitWanted false with an item held")
+	}
+	writer.Commit(0)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "the wish to commit to end", func() bool { return !writer.CommitWanted() })
+}
+
+func TestWaitWrittenLappedClosedAndContext(t *testing.T) {
+	b := New[int](4)
+	slow := b.Consumer()
+	slow.CommitOnWrite()
+	b.Produce(1, 2)
+	pos := b.Produced()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- b.WaitWritten(ctx, pos) }()
+	waitUntil(t, "the waiter", func() bool { b.mu.Lock(); defer b.mu.Unlock(); return b.writers == 1 })
+	cancel()
+	if err := <-done; err == nil {
+		t.Fatal("WaitWritten returned nil after its context ended")
+	}
+	// Lapped: the items are gone (and counted when slow reads again).
+	b.Produce(3, 4, 5, 6)
+	if err := b.WaitWritten(context.Background(), pos); err != nil {
+		t.Fatal(err)
+	}
+	got, _ := slow.Next(context.Background(), nil, 10)
+	if slow.Lost != 2 || len(got) != 4 {
+		t.Fatalf("lapped consumer: lost %d, got %v", slow.Lost, got)
+	}
+	// Closed consumers are not waited for.
+	b.Produce(7)
+	pos = b.Produced()
+	go func() { done <- b.WaitWritten(context.Background(), pos) }()
+	waitUntil(t, "the waiter", func() bool { b.mu.Lock(); defer b.mu.Unlock(); return b.writers == 1 })
+	slow.Close()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}

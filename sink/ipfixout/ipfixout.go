@@ -222,14 +222,22 @@ func (s *Sink) RunEncoded(ctx context.Context, c *ring.Consumer[ipfix.EncodedRec
 // what c yields, send each item with send, flush on the clock. idle, when
 // set, runs before waiting for more items.
 func run[T any](ctx context.Context, s *Sink, c *ring.Consumer[T], send func(T), idle func()) error {
-	defer func() {
-		s.flush()
-		s.conn.Close()
-	}()
 	// pending are the items of buf not sent yet; buf is reused for every
 	// Next, so that taking items allocates nothing.
 	var buf, pending []T
 	var lost uint64
+	// What was sent and flushed (or lost and counted) is committed, so
+	// that a gRPC stream waiting for it (ring.Buffer.WaitWritten) is
+	// confirmed; a waiting stream also makes the sink flush at once.
+	c.CommitOnWrite()
+	flush := func() {
+		s.flush()
+		c.Commit(len(pending))
+	}
+	defer func() {
+		flush()
+		s.conn.Close()
+	}()
 	for {
 		if s.conn.Connect(ctx) != nil {
 			// ctx ended (the drain timeout) with no connection: what was
@@ -255,7 +263,7 @@ func run[T any](ctx context.Context, s *Sink, c *ring.Consumer[T], send func(T),
 				if ctx.Err() != nil || !waited { // stopped, or the buffer closed and is drained
 					return nil
 				}
-				s.flush()
+				flush()
 				s.conn.Refresh()
 				continue
 			}
@@ -266,8 +274,8 @@ func run[T any](ctx context.Context, s *Sink, c *ring.Consumer[T], send func(T),
 		}
 		// A steady trickle never leaves Next idle for a whole interval:
 		// flush on the clock too, so no record waits longer than that.
-		if time.Since(s.lastFlush) >= s.o.FlushInterval {
-			s.flush()
+		if time.Since(s.lastFlush) >= s.o.FlushInterval || c.CommitWanted() {
+			flush()
 		}
 		s.conn.Refresh()
 	}
