@@ -54,6 +54,9 @@ type Aggregator struct {
 	grpcLn  net.Listener
 	grpcTLS *tls.Config
 	certs   *certs.Bundle
+	// certReloader keeps certs current with their files; nil when
+	// sluice.tls.reloadInterval is 0.
+	certReloader *certs.Reloader
 
 	// meta is the Kubernetes metadata source, nil when there is none.
 	meta enrich.Source
@@ -214,6 +217,9 @@ func (a *Aggregator) Run(ctx context.Context) error {
 		defer close(modeDone)
 		a.runMode() // ends when batches closes
 	})
+	if a.certReloader != nil {
+		stages.Go(func() { a.certReloader.Run(runCtx) })
+	}
 	if a.meta != nil {
 		stages.Go(func() { _ = a.meta.Run(runCtx) })
 		// Like the reference, wait (bounded by the source's own sync

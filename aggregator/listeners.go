@@ -35,7 +35,7 @@ func (a *Aggregator) setupCollectors() error {
 		if err != nil {
 			return err
 		}
-		a.grpcTLS = bundle.ServerTLS(true)
+		a.grpcTLS = a.collectorTLS(bundle, "h2")
 		if a.grpcLn, err = net.Listen("tcp", cfg.Sluice.GRPCAddress); err != nil {
 			return cfg.KeyError("sluice.grpcAddress", err)
 		}
@@ -57,7 +57,7 @@ func (a *Aggregator) setupCollectors() error {
 		if err != nil {
 			return err
 		}
-		a.tlsConf = bundle.ServerTLS(true)
+		a.tlsConf = a.collectorTLS(bundle)
 	}
 	if a.tcpLn, err = net.Listen("tcp", cfg.Sluice.IPFIXAddress); err != nil {
 		return cfg.KeyError("sluice.ipfixAddress", err)
@@ -98,8 +98,14 @@ func (a *Aggregator) serverCerts() (*certs.Bundle, error) {
 		return a.certs, nil
 	}
 	b, err := a.loadServerCerts()
+	if err != nil {
+		return nil, err
+	}
 	a.certs = b
-	return b, err
+	if a.certReloader, err = a.reloadingServerCerts(b); err != nil {
+		return nil, a.cfg.KeyError("sluice.tls.reloadInterval", err)
+	}
+	return b, nil
 }
 
 func (a *Aggregator) loadServerCerts() (*certs.Bundle, error) {

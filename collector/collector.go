@@ -13,6 +13,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"sluice/certs"
 	"sluice/flow"
 	"sluice/flow/ipfixmap"
 	"sluice/ipfix"
@@ -83,6 +84,10 @@ type Metrics struct {
 	// UDPKernelDrops counts datagrams the kernel dropped on the UDP
 	// socket for want of room in its receive buffer.
 	UDPKernelDrops prometheus.Counter
+	// CertsRefused counts handshakes refused for the peer's certificate,
+	// by reason (certs.RefusalReason): expired, not yet valid, signed by
+	// an unknown authority, missing, invalid.
+	CertsRefused *prometheus.CounterVec // transport, reason
 	// ConfirmsWaiting are the gRPC streams whose response waits for the
 	// sinks to write their records (GRPCOptions.ConfirmWritten).
 	ConfirmsWaiting prometheus.Gauge
@@ -114,14 +119,29 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Template events: added, replaced, withdrawn, expired."}, []string{"transport", "event"}),
 		UDPKernelDrops: prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_collector_udp_datagrams_dropped_total",
 			Help: "IPFIX datagrams the kernel dropped before the collector read them: its UDP receive buffer was full."}),
+		CertsRefused: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_collector_client_certificates_refused_total",
+			Help: "TLS handshakes refused for the client's certificate: cert-expired, cert-not-yet-valid, cert-unknown-authority, cert-missing, cert-invalid."}, []string{"transport", "reason"}),
 		ConfirmsWaiting: prometheus.NewGauge(prometheus.GaugeOpts{Name: "sluice_collector_grpc_confirms_waiting",
 			Help: "gRPC export streams whose confirmation waits for the sinks to write their records (Proxy mode)."}),
 	}
 	if reg != nil {
 		reg.MustRegister(m.Records, m.Messages, m.DecodeErrors, m.Sessions, m.Refused, m.Dropped,
-			m.UnknownSets, m.SkewUnknown, m.SkewMissing, m.TemplatesTotal, m.UDPKernelDrops, m.ConfirmsWaiting)
+			m.UnknownSets, m.SkewUnknown, m.SkewMissing, m.TemplatesTotal, m.UDPKernelDrops, m.CertsRefused, m.ConfirmsWaiting)
 	}
 	return m
+}
+
+// handshakeFailed counts and logs a refused TLS handshake, naming the
+// client certificate's fault when that is why.
+func handshakeFailed(m *Metrics, refused prometheus.Counter, log *slog.Logger, transport, what string, err error) {
+	refused.Inc()
+	reason, detail := certs.RefusalReason(err, time.Now())
+	if reason == "" {
+		log.Warn("refusing "+what+": TLS handshake failed", "err", err)
+		return
+	}
+	m.CertsRefused.WithLabelValues(transport, reason).Inc()
+	log.Warn("refusing "+what+": client certificate refused", "reason", reason, "certificate", detail, "err", err)
 }
 
 // session decodes the messages of one transport session.

@@ -87,6 +87,7 @@ func (s *Server) ServeGRPC(ctx context.Context, ln net.Listener, tlsConfig *tls.
 	creds := &countingCreds{
 		TransportCredentials: credentials.NewTLS(tlsConfig),
 		handshakeRefused:     o.Metrics.Refused.WithLabelValues("grpc", "tls-handshake"),
+		metrics:              o.Metrics,
 		log:                  log,
 	}
 	ln = &slotListener{Listener: ln, s: s, log: log,
@@ -118,14 +119,14 @@ func (s *Server) ServeGRPC(ctx context.Context, ln net.Listener, tlsConfig *tls.
 type countingCreds struct {
 	credentials.TransportCredentials
 	handshakeRefused prometheus.Counter
+	metrics          *Metrics
 	log              *slog.Logger
 }
 
 func (c *countingCreds) ServerHandshake(raw net.Conn) (net.Conn, credentials.AuthInfo, error) {
 	conn, info, err := c.TransportCredentials.ServerHandshake(raw)
 	if err != nil {
-		c.handshakeRefused.Inc()
-		c.log.Warn("refusing gRPC connection: TLS handshake failed", "peer", raw.RemoteAddr().String(), "err", err)
+		handshakeFailed(c.metrics, c.handshakeRefused, c.log.With("peer", raw.RemoteAddr().String()), "grpc", "gRPC connection", err)
 		return nil, nil, err
 	}
 	return conn, info, nil

@@ -146,8 +146,7 @@ func (s *Server) serveConn(ctx context.Context, c net.Conn, transport string, tl
 		err := tc.HandshakeContext(hctx)
 		cancel()
 		if err != nil {
-			s.o.Metrics.Refused.WithLabelValues(transport, "tls-handshake").Inc()
-			log.Warn("refusing IPFIX session: TLS handshake failed", "err", err)
+			handshakeFailed(s.o.Metrics, s.o.Metrics.Refused.WithLabelValues(transport, "tls-handshake"), log, transport, "IPFIX session", err)
 			return
 		}
 		c = tc

@@ -342,6 +342,11 @@ type ServerTLS struct {
 	// authenticate, so the mutual-TLS collectors accept no one.
 	CAFile  string `yaml:"caFile"`
 	CertDir string `yaml:"certDir"`
+	// ReloadInterval is how often the certificate files are checked for
+	// changes, which are then used by new connections without a restart
+	// (a Secret volume, cert-manager, an operator's renewal). 0 turns it
+	// off.
+	ReloadInterval Duration `yaml:"reloadInterval"`
 }
 
 // FileTLS is a key pair and a CA given as PEM files (`sluice.collectorTLS`).
@@ -419,6 +424,7 @@ func Default() *Aggregator {
 			Proxy:             ProxyOptions{PassThroughUnknown: true, FastPath: true},
 			Aggregate:         AggregateOptions{MaxFlows: 1000000, ExportOneSided: true},
 			DrainTimeout:      Duration{10 * time.Second},
+			TLS:               ServerTLS{ReloadInterval: Duration{10 * time.Second}},
 			Traceflow: TraceflowOptions{TrafficMode: "encap", TunnelType: "geneve",
 				ServiceCIDRs: []string{"10.96.0.0/12"}},
 		},

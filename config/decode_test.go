@@ -108,7 +108,7 @@ func TestDefaultValues(t *testing.T) {
 		{"sluice.apiAddress", a.Sluice.APIAddress, ":10348"},
 		{"sluice.inventory", a.Sluice.Inventory, ""},
 		{"sluice.kubeconfig", a.Sluice.Kubeconfig, ""},
-		{"sluice.tls", a.Sluice.TLS, ServerTLS{}},
+		{"sluice.tls", a.Sluice.TLS, ServerTLS{ReloadInterval: Duration{10 * time.Second}}},
 		{"sluice.collectorTLS", a.Sluice.CollectorTLS, FileTLS{}},
 		{"sluice.proxy.passThroughUnknown", a.Sluice.Proxy.PassThroughUnknown, true},
 		{"sluice.proxy.fastPath", a.Sluice.Proxy.FastPath, true},

@@ -58,6 +58,9 @@ type TLSFiles struct {
 	// FromNamespace (--tls-from-namespace) fetches what CertDir would
 	// hold from the Kubernetes namespace the aggregator publishes it in.
 	FromNamespace string
+	// ReloadInterval (--tls-reload-interval) is how often the files are
+	// checked for changes, which new connections then use; 0 for never.
+	ReloadInterval time.Duration
 }
 
 // check checks what needs no file or network, and fills the Node name.
@@ -130,7 +133,7 @@ func (s Settings) Run(ctx context.Context, log *slog.Logger) error {
 		}
 		defer os.RemoveAll(s.TLS.CertDir)
 	}
-	tlsConf, err := s.TLS.config(coll.Proto, log)
+	tlsConf, tlsReload, err := s.TLS.config(coll.Proto, tlsServerName(s.TLS.ServerName, coll), log)
 	if err != nil {
 		return err
 	}
@@ -142,6 +145,9 @@ func (s Settings) Run(ctx context.Context, log *slog.Logger) error {
 	defer wg.Wait()
 	bgCtx, stopBg := context.WithCancel(ctx)
 	defer stopBg()
+	if tlsReload != nil {
+		wg.Go(func() { tlsReload.Run(bgCtx) })
+	}
 	meta, err := enrich.OpenSource(enrich.SourceOptions{Inventory: s.Inventory, Kubeconfig: s.Kubeconfig, Logger: log})
 	if err != nil {
 		if s.Inventory != "" {
@@ -258,13 +264,17 @@ func (s *Settings) openSource(podCIDRs, clusterCIDRs []netip.Prefix) (source.Sou
 // serves with mutual TLS only, a client certificate, from the flags or from
 // this machine's generated certificate directory (an aggregator and an
 // exporter on one machine need no flags).
-func (f TLSFiles) config(proto string, log *slog.Logger) (*tls.Config, error) {
+//
+// With f.ReloadInterval, the configuration reads the files' current
+// content at each handshake (see certs.Reloader, returned to be run), and
+// checks the aggregator's certificate against serverName.
+func (f TLSFiles) config(proto, serverName string, log *slog.Logger) (*tls.Config, *certs.Reloader, error) {
 	anyFlag := f.CertFile != "" || f.KeyFile != "" || f.CAFile != "" || f.CertDir != ""
 	if proto != "tls" && proto != "grpc" {
 		if anyFlag { // --tls-server-name alone was always let through
-			return nil, fmt.Errorf("--tls-* flags given, but the collector protocol is %s, not tls or grpc", proto)
+			return nil, nil, fmt.Errorf("--tls-* flags given, but the collector protocol is %s, not tls or grpc", proto)
 		}
-		return nil, nil
+		return nil, nil, nil
 	}
 	dir := f.CertDir
 	if dir == "" && !anyFlag && proto == "grpc" {
@@ -284,14 +294,60 @@ func (f TLSFiles) config(proto string, log *slog.Logger) (*tls.Config, error) {
 		certFile, keyFile, caFile = or(certFile, certs.ClientCertFile), or(keyFile, certs.ClientKeyFile), or(caFile, certs.CACertFile)
 	}
 	if proto == "grpc" && certFile == "" {
-		return nil, errors.New("--tls-cert-file/--tls-key-file: the grpc protocol needs a client certificate signed by the aggregator's CA " +
+		return nil, nil, errors.New("--tls-cert-file/--tls-key-file: the grpc protocol needs a client certificate signed by the aggregator's CA " +
 			"(or --tls-cert-dir with the aggregator's generated client.crt, client.key and ca.crt)")
 	}
 	b, err := certs.LoadClient(certFile, keyFile, caFile)
 	if err != nil {
-		return nil, fmt.Errorf("--tls-cert-file/--tls-key-file/--tls-ca-file/--tls-cert-dir: %w", err)
+		return nil, nil, fmt.Errorf("--tls-cert-file/--tls-key-file/--tls-ca-file/--tls-cert-dir: %w", err)
 	}
-	return b.ClientTLS(f.ServerName), nil
+	if f.ReloadInterval <= 0 {
+		return b.ClientTLS(f.ServerName), nil, nil
+	}
+	var files []string
+	for _, p := range []string{certFile, keyFile, caFile} {
+		if p != "" {
+			files = append(files, p)
+		}
+	}
+	r, err := certs.NewReloader(b, certs.ReloadOptions{
+		Load:     func() (*certs.Bundle, error) { return certs.LoadClient(certFile, keyFile, caFile) },
+		Files:    files,
+		Interval: f.ReloadInterval,
+		Notify: func(nb *certs.Bundle, err error) {
+			if err != nil {
+				log.Warn("TLS certificate files changed but do not load; keeping the ones in use", "files", files, "err", err)
+				return
+			}
+			attrs := []any{"files", files}
+			if nb.Client != nil && nb.Client.Leaf != nil {
+				attrs = append(attrs, "serial", nb.Client.Leaf.SerialNumber.String(), "not_after", nb.Client.Leaf.NotAfter.UTC().Format(time.RFC3339))
+			}
+			log.Info("TLS certificates reloaded; new connections use them", attrs...)
+		},
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	cfg, err := r.ClientTLS(serverName)
+	if err != nil {
+		return nil, nil, fmt.Errorf("--tls-server-name: %w", err)
+	}
+	return cfg, r, nil
+}
+
+// tlsServerName is the name the aggregator's certificate must hold:
+// --tls-server-name, else the Service's DNS name when the collector is a
+// Service (Antrea agents check flow-aggregator.flow-aggregator.svc), else
+// the collector's host.
+func tlsServerName(flag string, c collectoraddr.Collector) string {
+	if flag != "" {
+		return flag
+	}
+	if ns, name, ok := c.ServiceRef(); ok {
+		return name + "." + ns + ".svc"
+	}
+	return c.Host
 }
 
 func fileExists(path string) bool {

@@ -16,28 +16,28 @@ func TestTLSForGRPC(t *testing.T) {
 	state := t.TempDir()
 	t.Setenv("XDG_STATE_HOME", state)
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	if _, err := (TLSFiles{}).config("grpc", log); err == nil {
+	if _, _, err := (TLSFiles{}).config("grpc", "localhost", log); err == nil {
 		t.Fatal("grpc without any certificate: accepted")
 	}
-	if c, err := (TLSFiles{}).config("tls", log); err != nil || len(c.Certificates) != 0 {
+	if c, _, err := (TLSFiles{}).config("tls", "localhost", log); err != nil || len(c.Certificates) != 0 {
 		t.Fatalf("tls without flags: %v, %v", c, err)
 	}
 	dir := t.TempDir()
 	if _, err := certs.Ensure(dir, certs.Options{}); err != nil {
 		t.Fatal(err)
 	}
-	c, err := (TLSFiles{CertDir: dir, ServerName: "localhost"}).config("grpc", log)
+	c, _, err := (TLSFiles{CertDir: dir, ServerName: "localhost"}).config("grpc", "localhost", log)
 	if err != nil || len(c.Certificates) != 1 || c.RootCAs == nil || c.ServerName != "localhost" {
 		t.Fatalf("--tls-cert-dir: %v, %v", c, err)
 	}
 	if _, err := certs.Ensure(filepath.Join(state, "sluice", "certs"), certs.Options{}); err != nil {
 		t.Fatal(err)
 	}
-	if c, err := (TLSFiles{}).config("grpc", log); err != nil || len(c.Certificates) != 1 || c.RootCAs == nil {
+	if c, _, err := (TLSFiles{}).config("grpc", "localhost", log); err != nil || len(c.Certificates) != 1 || c.RootCAs == nil {
 		t.Fatalf("generated directory: %v, %v", c, err)
 	}
 	// An explicit flag turns the fallback off: the CA alone is not enough.
-	if _, err := (TLSFiles{CAFile: filepath.Join(dir, "ca.crt")}).config("grpc", log); err == nil {
+	if _, _, err := (TLSFiles{CAFile: filepath.Join(dir, "ca.crt")}).config("grpc", "localhost", log); err == nil {
 		t.Fatal("grpc with only --tls-ca-file: accepted")
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -65,6 +66,7 @@ chosen Antrea agent version. See docs/exporter.md.`,
 	fl.StringVar(&f.s.TLS.CertDir, "tls-cert-dir", "", "a copy of the aggregator's generated certificate directory: ca.crt, client.crt and client.key in it stand for the --tls-*-file flags not given; with grpc and no --tls-* flag, the generated directory of this machine is used when it has them")
 	fl.StringVar(&f.s.TLS.FromNamespace, "tls-from-namespace", "", "fetch ca.crt and the client certificate the aggregator publishes in this namespace (ConfigMap flow-aggregator-ca, Secret flow-aggregator-client-tls) through the API, with the Pod's service account or $KUBECONFIG; stands for --tls-cert-dir")
 	fl.StringVar(&f.s.TLS.ServerName, "tls-server-name", "", "name expected in the aggregator's certificate; default the collector host")
+	fl.DurationVar(&f.s.TLS.ReloadInterval, "tls-reload-interval", 10*time.Second, "how often the --tls-* files are checked for changes; new connections use renewed files without a restart (0: never)")
 	fl.StringVar(&f.s.MetricsAddress, "metrics-address", ":10350", "address of /metrics, /healthz and /readyz; empty for none")
 	fl.IntVar(&f.s.MaxConnections, "max-connections", connstore.DefaultMaxConnections, "connections tracked at most; more are counted and skipped")
 	fl.IntVar(&f.s.BufferSize, "buffer-size", exporter.DefaultBufferSize, "flow records held while the aggregator is slow or unreachable; the oldest are dropped beyond it")
