@@ -246,6 +246,13 @@ sluice: {ipfixAddress: "127.0.0.1:0", apiAddress: "127.0.0.1:0"}
 		rm["withLogExporter"] != true || rm["withIPFIXExporter"] != true || rm["numConnToCollector"] != float64(2) {
 		t.Errorf("/recordmetrics: %v", rm)
 	}
+	// The correlation store's counters are on /metrics too.
+	m := metrics(t, a.Addrs().API)
+	for _, want := range []string{"sluice_aggregate_records_total 40", "sluice_aggregate_correlated_total 20", "sluice_aggregate_flows 20"} {
+		if !strings.Contains(m, "\n"+want+"\n") {
+			t.Errorf("/metrics has no %q", want)
+		}
+	}
 
 	// At shutdown the flow log holds one line per connection.
 	if err := a.Stop(); err != nil {
