@@ -153,6 +153,9 @@ type Consumer[T any] struct {
 	committed  uint64
 	manual     bool
 	bestEffort bool
+	// stalled consumers cannot write for now (their destination is
+	// down): WaitWritten does not wait for them.
+	stalled bool
 }
 
 // Consumer returns a consumer starting at the current head (it sees only
@@ -182,6 +185,20 @@ func (c *Consumer[T]) BestEffort() {
 	defer c.b.mu.Unlock()
 	c.bestEffort = true
 	c.b.written.Broadcast()
+}
+
+// Stalled says whether the consumer can write for now. While it cannot
+// (its destination is down), WaitWritten does not wait for it, so that
+// one dead destination does not hold back the others; what it holds is
+// lost, and counted, if the buffer laps it.
+func (c *Consumer[T]) Stalled(stalled bool) {
+	b := c.b
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if c.stalled != stalled {
+		c.stalled = stalled
+		b.written.Broadcast()
+	}
 }
 
 // Commit says that everything this consumer has read, except the last
@@ -230,8 +247,8 @@ func (c *Consumer[T]) writtenTo() uint64 {
 	return w
 }
 
-// WaitWritten waits until every open consumer (but the best-effort ones)
-// has written the items produced before position pos (a value of
+// WaitWritten waits until every open consumer (but the best-effort and
+// the stalled ones) has written the items produced before position pos (a value of
 // Produced), has lost them, or has closed; or until ctx ends (its error
 // is returned). It is how a producer confirms delivery to its own source.
 func (b *Buffer[T]) WaitWritten(ctx context.Context, pos uint64) error {
@@ -252,7 +269,7 @@ func (b *Buffer[T]) WaitWritten(ctx context.Context, pos uint64) error {
 	for {
 		behind := false
 		for c := range b.consumers {
-			if !c.bestEffort && c.writtenTo() < pos {
+			if !c.bestEffort && !c.stalled && c.writtenTo() < pos {
 				behind = true
 				break
 			}

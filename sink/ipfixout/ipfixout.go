@@ -84,7 +84,9 @@ type Sink struct {
 	jsonBuf   []byte
 	// for JSON: records are rendered from their IPFIX form, so the two
 	// formats always carry the same elements and values.
-	json         *flowjson.Renderer
+	json *flowjson.Renderer
+	// stall, set while run runs, marks its consumer stalled (see run).
+	stall        func()
 	exported     prometheus.Counter
 	sendErrs     prometheus.Counter
 	encodeErrs   prometheus.Counter
@@ -172,6 +174,9 @@ func (s *Sink) onConnect(string) {
 }
 
 func (s *Sink) onFail(err error, retryIn time.Duration) {
+	if s.stall != nil {
+		s.stall()
+	}
 	s.o.Log.Warn("cannot reach the flow collector; records wait in the buffer", "sink", s.o.Name,
 		"address", s.o.Address, "retry_in", retryIn.String(), "err", err)
 }
@@ -238,12 +243,27 @@ func run[T any](ctx context.Context, s *Sink, c *ring.Consumer[T], send func(T),
 		flush()
 		s.conn.Close()
 	}()
+	// While the collector is down (a connection attempt failed) the sink
+	// cannot write: gRPC confirmations do not wait for it
+	// (ring.Consumer.Stalled) until it is connected again.
+	stalled := false
+	s.stall = func() {
+		if !stalled {
+			stalled = true
+			c.Stalled(true)
+		}
+	}
+	defer func() { s.stall = nil }()
 	for {
 		if s.conn.Connect(ctx) != nil {
 			// ctx ended (the drain timeout) with no connection: what was
 			// taken from the buffer and not sent is lost, and counted.
 			s.shutdownLost.Add(float64(len(pending)))
 			return nil
+		}
+		if stalled {
+			stalled = false
+			c.Stalled(false)
 		}
 		if len(pending) == 0 {
 			if idle != nil {

@@ -309,3 +309,82 @@ func TestTrickleIsFlushed(t *testing.T) {
 		t.Errorf("the first record took %v to arrive with a 20 ms flush interval", d)
 	}
 }
+
+// TestCommitsWhatItWrote: a producer waiting for the sink to write
+// (ring.Buffer.WaitWritten, how Proxy mode confirms gRPC streams) makes it
+// send at once rather than on its minute-long flush clock, and is released
+// only once the records were written; a sink whose collector is down is
+// not waited for.
+func TestCommitsWhatItWrote(t *testing.T) {
+	newSlowSink := func(addr string, m *ipfixout.Metrics) *ipfixout.Sink {
+		tb, _ := ipfixmap.NewTable(ipfix.DefaultRegistry())
+		ex, err := ipfixmap.NewExporter(tb, ipfixmap.ExportOptions{Names: true, Proxy: true}, true, 256)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := ipfixout.New(ipfixout.Options{Address: addr, Proto: "tcp", Exporter: ex, Metrics: m,
+			FlushInterval: time.Minute, MinBackoff: 20 * time.Millisecond, MaxBackoff: 100 * time.Millisecond,
+			Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	run := func(s *ipfixout.Sink, buf *ring.Buffer[*flow.Flow]) {
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		c := buf.Consumer()
+		go func() { defer close(done); s.Run(ctx, c) }()
+		t.Cleanup(func() { cancel(); <-done })
+	}
+	wait := func(buf *ring.Buffer[*flow.Flow]) error {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		return buf.WaitWritten(ctx, buf.Produced())
+	}
+
+	t.Run("written before released", func(t *testing.T) {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ln.Close()
+		var r received
+		serveIPFIX(t, ln, &r)
+		m := ipfixout.NewMetrics(prometheus.NewRegistry())
+		buf := ring.New[*flow.Flow](1024)
+		run(newSlowSink(ln.Addr().String(), m), buf)
+		for i := range 100 {
+			buf.Produce(testFlow(i))
+		}
+		if err := wait(buf); err != nil {
+			t.Fatalf("WaitWritten: %v (the sink did not write on demand)", err)
+		}
+		// Committed only after the write: the count is already there.
+		if v := testutil.ToFloat64(m.Exported.WithLabelValues("ipfix")); v != 100 {
+			t.Fatalf("released with %v of 100 records written", v)
+		}
+		testkit.WaitFor(t, "the 100 records at the collector", func() bool { return r.len() == 100 })
+	})
+
+	t.Run("a collector down is not waited for", func(t *testing.T) {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		addr := ln.Addr().String()
+		ln.Close()
+		m := ipfixout.NewMetrics(prometheus.NewRegistry())
+		buf := ring.New[*flow.Flow](1024)
+		run(newSlowSink(addr, m), buf)
+		for i := range 10 {
+			buf.Produce(testFlow(i))
+		}
+		if err := wait(buf); err != nil {
+			t.Fatalf("WaitWritten waited for a sink whose collector is down: %v", err)
+		}
+		if v := testutil.ToFloat64(m.Exported.WithLabelValues("ipfix")); v != 0 {
+			t.Fatalf("%v records exported to a collector that is down", v)
+		}
+	})
+}
