@@ -235,6 +235,12 @@ func (b *builder) service(o Object, s *corev1.Service) {
 		svc.LoadBalancerIPs = append(svc.LoadBalancerIPs, ip)
 	}
 	svc.InternalLocal = s.Spec.InternalTrafficPolicy != nil && *s.Spec.InternalTrafficPolicy == corev1.ServiceInternalTrafficPolicyLocal
+	if s.Spec.SessionAffinity == corev1.ServiceAffinityClientIP {
+		svc.AffinityTimeout = DefaultAffinityTimeout
+		if c := s.Spec.SessionAffinityConfig; c != nil && c.ClientIP != nil && c.ClientIP.TimeoutSeconds != nil && *c.ClientIP.TimeoutSeconds > 0 {
+			svc.AffinityTimeout = int(*c.ClientIP.TimeoutSeconds)
+		}
+	}
 	for _, p := range s.Spec.Ports {
 		proto := p.Protocol
 		if proto == "" {

@@ -141,9 +141,9 @@ func TestNodePortMark(t *testing.T) {
 	}
 	with, without := dump(true), dump(false)
 	for _, want := range []string{
-		"table=PreRoutingClassifier, priority=0 actions=goto_table:NodePortMark\n",
-		"table=NodePortMark, priority=200,ip,nw_dst=192.168.77.101 actions=set_field:0x100000/0x100000->reg4,goto_table:ServiceLB\n",
-		"table=ServiceLB, priority=200,tcp,reg4=0x100000/0x100000,tp_dst=30432 actions=group:",
+		"table=PreRoutingClassifier, priority=0 actions=resubmit(,NodePortMark),resubmit(,SessionAffinity),resubmit(,ServiceLB)\n",
+		"table=NodePortMark, priority=200,ip,nw_dst=192.168.77.101 actions=set_field:0x100000/0x100000->reg4\n",
+		"table=ServiceLB, priority=200,tcp,reg4=0x110000/0x170000,tp_dst=30432 actions=group:",
 	} {
 		if !strings.Contains(with, want) {
 			t.Errorf("proxyAll: no %q", want)
