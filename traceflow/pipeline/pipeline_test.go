@@ -322,7 +322,7 @@ func TestSessionAffinityFlows(t *testing.T) {
 		t.Error("db-svc, without affinity, learns")
 	}
 	for _, want := range []string{
-		"load:0xa0a0106->NXM_NX_REG3[],set_field:0x31f90/0x7ffff->reg4,resubmit(,ServiceLB)", // sticky: back to ServiceLB
+		"load:0xa0a0106->NXM_NX_REG3[],set_field:0x31f90/0x7ffff->reg4,resubmit(,ServiceLB)",    // sticky: back to ServiceLB
 		"load:0xa0a0207->NXM_NX_REG3[],set_field:0x21538/0x7ffff->reg4,resubmit(,EndpointDNAT)", // db-svc: straight to DNAT
 	} {
 		if !strings.Contains(groups.String(), want) {
