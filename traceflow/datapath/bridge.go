@@ -355,7 +355,7 @@ func (x *execution) resubmit(name string) error {
 // runFrom looks the packet up in t and follows goto_table until a flow
 // ends without one, the packet is dropped, or it forks to conntrack.
 func (x *execution) runFrom(t *Table) error {
-	for {
+	for first := true; ; first = false {
 		if err := x.ctx.Err(); err != nil {
 			return err
 		}
@@ -367,9 +367,10 @@ func (x *execution) runFrom(t *Table) error {
 		f := t.lookup(&x.pkt, &x.md)
 		if f == nil {
 			x.res.Trail = append(x.res.Trail, Step{Table: t.Name})
-			if x.depth == 0 {
-				// A miss of the pipeline drops; a miss of a
-				// resubmit only returns to the caller.
+			if x.depth == 0 || !first {
+				// A miss drops (the table-miss of OpenFlow 1.3 and
+				// later), but a miss of the table a resubmit
+				// looked up only returns to the caller.
 				x.drop()
 				x.res.DropTable = t.Name
 			}

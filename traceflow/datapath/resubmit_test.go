@@ -47,6 +47,15 @@ func TestResubmitReturns(t *testing.T) {
 	if res.Dropped || len(res.PacketIns) != 1 || res.PacketIns[0].Table != "E" || res.PacketIns[0].Meta.Regs[1] != 7 || res.PacketIns[0].Meta.Regs[2] != 2 {
 		t.Errorf("dropped %v packet-ins %+v", res.Dropped, res.PacketIns)
 	}
+	// A miss in a table reached by goto_table is OpenFlow's table-miss,
+	// a drop, even inside a resubmit.
+	g := NewBridge("n", []string{"A", "B", "C"})
+	_ = g.Add(&Flow{Table: "A", Priority: 0, Actions: []Action{Resubmit{"B"}}})
+	_ = g.Add(&Flow{Table: "B", Priority: 0, Actions: []Action{GotoTable{"C"}}})
+	res, err = g.Run(context.Background(), frame(t, p), Entry{InPort: 1}, nil)
+	if err != nil || !res.Dropped || res.DropTable != "C" {
+		t.Errorf("goto miss inside a resubmit: %+v %v", res, err)
+	}
 }
 
 // TestForkInsideResubmit checks that ct(table=) inside a resubmit
