@@ -451,6 +451,12 @@ func (b *builder) antreaPolicy(o Object, ap *crd.AntreaPolicy) {
 				b.fail(o.Describe(), "%s: no appliedTo in the spec or the rule", where)
 				return
 			}
+			if len(r.Protocols) > 0 {
+				b.warn(o.Describe(), "%s: protocols (ICMP, IGMP) are not modelled; only the rule's ports match (none if it has none)", where)
+			}
+			if len(r.L7Protocols) > 0 {
+				b.warn(o.Describe(), "%s: l7Protocols are not modelled; the rule is traced as its layer-4 part (upstream redirects the traffic it allows to the L7 engine, and its trace times out)", where)
+			}
 		}
 	}
 	b.st.AntreaPolicies = append(b.st.AntreaPolicies, ap)
