@@ -315,12 +315,21 @@ func printTrace(w io.Writer, tf *crd.Traceflow, format string, object bool) erro
 func printHops(w io.Writer, hops []tracer.Hop) {
 	for _, h := range hops {
 		fmt.Fprintf(w, "# node %s\n", h.Node)
-		for _, s := range h.Trail {
-			if s.Flow == "" {
+		for i, s := range h.Trail {
+			switch {
+			case s.Flow == "" && i == len(h.Trail)-1:
 				fmt.Fprintf(w, "table=%s: no flow matched (drop)\n", s.Table)
-				continue
+			case s.Flow == "":
+				// A resubmit's miss returns to the caller.
+				fmt.Fprintf(w, "table=%s: no flow matched\n", s.Table)
+			default:
+				fmt.Fprintln(w, s.Flow)
 			}
-			fmt.Fprintln(w, s.Flow)
+		}
+		if h.Result != nil {
+			for _, f := range h.Result.Learned {
+				fmt.Fprintf(w, "# learned: %s\n", f)
+			}
 		}
 		if h.Note != "" {
 			fmt.Fprintf(w, "# %s\n", h.Note)

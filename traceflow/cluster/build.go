@@ -235,6 +235,12 @@ func (b *builder) service(o Object, s *corev1.Service) {
 		svc.LoadBalancerIPs = append(svc.LoadBalancerIPs, ip)
 	}
 	svc.InternalLocal = s.Spec.InternalTrafficPolicy != nil && *s.Spec.InternalTrafficPolicy == corev1.ServiceInternalTrafficPolicyLocal
+	if s.Spec.SessionAffinity == corev1.ServiceAffinityClientIP {
+		svc.AffinityTimeout = DefaultAffinityTimeout
+		if c := s.Spec.SessionAffinityConfig; c != nil && c.ClientIP != nil && c.ClientIP.TimeoutSeconds != nil && *c.ClientIP.TimeoutSeconds > 0 {
+			svc.AffinityTimeout = int(*c.ClientIP.TimeoutSeconds)
+		}
+	}
 	for _, p := range s.Spec.Ports {
 		proto := p.Protocol
 		if proto == "" {
@@ -444,6 +450,12 @@ func (b *builder) antreaPolicy(o Object, ap *crd.AntreaPolicy) {
 			if len(ap.Spec.AppliedTo) == 0 && len(r.AppliedTo) == 0 {
 				b.fail(o.Describe(), "%s: no appliedTo in the spec or the rule", where)
 				return
+			}
+			if len(r.Protocols) > 0 {
+				b.warn(o.Describe(), "%s: protocols (ICMP, IGMP) are not modelled; only the rule's ports match (none if it has none)", where)
+			}
+			if len(r.L7Protocols) > 0 {
+				b.warn(o.Describe(), "%s: l7Protocols are not modelled; the rule is traced as its layer-4 part (upstream redirects the traffic it allows to the L7 engine, and its trace times out)", where)
 			}
 		}
 	}

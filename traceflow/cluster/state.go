@@ -80,12 +80,20 @@ type Service struct {
 	// InternalLocal is internalTrafficPolicy: Local: traffic from Pods to
 	// the ClusterIPs goes only to endpoints on the Pod's own Node.
 	InternalLocal bool
-	Headless      bool
-	Ports         []ServicePort
-	Endpoints     []Endpoint
-	HasSlices     bool
-	Selector      map[string]string
+	// AffinityTimeout is sessionAffinity ClientIP's timeout in seconds
+	// (sessionAffinityConfig.clientIP.timeoutSeconds, 10800 by default);
+	// 0 without affinity.
+	AffinityTimeout int
+	Headless        bool
+	Ports           []ServicePort
+	Endpoints       []Endpoint
+	HasSlices       bool
+	Selector        map[string]string
 }
+
+// DefaultAffinityTimeout is Kubernetes' default ClientIP session
+// affinity timeout in seconds (three hours).
+const DefaultAffinityTimeout = 10800
 
 // Key is "namespace/name".
 func (s *Service) Key() string { return s.Namespace + "/" + s.Name }

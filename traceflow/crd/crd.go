@@ -277,6 +277,10 @@ type AntreaPolicyRule struct {
 	To        []PolicyPeer `json:"to,omitempty"`
 	Ports     []PolicyPort `json:"ports,omitempty"`
 	AppliedTo []PolicyPeer `json:"appliedTo,omitempty"`
+	// Protocols (ICMP and IGMP matches) and L7Protocols are read only to
+	// be warned about: neither is modelled.
+	Protocols   []json.RawMessage `json:"protocols,omitempty"`
+	L7Protocols []json.RawMessage `json:"l7Protocols,omitempty"`
 }
 
 // PolicyPeer selects Pods or an IP block.

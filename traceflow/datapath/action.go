@@ -34,13 +34,14 @@ func (a GotoTable) apply(x *execution) error {
 	return x.jump(a.Table)
 }
 
-// Resubmit continues at a later table; used inside group buckets, where
-// goto_table is not allowed.
+// Resubmit looks the packet up in a table (any table, this one
+// included) and runs that flow's actions, then goes on with the rest of
+// the calling flow's actions, as OVS's resubmit does.
 type Resubmit struct{ Table string }
 
 func (a Resubmit) String() string { return "resubmit(," + a.Table + ")" }
 func (a Resubmit) apply(x *execution) error {
-	return x.jump(a.Table)
+	return x.resubmit(a.Table)
 }
 
 // LoadReg writes Value into bits [Lo, Hi] of a register.
@@ -71,14 +72,24 @@ func (a LoadReg) apply(x *execution) error {
 }
 
 // SetEndpoint records the chosen Service endpoint: reg3 (IPv4) or xxreg3
-// (IPv6) for the address, reg4[0..15] for the port.
+// (IPv6) for the address, reg4[0..15] for the port, and reg4[16..18]
+// EndpointSelected, or EndpointToLearn when Learn is set (a Service with
+// ClientIP affinity, whose choice a learn action records first).
 type SetEndpoint struct {
-	IP   netip.Addr
-	Port uint16
+	IP    netip.Addr
+	Port  uint16
+	Learn bool
+}
+
+func (a SetEndpoint) state() uint32 {
+	if a.Learn {
+		return EndpointToLearn
+	}
+	return EndpointSelected
 }
 
 func (a SetEndpoint) String() string {
-	port := fmt.Sprintf("set_field:0x%x/0x7ffff->reg4", EndpointSelected<<16|uint32(a.Port))
+	port := fmt.Sprintf("set_field:0x%x/0x7ffff->reg4", a.state()<<16|uint32(a.Port))
 	if a.IP.Is6() {
 		return fmt.Sprintf("set_field:0x%x->xxreg3,%s", a.IP.AsSlice(), port)
 	}
@@ -93,12 +104,16 @@ func (a SetEndpoint) apply(x *execution) error {
 		b := a.IP.As4()
 		x.md.Regs[3] = uint32(b[0])<<24 | uint32(b[1])<<16 | uint32(b[2])<<8 | uint32(b[3])
 	}
-	x.md.Regs[4] = x.md.Regs[4]&^0x7ffff | EndpointSelected<<16 | uint32(a.Port)
+	x.md.Regs[4] = x.md.Regs[4]&^0x7ffff | a.state()<<16 | uint32(a.Port)
 	return nil
 }
 
-// EndpointSelected is the reg4[16..18] state once an endpoint is chosen.
-const EndpointSelected = 2
+// The reg4[16..18] states of Service endpoint selection.
+const (
+	EndpointToSelect = 1 // no endpoint yet: ServiceLB load-balances
+	EndpointSelected = 2 // chosen (by a group bucket or a learned affinity flow)
+	EndpointToLearn  = 3 // chosen by a bucket; the affinity is still to learn
+)
 
 // EndpointMatch returns the match fields selecting an endpoint chosen by
 // SetEndpoint.
@@ -150,7 +165,7 @@ type DecTTL struct{}
 func (DecTTL) String() string { return "dec_ttl" }
 func (DecTTL) apply(x *execution) error {
 	if x.pkt.TTL <= 1 {
-		x.dropped = true
+		x.drop()
 		return nil
 	}
 	x.pkt.TTL--
@@ -212,7 +227,7 @@ func (a Ct) String() string {
 func (a Ct) apply(x *execution) error {
 	x.ct.run(x, a)
 	if a.Table != "" {
-		return x.jump(a.Table)
+		return x.fork(a.Table)
 	}
 	return nil
 }
@@ -227,18 +242,12 @@ func (a GroupAction) apply(x *execution) error {
 		return fmt.Errorf("group %d does not exist", a.ID)
 	}
 	if len(g.Buckets) == 0 {
-		x.dropped = true
+		x.drop()
 		return nil
 	}
 	// A select group hashes the 5-tuple, so one connection always picks
 	// the same bucket, as OVS's default selection does.
-	b := g.Buckets[x.pkt.hash()%uint64(len(g.Buckets))]
-	for _, act := range b {
-		if err := act.apply(x); err != nil {
-			return err
-		}
-	}
-	return nil
+	return x.apply(g.Buckets[x.pkt.hash()%uint64(len(g.Buckets))])
 }
 
 // Conjunction makes the flow one clause of conjunctive match ID.
@@ -284,4 +293,4 @@ func (a Controller) apply(x *execution) error {
 type Drop struct{}
 
 func (Drop) String() string           { return "drop" }
-func (Drop) apply(x *execution) error { x.dropped = true; return nil }
+func (Drop) apply(x *execution) error { x.drop(); return nil }

@@ -14,14 +14,20 @@ import (
 type Flow struct {
 	Table    string
 	Priority int
-	Match    Match
-	Actions  []Action
+	// HardTimeout is the seconds a learned flow lives (0: forever).
+	HardTimeout int
+	Match       Match
+	Actions     []Action
 }
 
 // String prints the flow as `ovs-ofctl dump-flows` would, without counters.
 func (f *Flow) String() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "table=%s, priority=%d", f.Table, f.Priority)
+	fmt.Fprintf(&b, "table=%s, ", f.Table)
+	if f.HardTimeout != 0 {
+		fmt.Fprintf(&b, "hard_timeout=%d, ", f.HardTimeout)
+	}
+	fmt.Fprintf(&b, "priority=%d", f.Priority)
 	if m := f.Match.String(); m != "" {
 		b.WriteString("," + m)
 	}
@@ -252,35 +258,153 @@ type Result struct {
 	Outputs   []Output
 	Dropped   bool   // by a drop action, a table miss or TTL expiry
 	DropTable string // where it was dropped
+	// Learned are the flows the packet's learn actions install (OVS adds
+	// them to the bridge; the model leaves that to the caller).
+	Learned []*Flow
 }
 
-// maxSteps bounds table visits; the forward-only rule already guarantees
-// termination, this only bounds the work of a pathological table set.
+// maxSteps bounds table visits; the forward-only rule of goto_table
+// and the resubmit depth already guarantee termination, this only bounds
+// the work of a pathological table set.
 const maxSteps = 256
+
+// maxResubmitDepth is how deeply resubmits may nest (OVS's own limit).
+const maxResubmitDepth = 64
 
 // ErrBackwardJump reports a jump to a table that is not later.
 var ErrBackwardJump = errors.New("jump to an earlier table")
 
+// ErrAfterStop reports an action that would run after the packet was
+// dropped or forked to conntrack (ct with table=) in a resubmitted table:
+// OVS would go on with the untracked packet, which the model does not do.
+var ErrAfterStop = errors.New("action after a drop or a forking ct()")
+
 type execution struct {
+	ctx     context.Context
 	br      *Bridge
 	ct      *Conntrack
 	pkt     Packet
 	md      Metadata
-	cur     *Table
-	next    *Table
+	cur     *Table // the table whose flow is running
+	next    *Table // goto_table target of the running flow
+	recirc  *Table // ct(table=) target: the pipeline resumes there
+	depth   int    // resubmit nesting
+	steps   int
 	dropped bool
+	dropAt  int // the resubmit depth of the drop
 	res     *Result
 }
 
-func (x *execution) jump(name string) error {
+func (x *execution) drop() { x.dropped, x.dropAt = true, x.depth }
+
+func (x *execution) table(name string) (*Table, error) {
 	t := x.br.byName[name]
 	if t == nil {
-		return fmt.Errorf("jump to unknown table %q", name)
+		return nil, fmt.Errorf("jump to unknown table %q", name)
+	}
+	return t, nil
+}
+
+func (x *execution) jump(name string) error {
+	t, err := x.table(name)
+	if err != nil {
+		return err
 	}
 	if t.ID <= x.cur.ID {
 		return fmt.Errorf("%w: %s to %s", ErrBackwardJump, x.cur.Name, name)
 	}
 	x.next = t
+	return nil
+}
+
+// fork sends the packet through conntrack's recirculation: once the
+// current actions end, the pipeline resumes at table name.
+func (x *execution) fork(name string) error {
+	t, err := x.table(name)
+	if err != nil {
+		return err
+	}
+	if t.ID <= x.cur.ID {
+		return fmt.Errorf("%w: %s to %s", ErrBackwardJump, x.cur.Name, name)
+	}
+	x.recirc = t
+	return nil
+}
+
+func (x *execution) stopped() bool { return x.dropped || x.recirc != nil }
+
+// resubmit runs table name as a nested lookup, as OVS's resubmit does:
+// its flow's actions (and their goto_table chain) run, then the caller's
+// remaining actions. A miss there does nothing.
+func (x *execution) resubmit(name string) error {
+	t, err := x.table(name)
+	if err != nil {
+		return err
+	}
+	if x.depth >= maxResubmitDepth {
+		return fmt.Errorf("resubmits nested more than %d deep", maxResubmitDepth)
+	}
+	cur, next := x.cur, x.next
+	x.depth++
+	err = x.runFrom(t)
+	x.depth--
+	x.cur, x.next = cur, next
+	return err
+}
+
+// runFrom looks the packet up in t and follows goto_table until a flow
+// ends without one, the packet is dropped, or it forks to conntrack.
+func (x *execution) runFrom(t *Table) error {
+	for first := true; ; first = false {
+		if err := x.ctx.Err(); err != nil {
+			return err
+		}
+		if x.steps == maxSteps {
+			return fmt.Errorf("bridge %s: more than %d table visits", x.br.Name, maxSteps)
+		}
+		x.steps++
+		x.cur = t
+		f := t.lookup(&x.pkt, &x.md)
+		if f == nil {
+			x.res.Trail = append(x.res.Trail, Step{Table: t.Name})
+			if x.depth == 0 || !first {
+				// A miss drops (the table-miss of OpenFlow 1.3 and
+				// later), but a miss of the table a resubmit
+				// looked up only returns to the caller.
+				x.drop()
+				x.res.DropTable = t.Name
+			}
+			return nil
+		}
+		x.res.Trail = append(x.res.Trail, Step{Table: t.Name, Flow: f.String()})
+		x.next = nil
+		if err := x.apply(f.Actions); err != nil {
+			return fmt.Errorf("bridge %s: %s: %w", x.br.Name, f, err)
+		}
+		if x.dropped && x.res.DropTable == "" {
+			x.res.DropTable = t.Name
+		}
+		if x.stopped() || x.next == nil {
+			return nil
+		}
+		t = x.next
+	}
+}
+
+// apply runs a list of actions (a flow's, or a group bucket's). A drop
+// (dec_ttl at zero) ends its own list.
+func (x *execution) apply(acts []Action) error {
+	for _, a := range acts {
+		if x.dropped && x.dropAt == x.depth && x.recirc == nil {
+			break
+		}
+		if x.stopped() {
+			return fmt.Errorf("%w: %s", ErrAfterStop, a)
+		}
+		if err := a.apply(x); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 
@@ -295,6 +419,7 @@ func (x *execution) packetIn(cat uint8) {
 
 // Run sends one frame into the bridge at entry and runs it through the
 // tables from the first. ct holds the Node's connections (it may be fresh).
+// The bridge is not changed: flows the packet learns are in the result.
 func (b *Bridge) Run(ctx context.Context, frame []byte, in Entry, ct *Conntrack) (*Result, error) {
 	pkt, err := ParsePacket(frame)
 	if err != nil {
@@ -306,41 +431,23 @@ func (b *Bridge) Run(ctx context.Context, frame []byte, in Entry, ct *Conntrack)
 	if ct == nil {
 		ct = NewConntrack()
 	}
-	x := &execution{br: b, ct: ct, pkt: pkt, res: &Result{}}
+	x := &execution{ctx: ctx, br: b, ct: ct, pkt: pkt, res: &Result{}}
 	x.md.InPort, x.md.TunDst = in.InPort, in.TunDst
 	x.ct.begin()
-	x.cur = b.tables[0]
-	for steps := 0; ; steps++ {
-		if err := ctx.Err(); err != nil {
+	t := b.tables[0]
+	for {
+		x.recirc = nil
+		if err := x.runFrom(t); err != nil {
 			return nil, err
 		}
-		if steps == maxSteps {
-			return nil, fmt.Errorf("bridge %s: more than %d table visits", b.Name, maxSteps)
-		}
-		f := x.cur.lookup(&x.pkt, &x.md)
-		if f == nil {
-			x.res.Trail = append(x.res.Trail, Step{Table: x.cur.Name})
-			x.res.Dropped, x.res.DropTable = true, x.cur.Name
-			return x.res, nil
-		}
-		x.res.Trail = append(x.res.Trail, Step{Table: x.cur.Name, Flow: f.String()})
-		x.next = nil
-		for _, a := range f.Actions {
-			if err := a.apply(x); err != nil {
-				return nil, fmt.Errorf("bridge %s: %s: %w", b.Name, f, err)
-			}
-			if x.dropped {
-				break
-			}
-		}
 		if x.dropped {
-			x.res.Dropped, x.res.DropTable = true, x.cur.Name
+			x.res.Dropped = true
 			return x.res, nil
 		}
-		if x.next == nil {
+		if x.recirc == nil {
 			return x.res, nil
 		}
-		x.cur = x.next
+		t = x.recirc
 	}
 }
 

@@ -5,8 +5,11 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
+	"sort"
 	"strings"
 
+	"sluice/traceflow/datapath"
 	"sluice/traceflow/ovs"
 	"sluice/traceflow/pipeline"
 )
@@ -99,4 +102,63 @@ func (b *Bridge) Verify(ctx context.Context) error {
 		return fmt.Errorf("ovscheck: bridge %s differs from the model (- in OVS, + in the model):\n%s%v", b.Name, diff, err)
 	}
 	return nil
+}
+
+// learnedFlow is a dumped flow with a hard timeout: only learn actions
+// install such flows in the model.
+var learnedFlow = regexp.MustCompile(`^table=\d+, hard_timeout=`)
+
+// Learned returns the flows learn actions installed in the bridge, as
+// dump-flows prints them without counters, sorted.
+func (b *Bridge) Learned(ctx context.Context) ([]string, error) {
+	out, err := b.s.Run(ctx, "", "ovs-ofctl", "-O", "OpenFlow15", "dump-flows", "--no-stats", b.Name)
+	if err != nil {
+		return nil, err
+	}
+	var learned []string
+	for _, l := range strings.Split(out, "\n") {
+		if l = strings.TrimSpace(l); learnedFlow.MatchString(l) {
+			learned = append(learned, l)
+		}
+	}
+	sort.Strings(learned)
+	return learned, nil
+}
+
+// ForgetLearned deletes every learned flow, so the next packet finds the
+// bridge as loaded. Learned flows all match an IP protocol, which the
+// table's default flow does not: a non-strict delete spares it.
+func (b *Bridge) ForgetLearned(ctx context.Context) error {
+	t, ok := b.Tables[pipeline.TSessionAffinity]
+	if !ok {
+		return nil
+	}
+	for _, eth := range []string{"ip", "ipv6"} {
+		if _, err := b.s.Run(ctx, "", "ovs-ofctl", "-O", "OpenFlow15", "del-flows", b.Name, fmt.Sprintf("table=%d,%s", t, eth)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// CompareLearned lists how the flows OVS learned differ from the flows
+// the model's run learned.
+func (b *Bridge) CompareLearned(ctx context.Context, want []*datapath.Flow) ([]string, error) {
+	var w []string
+	for _, f := range want {
+		s, err := b.Tables.FlowText(f)
+		if err != nil {
+			return nil, err
+		}
+		w = append(w, s)
+	}
+	sort.Strings(w)
+	got, err := b.Learned(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if strings.Join(got, "\n") == strings.Join(w, "\n") {
+		return nil, nil
+	}
+	return []string{fmt.Sprintf("learned flows: OVS %q, model %q", got, w)}, nil
 }

@@ -158,12 +158,9 @@ func TestCorpusAgreesWithOVS(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				got, err := b.Trace(ctx, hp.h.Entry, hp.h.Frame)
-				if err != nil {
-					t.Fatal(err)
-				}
+				got, diffs := traceAndCompare(t, ctx, b, hp.h)
 				hops++
-				if diffs := Compare(b.Tables, hp.h.Result, got); len(diffs) > 0 {
+				if len(diffs) > 0 {
 					t.Errorf("Node %s disagrees with OVS:\n  %s\nOVS trace:\n%s", hp.node, strings.Join(diffs, "\n  "), got.Text)
 				}
 			})
@@ -172,6 +169,38 @@ func TestCorpusAgreesWithOVS(t *testing.T) {
 	if hops < len(cases) {
 		t.Errorf("only %d hops compared for %d cases", hops, len(cases))
 	}
+}
+
+// traceAndCompare runs a hop's packet through ofproto/trace, which (given
+// the packet) also runs learn actions, and lists how OVS differs from the
+// model, the flows it learned included; it then forgets them, so that
+// every trace finds the bridge as loaded.
+func traceAndCompare(t *testing.T, ctx context.Context, b *Bridge, h tracer.Hop) (*Result, []string) {
+	t.Helper()
+	got, err := b.Trace(ctx, h.Entry, h.Frame)
+	if err != nil {
+		t.Fatal(err)
+	}
+	diffs := Compare(b.Tables, h.Result, got)
+	// OVS installs a learned flow right after the translation: wait
+	// (bounded) until it holds as many as the model learned.
+	lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	_ = until(lctx, func() error {
+		l, err := b.Learned(lctx)
+		if err == nil && len(l) < len(h.Result.Learned) {
+			err = fmt.Errorf("%d learned flows", len(l))
+		}
+		return err
+	})
+	ld, err := b.CompareLearned(ctx, h.Result.Learned)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.ForgetLearned(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return got, append(diffs, ld...)
 }
 
 // TestPacketOutReachesTheModelledPort sends the traced packet, tag and
@@ -189,23 +218,37 @@ func TestPacketOutReachesTheModelledPort(t *testing.T) {
 		byName[cases[i].Name] = &cases[i]
 	}
 	l := &loader{s: s}
-	for _, name := range []string{
-		"intra-node delivered",            // Delivered to a local Pod
-		"inter-node through the tunnel",   // Forwarded through the tunnel
-		"service clusterIP load-balanced", // DNAT by real conntrack, then the tunnel
-		"hairpin service",                 // DNAT and SNAT, back out of the ingress port
-		"pod to external IP",              // ForwardedOutOfNetwork through the gateway
-		"local egress",                    // marked for SNAT, to the gateway
-		"k8s egress default drop",         // Dropped by the default rule
-		"antrea policy reject",            // Rejected by an Antrea rule
+	for _, k := range []struct {
+		name string
+		hop  int // which Node of the trace: 0 the source's
+	}{
+		{"intra-node delivered", 0},                                          // Delivered to a local Pod
+		{"pod to own gateway", 0},                                            // Delivered to the gateway
+		{"inter-node through the tunnel", 0},                                 // Forwarded through the tunnel
+		{"inter-node through the tunnel", 1},                                 // Received from the tunnel, Delivered
+		{"service clusterIP load-balanced", 0},                               // DNAT by real conntrack, then the tunnel
+		{"hairpin service", 0},                                               // DNAT and SNAT, back out of the ingress port
+		{"NodePort of the own Node with proxyAll", 0},                        // NodePort DNAT, then the tunnel
+		{"ClientIP affinity, a first trace is load-balanced and learned", 0}, // DNAT and a learned flow
+		{"pod to external IP", 0},                                            // ForwardedOutOfNetwork through the gateway
+		{"local egress", 0},                                                  // marked for SNAT, to the gateway
+		{"remote egress", 0},                                                 // ForwardedToEgressNode through the tunnel
+		{"remote egress", 1},                                                 // from the tunnel, marked for SNAT on the Egress Node
+		{"noEncap inter-node", 0},                                            // Forwarded to the gateway (direct routing)
+		{"noEncap inter-node", 1},                                            // Received from the gateway, Delivered
+		{"k8s egress default drop", 0},                                       // Dropped by the default rule
+		{"antrea policy reject", 0},                                          // Rejected by an Antrea rule
 	} {
-		c := byName[name]
+		c := byName[k.name]
 		if c == nil {
-			t.Fatalf("no corpus case %q", name)
+			t.Fatalf("no corpus case %q", k.name)
 		}
-		t.Run(name, func(t *testing.T) {
+		t.Run(fmt.Sprintf("%s/hop%d", k.name, k.hop), func(t *testing.T) {
 			m, tr := traceCase(t, ctx, c)
-			h := tr.Hops[0]
+			if k.hop >= len(tr.Hops) {
+				t.Fatalf("the trace crosses %d Nodes", len(tr.Hops))
+			}
+			h := tr.Hops[k.hop]
 			if h.Result == nil || len(h.Result.PacketIns) == 0 {
 				t.Fatalf("the model sends no packet-in on %s", h.Node)
 			}
@@ -223,6 +266,20 @@ func TestPacketOutReachesTheModelledPort(t *testing.T) {
 			tableOf := func(n string) int { return b.Tables[n] }
 			if diffs := ComparePacketIn(tableOf, want, got); len(diffs) > 0 {
 				t.Errorf("Node %s: the real packet differs from the model:\n  %s\npacket-in:\n%s", h.Node, strings.Join(diffs, "\n  "), got.Text)
+			}
+			// The real datapath learns what the model learns.
+			_ = until(pctx, func() error {
+				l, err := b.Learned(pctx)
+				if err == nil && len(l) < len(h.Result.Learned) {
+					err = fmt.Errorf("%d learned flows", len(l))
+				}
+				return err
+			})
+			if diffs, err := b.CompareLearned(ctx, h.Result.Learned); err != nil || len(diffs) > 0 {
+				t.Errorf("Node %s: %v %v", h.Node, diffs, err)
+			}
+			if err := b.ForgetLearned(ctx); err != nil {
+				t.Fatal(err)
 			}
 		})
 	}

@@ -35,14 +35,14 @@ var schemaPaths = []string{"/usr/share/openvswitch/vswitch.ovsschema", "/usr/loc
 // Start runs ovsdb-server and ovs-vswitchd as children of this process,
 // with a fresh database and run directory under a new temporary
 // directory. Close stops them and removes the directory.
-func Start(ctx context.Context) (s *Server, err error) {
+func Start(ctx context.Context) (_ *Server, err error) {
 	// Unix socket paths are short: a temporary directory of our own, not
 	// a test's (long) TempDir.
 	dir, err := os.MkdirTemp("", "ovs")
 	if err != nil {
 		return nil, fmt.Errorf("ovscheck: %w", err)
 	}
-	s = &Server{Dir: dir}
+	s := &Server{Dir: dir}
 	defer func() {
 		if err != nil {
 			s.Close()

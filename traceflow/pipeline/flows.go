@@ -139,18 +139,22 @@ func (g *gen) conntrack() {
 	g.add(TConntrackState, 190, M{CtState: datapath.CtStateMatch{Set: datapath.CtInv | datapath.CtTrk}}, datapath.Drop{})
 	g.add(TConntrackState, 190, M{CtState: datapath.CtStateMatch{Set: datapath.CtTrk, Clear: datapath.CtNew}}, goTo(TEgressMetric))
 	g.add(TConntrackState, 0, M{}, goTo(TPreRoutingClassifier))
-	if !g.m.Config.ProxyAll {
-		g.add(TPreRoutingClassifier, 0, M{}, goTo(TServiceLB))
-		return
-	}
-	g.add(TPreRoutingClassifier, 0, M{}, goTo(TNodePortMark))
-	for _, ip := range []netip.Addr{g.nm.Node.TransportIP, g.nm.Node.TransportV6} {
-		if ip.IsValid() {
-			g.add(TNodePortMark, 200, M{EthType: ethOf(ip), NwDst: host(ip)},
-				datapath.LoadReg{Reg: 4, Lo: NodePortAddressBit, Hi: NodePortAddressBit, Value: 1}, goTo(TServiceLB))
+	// PreRoutingClassifier runs the three preRouting tables in turn with
+	// resubmits: the flows SessionAffinity learns can only load
+	// registers, so the pipeline must come back from that table.
+	var pre []A
+	if g.m.Config.ProxyAll {
+		pre = append(pre, datapath.Resubmit{Table: TNodePortMark})
+		for _, ip := range []netip.Addr{g.nm.Node.TransportIP, g.nm.Node.TransportV6} {
+			if ip.IsValid() {
+				g.add(TNodePortMark, 200, M{EthType: ethOf(ip), NwDst: host(ip)},
+					datapath.LoadReg{Reg: 4, Lo: NodePortAddressBit, Hi: NodePortAddressBit, Value: 1})
+			}
 		}
 	}
-	g.add(TNodePortMark, 0, M{}, goTo(TServiceLB))
+	g.add(TPreRoutingClassifier, 0, M{}, append(pre, datapath.Resubmit{Table: TSessionAffinity}, datapath.Resubmit{Table: TServiceLB})...)
+	// Without a learned affinity the endpoint is still to be selected.
+	g.add(TSessionAffinity, 0, M{}, datapath.LoadReg{Reg: 4, Lo: 16, Hi: 18, Value: datapath.EndpointToSelect})
 }
 
 func protoOf(s string) uint8 {
@@ -192,21 +196,36 @@ type serviceFlows struct {
 	dnat      map[string]bool // endpoint|proto|port with a DNAT flow
 }
 
+// endpointState matches reg4[16..18] (the endpoint selection state),
+// and with nodePort also the NodePortMark bit.
+func endpointState(state uint32, nodePort bool) datapath.RegMatch {
+	m := datapath.Masked{Value: state << 16, Mask: 0x70000}
+	if nodePort {
+		m.Value |= 1 << NodePortAddressBit
+		m.Mask |= 1 << NodePortAddressBit
+	}
+	return datapath.RegMatch{Reg: 4, Masked: m}
+}
+
+// A frontend's match with the selection state it requires.
+type frontendMatch func(sp cluster.ServicePort, state uint32) (M, bool)
+
 // addressMatch matches a Service address and port.
-func addressMatch(ip netip.Addr) func(cluster.ServicePort) (M, bool) {
-	return func(sp cluster.ServicePort) (M, bool) {
-		return M{EthType: ethOf(ip), NwDst: host(ip), TpDst: datapath.Masked{Value: uint32(sp.Port), Mask: 0xffff}}, true
+func addressMatch(ip netip.Addr) frontendMatch {
+	return func(sp cluster.ServicePort, state uint32) (M, bool) {
+		return M{EthType: ethOf(ip), Regs: []datapath.RegMatch{endpointState(state, false)}, NwDst: host(ip),
+			TpDst: datapath.Masked{Value: uint32(sp.Port), Mask: 0xffff}}, true
 	}
 }
 
 // nodePortMatch matches a nodePort on an address NodePortMark marked.
-func nodePortMatch(v6 bool) func(cluster.ServicePort) (M, bool) {
+func nodePortMatch(v6 bool) frontendMatch {
 	eth := datapath.EthIPv4
 	if v6 {
 		eth = datapath.EthIPv6
 	}
-	return func(sp cluster.ServicePort) (M, bool) {
-		return M{EthType: eth, Regs: []datapath.RegMatch{{Reg: 4, Masked: datapath.Masked{Value: 1 << NodePortAddressBit, Mask: 1 << NodePortAddressBit}}},
+	return func(sp cluster.ServicePort, state uint32) (M, bool) {
+		return M{EthType: eth, Regs: []datapath.RegMatch{endpointState(state, true)},
 			TpDst: datapath.Masked{Value: uint32(sp.NodePort), Mask: 0xffff}}, sp.NodePort != 0
 	}
 }
@@ -214,11 +233,18 @@ func nodePortMatch(v6 bool) func(cluster.ServicePort) (M, bool) {
 // frontend adds the ServiceLB flows of one Service frontend (an address,
 // or the nodePorts), one per port that match gives; localOnly keeps only
 // endpoints on this Node.
-func (lb *serviceFlows) frontend(svc *cluster.Service, v6, localOnly bool, match func(cluster.ServicePort) (M, bool)) {
+//
+// A Service with ClientIP session affinity selects through buckets that
+// come back to ServiceLB in the EndpointToLearn state, where a flow
+// learns the client's choice into SessionAffinity before DNAT; the next
+// packet of that client (for the affinity's timeout) finds the learned
+// flow in SessionAffinity and skips the group.
+func (lb *serviceFlows) frontend(svc *cluster.Service, v6, localOnly bool, match frontendMatch) {
 	g := lb.g
+	affinity := svc.AffinityTimeout > 0
 	for _, sp := range svc.Ports {
 		proto := protoOf(string(sp.Protocol))
-		m, ok := match(sp)
+		m, ok := match(sp, datapath.EndpointToSelect)
 		if proto == 0 || !ok {
 			continue
 		}
@@ -232,7 +258,11 @@ func (lb *serviceFlows) frontend(svc *cluster.Service, v6, localOnly bool, match
 			if !ok {
 				continue
 			}
-			buckets = append(buckets, []A{datapath.SetEndpoint{IP: ep.IP, Port: tport}, datapath.Resubmit{Table: TEndpointDNAT}})
+			next := TEndpointDNAT
+			if affinity {
+				next = TServiceLB
+			}
+			buckets = append(buckets, []A{datapath.SetEndpoint{IP: ep.IP, Port: tport, Learn: affinity}, datapath.Resubmit{Table: next}})
 			key := ep.IP.String() + "|" + string(rune(proto)) + "|" + string(rune(tport))
 			if !lb.dnat[key] {
 				lb.dnat[key] = true
@@ -253,6 +283,13 @@ func (lb *serviceFlows) frontend(svc *cluster.Service, v6, localOnly bool, match
 		}
 		g.add(TServiceLB, 200, m, datapath.GroupAction{ID: lb.nextGroup})
 		lb.nextGroup++
+		if affinity {
+			lm, _ := match(sp, datapath.EndpointToLearn)
+			lm.IPProto = proto
+			g.add(TServiceLB, 190, lm,
+				datapath.Learn{Table: TSessionAffinity, Priority: AffinityPriority, HardTimeout: svc.AffinityTimeout, EthType: m.EthType, Proto: proto},
+				datapath.LoadReg{Reg: 4, Lo: 16, Hi: 18, Value: datapath.EndpointSelected}, goTo(TEndpointDNAT))
+		}
 	}
 }
 

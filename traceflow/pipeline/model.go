@@ -108,6 +108,10 @@ const (
 
 	SvcNoEndpointBit   = 19 // reg4
 	NodePortAddressBit = 20 // reg4: the destination is one of the Node's NodePort addresses
+
+	// AffinityPriority is the priority of the flows a Service with
+	// ClientIP session affinity learns into SessionAffinity.
+	AffinityPriority = 200
 )
 
 // Names of the modelled tables, in pipeline order.
@@ -120,6 +124,7 @@ const (
 	TConntrackState            = "ConntrackState"
 	TPreRoutingClassifier      = "PreRoutingClassifier"
 	TNodePortMark              = "NodePortMark"
+	TSessionAffinity           = "SessionAffinity"
 	TServiceLB                 = "ServiceLB"
 	TEndpointDNAT              = "EndpointDNAT"
 	TAntreaPolicyEgressRule    = "AntreaPolicyEgressRule"
@@ -144,7 +149,7 @@ const (
 // Tables is the pipeline order.
 var tableOrder = []string{
 	TPipelineRootClassifier, TClassifier, TSpoofGuard, TUnSNAT, TConntrackZone, TConntrackState,
-	TPreRoutingClassifier, TNodePortMark, TServiceLB, TEndpointDNAT, TAntreaPolicyEgressRule, TEgressRule,
+	TPreRoutingClassifier, TNodePortMark, TSessionAffinity, TServiceLB, TEndpointDNAT, TAntreaPolicyEgressRule, TEgressRule,
 	TEgressDefaultRule, TEgressMetric, TL3Forwarding, TEgressMark, TL3DecTTL, TSNATMark, TSNAT,
 	TL2ForwardingCalc, TIngressSecurityClassifier, TAntreaPolicyIngressRule, TIngressRule,
 	TIngressDefaultRule, TIngressMetric, TConntrackCommit, TOutput,

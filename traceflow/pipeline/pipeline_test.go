@@ -141,9 +141,9 @@ func TestNodePortMark(t *testing.T) {
 	}
 	with, without := dump(true), dump(false)
 	for _, want := range []string{
-		"table=PreRoutingClassifier, priority=0 actions=goto_table:NodePortMark\n",
-		"table=NodePortMark, priority=200,ip,nw_dst=192.168.77.101 actions=set_field:0x100000/0x100000->reg4,goto_table:ServiceLB\n",
-		"table=ServiceLB, priority=200,tcp,reg4=0x100000/0x100000,tp_dst=30432 actions=group:",
+		"table=PreRoutingClassifier, priority=0 actions=resubmit(,NodePortMark),resubmit(,SessionAffinity),resubmit(,ServiceLB)\n",
+		"table=NodePortMark, priority=200,ip,nw_dst=192.168.77.101 actions=set_field:0x100000/0x100000->reg4\n",
+		"table=ServiceLB, priority=200,tcp,reg4=0x110000/0x170000,tp_dst=30432 actions=group:",
 	} {
 		if !strings.Contains(with, want) {
 			t.Errorf("proxyAll: no %q", want)
@@ -270,5 +270,63 @@ func TestPolicySCTPPort(t *testing.T) {
 	anyPort, ms := portMatches([]networkingv1.NetworkPolicyPort{{Protocol: &sctp, Port: &port}})
 	if anyPort || len(ms) != 1 || ms[0].proto != datapath.ProtoSCTP || ms[0].port.Value != 3868 {
 		t.Errorf("any %v matches %+v", anyPort, ms)
+	}
+}
+
+// TestSessionAffinityFlows checks the flows of ClientIP affinity: every
+// packet passes SessionAffinity, whose default marks the endpoint still
+// to select; an affinity Service's buckets come back to ServiceLB to
+// learn with the Service's timeout (Kubernetes' 10800 s by default), and
+// a Service without affinity goes straight to EndpointDNAT.
+func TestSessionAffinityFlows(t *testing.T) {
+	ctx := context.Background()
+	objs, err := cluster.ReadPath(ctx, "../testdata/cluster")
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, probs := cluster.Build(objs)
+	if probs.Err() != nil {
+		t.Fatal(probs.Err())
+	}
+	timeouts := map[string]int{}
+	for _, s := range st.Services {
+		timeouts[s.Name] = s.AffinityTimeout
+	}
+	if timeouts["sticky"] != 600 || timeouts["db-sticky"] != cluster.DefaultAffinityTimeout || timeouts["db-svc"] != 0 {
+		t.Errorf("affinity timeouts %v", timeouts)
+	}
+	m, _, err := Build(ctx, st, DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var flows, groups strings.Builder
+	for _, f := range m.Nodes["k8s-node-1"].Bridge.Flows() {
+		flows.WriteString(f.String() + "\n")
+	}
+	for _, g := range m.Nodes["k8s-node-1"].Bridge.Groups() {
+		groups.WriteString(g.String() + "\n")
+	}
+	for _, want := range []string{
+		"table=PreRoutingClassifier, priority=0 actions=resubmit(,SessionAffinity),resubmit(,ServiceLB)\n",
+		"table=SessionAffinity, priority=0 actions=set_field:0x10000/0x70000->reg4\n",
+		"table=ServiceLB, priority=190,tcp,reg4=0x30000/0x70000,nw_dst=10.96.0.90,tp_dst=80 actions=learn(table=SessionAffinity,hard_timeout=600,priority=200,",
+		"table=ServiceLB, priority=190,tcp,reg4=0x30000/0x70000,nw_dst=10.96.0.91,tp_dst=5432 actions=learn(table=SessionAffinity,hard_timeout=10800,",
+		"table=ServiceLB, priority=190,tcp6,reg4=0x30000/0x70000,ipv6_dst=fd00:10:96::91,tp_dst=5432 actions=learn(table=SessionAffinity,hard_timeout=10800,priority=200,delete_learned,eth_type=0x86dd,",
+		"load:0x2->NXM_NX_REG4[16..18]),set_field:0x20000/0x70000->reg4,goto_table:EndpointDNAT\n",
+	} {
+		if !strings.Contains(flows.String(), want) {
+			t.Errorf("no %q", want)
+		}
+	}
+	if strings.Contains(flows.String(), "nw_dst=10.96.0.20,tp_dst=5432 actions=learn") {
+		t.Error("db-svc, without affinity, learns")
+	}
+	for _, want := range []string{
+		"load:0xa0a0106->NXM_NX_REG3[],set_field:0x31f90/0x7ffff->reg4,resubmit(,ServiceLB)",    // sticky: back to ServiceLB
+		"load:0xa0a0207->NXM_NX_REG3[],set_field:0x21538/0x7ffff->reg4,resubmit(,EndpointDNAT)", // db-svc: straight to DNAT
+	} {
+		if !strings.Contains(groups.String(), want) {
+			t.Errorf("no bucket %q in\n%s", want, groups.String())
+		}
 	}
 }

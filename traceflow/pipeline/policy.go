@@ -161,6 +161,11 @@ func (pc *policyCompiler) antreaRule(r apRule, pos int) error {
 		peers = r.rule.From
 	}
 	cr.anyPort, cr.ports = portMatches(antreaToK8sPorts(r.rule.Ports))
+	if len(r.rule.Protocols) > 0 {
+		// ICMP and IGMP matches are not modelled: they match nothing,
+		// rather than every protocol.
+		cr.anyPort = false
+	}
 	// A peer with namespaces.match Self selects in each applied-to Pod's
 	// own namespace: one rule per namespace, each with its own ID.
 	byNS := map[string][]*cluster.Pod{"": cr.appliedTo}
