@@ -383,6 +383,11 @@ func (a *Aggregator) drain(stages *sync.WaitGroup, modeDone <-chan struct{}, run
 	if a.encBuf != nil {
 		capacity = uint64(a.encBuf.Cap())
 	}
+	// Which sinks are a whole buffer behind is read for all of them
+	// before any is stopped: once one stops, the flush moves on and fills
+	// the buffer again, and a sink that keeps up would look behind for a
+	// moment.
+	var laggards []int
 	for i, r := range running {
 		select {
 		case <-r.done:
@@ -393,10 +398,13 @@ func (a *Aggregator) drain(stages *sync.WaitGroup, modeDone <-chan struct{}, run
 			continue
 		}
 		if r.unread() >= capacity {
-			a.log.Warn("a sink held back the final flush past the drain timeout; stopping it so the others get the rest",
-				"sink", a.sinks[i].key, "timeout", timeout.String())
-			r.stop()
+			laggards = append(laggards, i)
 		}
+	}
+	for _, i := range laggards {
+		a.log.Warn("a sink held back the final flush past the drain timeout; stopping it so the others get the rest",
+			"sink", a.sinks[i].key, "timeout", timeout.String())
+		running[i].stop()
 	}
 	select {
 	case <-drained:
