@@ -136,7 +136,7 @@ func Start(ctx context.Context, dir string) (*Cluster, error) {
 		"--cert-dir", certDir, "--secure-port", strconv.Itoa(port),
 		"--bind-address", "127.0.0.1", "--advertise-address", "127.0.0.1",
 		"--endpoint-reconciler-type", "none", "--token-auth-file", tokenFile,
-		"--authorization-mode", "RBAC", "--service-cluster-ip-range", "10.96.0.0/12",
+		"--authorization-mode", "RBAC", "--service-cluster-ip-range", "10.96.0.0/12,fd00:10:96::/108",
 		"--disable-admission-plugins", "ServiceAccount")
 	if err := c.startProc(c.kas, "kube-apiserver", c.kasExited); err != nil {
 		c.Stop()
