@@ -311,7 +311,7 @@ export const flowsPage: Page = (root, params) => {
     const all = h('dl', { class: 'fields all-fields', 'aria-busy': 'true' })
     const close = h('button', { type: 'button', class: 'close', 'aria-label': 'Close the record' }, '×')
     details.replaceChildren(
-      h('div', { class: 'details-head' }, h('h2', { id: 'details-title' }, 'Record ' + r.seq), close),
+      h('div', { class: 'details-head' }, h('h2', { id: 'details-title', tabindex: -1 }, 'Record ' + r.seq), close),
       dl, h('h3', {}, 'Every field (IPFIX element names)'), all)
     details.hidden = false
     const done = () => {
@@ -324,7 +324,9 @@ export const flowsPage: Page = (root, params) => {
     details.onkeydown = (e) => {
       if (e.key === 'Escape') done()
     }
-    close.focus()
+    // The title takes the focus (not the close button, which the Enter
+    // that opened the record would press).
+    details.querySelector<HTMLElement>('#details-title')?.focus()
     fetch('api/flows/' + r.seq, { signal: detailsAbort.signal }).then(async (resp) => {
       const body = await resp.json()
       all.removeAttribute('aria-busy')
@@ -361,6 +363,7 @@ export const flowsPage: Page = (root, params) => {
   const es = new EventSource('api/flows/stream')
   es.addEventListener('flows', (ev) => {
     const e = JSON.parse((ev as MessageEvent).data) as FlowEvent
+    if (status.textContent === 'Connecting…') updateStatus()
     win.got += e.rows.length
     win.skipped += e.skipped
     win.lost += e.lost

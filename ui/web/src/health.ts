@@ -37,7 +37,8 @@ export const healthPage: Page = (root) => {
       const drops = table('Drops by reason', ['Series', 'Labels', 'Total', 'Per second'],
         hl.drops.map((d) => [d.series.replace(/^sluice_/, ''), Object.entries(d.labels).map(([k, v]) => k + '=' + v).join(' '), num(d.total), num(d.rate, 1)]), [2, 3])
       drops.id = 'drops'
-      body.replaceChildren(kpis, exporters, sinks, drops)
+      const wrap = (t: HTMLElement) => h('div', { class: 'tscroll' }, t)
+      body.replaceChildren(kpis, wrap(exporters), wrap(sinks), wrap(drops))
       status.textContent = 'Updated ' + new Date(hl.at).toISOString().slice(11, 19) + ' UTC · the web UI read ' + num(hl.ui.seen) + ' records, missed or sampled out ' + num(hl.ui.dropped)
     } catch (e) {
       if (!ac.signal.aborted) status.textContent = 'Cannot read the health figures: ' + (e as Error).message

@@ -88,6 +88,14 @@ export const mapPage: Page = (root, params) => {
     h('option', { value: 'wl', selected: grouping === 'wl' }, 'workload'),
     h('option', { value: 'pod', selected: grouping === 'pod' }, 'Pod'))
   const status = h('p', { class: 'status', id: 'map-status' }, 'Loading…')
+  const freeze = h('button', { type: 'button', class: 'freeze', 'aria-pressed': 'false' }, 'Freeze')
+  let frozen = false
+  freeze.addEventListener('click', () => {
+    frozen = !frozen
+    freeze.setAttribute('aria-pressed', String(frozen))
+    freeze.textContent = frozen ? 'Update' : 'Freeze'
+    if (!frozen) load()
+  })
   const canvas = h('div', { class: 'cy', id: 'cy', role: 'img', 'aria-label': 'Service map: nodes are endpoints, arrows are traffic; the table below lists the same edges' })
   const legend = h('ul', { class: 'legend', 'aria-label': 'Legend' },
     h('li', {}, h('span', { class: 'sw pod' }), 'namespace, workload or Pod'),
@@ -103,8 +111,8 @@ export const mapPage: Page = (root, params) => {
     tbody)
   root.append(
     h('div', { class: 'page-head' }, h('h1', { tabindex: -1 }, 'Map'),
-      h('label', { class: 'field inline' }, 'Group by', groupSel)),
-    status, h('div', { class: 'map-wrap' }, canvas, legend), table)
+      h('label', { class: 'field inline' }, 'Group by', groupSel), freeze),
+    status, h('div', { class: 'map-wrap' }, canvas, legend), h('div', { class: 'tscroll' }, table))
 
   const cy = cytoscape({ container: canvas, style, minZoom: 0.2, maxZoom: 3, wheelSensitivity: 0.3, boxSelectionEnabled: false })
   // For the browser tests and the curious: the drawn graph.
@@ -115,24 +123,31 @@ export const mapPage: Page = (root, params) => {
   })
 
   let last: Graph | null = null
-  let shape = ''
+  let nodeSet = ''
   function draw() {
     if (!last) return
     const { nodes, edges } = build(last, grouping)
     const maxBps = Math.max(1, ...[...edges.values()].map((e) => e.bps))
     const w = (bps: number) => 1.5 + 8 * Math.sqrt(bps / maxBps)
-    const newShape = [...nodes.keys()].sort().join('|') + '#' + [...edges.keys()].sort().join('|')
     const labelOf = (id: string) => nodes.get(id)?.label.replace('\n', ' ') ?? id
-    if (newShape !== shape) {
-      shape = newShape
-      cy.elements().remove()
-      cy.add([
-        ...[...nodes.values()].map((n) => ({ group: 'nodes' as const, data: { id: n.id, label: n.label, kind: n.kind } })),
-        ...[...edges.values()].map((e) => ({ group: 'edges' as const, data: { id: e.id, source: e.source, target: e.target, denied: e.denied, flows: e.flows, bps: e.bps, w: w(e.bps) } })),
-      ])
+    // Elements are updated in place; the layout runs again only when the
+    // nodes change, so that the picture holds still while traffic flows.
+    const newNodeSet = [...nodes.keys()].sort().join('|')
+    cy.batch(() => {
+      cy.elements().filter((el) => (el.isNode() ? !nodes.has(el.id()) : !edges.has(el.id()))).remove()
+      for (const n of nodes.values()) {
+        if (cy.getElementById(n.id).empty()) cy.add({ group: 'nodes', data: { id: n.id, label: n.label, kind: n.kind } })
+      }
+      for (const e of edges.values()) {
+        const data = { denied: e.denied, flows: e.flows, bps: e.bps, w: w(e.bps) }
+        const el = cy.getElementById(e.id)
+        if (el.empty()) cy.add({ group: 'edges', data: { id: e.id, source: e.source, target: e.target, ...data } })
+        else el.data(data)
+      }
+    })
+    if (newNodeSet !== nodeSet) {
+      nodeSet = newNodeSet
       cy.layout({ name: 'cose', animate: false, randomize: false, nodeDimensionsIncludeLabels: true, padding: 20, idealEdgeLength: () => 90 } as cytoscape.LayoutOptions).run()
-    } else {
-      for (const e of edges.values()) cy.getElementById(e.id).data({ denied: e.denied, flows: e.flows, bps: e.bps, w: w(e.bps) })
     }
     const rows = [...edges.values()].sort((a, b) => b.bps - a.bps)
     tbody.replaceChildren(...rows.map((e) => {
@@ -150,12 +165,14 @@ export const mapPage: Page = (root, params) => {
   groupSel.addEventListener('change', () => {
     grouping = groupSel.value as Grouping
     history.replaceState(null, '', '#/map?group=' + grouping)
-    shape = ''
+    cy.elements().remove()
+    nodeSet = ''
     draw()
   })
 
   const ac = new AbortController()
   async function load() {
+    if (frozen) return
     try {
       last = await getJSON<Graph>('api/map', ac.signal)
       draw()
