@@ -74,11 +74,10 @@ type history struct {
 	mu    sync.Mutex
 	items []entry
 	next  uint64 // sequence number of the next record (the first is 1)
-	wake  chan struct{}
 }
 
 func newHistory(n int) *history {
-	return &history{items: make([]entry, n), next: 1, wake: make(chan struct{})}
+	return &history{items: make([]entry, n), next: 1}
 }
 
 func (h *history) add(es []entry) {
@@ -89,10 +88,7 @@ func (h *history) add(es []entry) {
 	if len(es) > 0 {
 		h.next = es[len(es)-1].row.Seq + 1
 	}
-	w := h.wake
-	h.wake = make(chan struct{})
 	h.mu.Unlock()
-	close(w)
 }
 
 // oldest is the sequence number of the oldest record held. Called with
@@ -117,16 +113,13 @@ func (h *history) since(seq uint64, max int) (rows []Row, lost, skipped, next ui
 		from = o
 	}
 	n := h.next - from
-	step := 1.0
+	take := n
 	if max > 0 && n > uint64(max) {
-		step = float64(n) / float64(max)
-		skipped = n - uint64(max)
+		take, skipped = uint64(max), n-uint64(max)
 	}
-	for i := 0.0; uint64(i) < n; i += step {
-		rows = append(rows, h.items[(from+uint64(i))%uint64(len(h.items))].row)
-	}
-	if skipped > 0 {
-		skipped = n - uint64(len(rows))
+	for k := range take {
+		i := k * n / take // evenly spread over the n records
+		rows = append(rows, h.items[(from+i)%uint64(len(h.items))].row)
 	}
 	return rows, lost, skipped, h.next - 1
 }
@@ -154,13 +147,6 @@ func (h *history) record(seq uint64) (*flow.Flow, bool) {
 	}
 	e := h.items[seq%uint64(len(h.items))]
 	return e.f, e.f != nil
-}
-
-// changed is closed at the next add.
-func (h *history) changed() <-chan struct{} {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.wake
 }
 
 // tap reads the pipeline's buffer as an observer (which the pipeline
