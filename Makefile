@@ -27,7 +27,7 @@ SLUICE_CACHE  ?= $(HOME)/.cache/sluice
 export SLUICE_CACHE
 HELM          := $(SLUICE_CACHE)/helm-$(HELM_VERSION)/helm
 
-.PHONY: test deps vet staticcheck unit interop fuzz bench build generate generate-check manifests manifests-check image ui ui-check
+.PHONY: test deps vet staticcheck unit interop fuzz bench build generate generate-check manifests manifests-check image ui ui-check ui-screenshots
 
 test: deps ui-check generate-check manifests-check vet staticcheck unit interop fuzz
 
@@ -93,6 +93,11 @@ ui:
 ui-check: ui
 	@git diff --exit-code --stat -- ui/dist || { echo "ui-check: ui/dist is not what 'make ui' makes of ui/web; run it and commit the result"; exit 1; }
 	@test -z "$$(git ls-files --others --exclude-standard -- ui/dist)" || { echo "ui-check: 'make ui' made files that are not committed:"; git ls-files --others --exclude-standard -- ui/dist; exit 1; }
+
+# The screenshots docs/ui.md shows, taken by the browser tests against a
+# running demo (the tests alone save them under the temporary directory).
+ui-screenshots:
+	SLUICE_UI_SCREENSHOTS=$(CURDIR)/docs/ui $(GO) test -count=1 -run 'TestUIInBrowser' ./cmd/sluice
 
 # deploy/sluice.yaml is the chart rendered with its default values (plus
 # its Namespace), for `kubectl apply -f` without Helm.

@@ -362,11 +362,37 @@ func TestUIInBrowser(t *testing.T) {
 		var at struct{ X, Y float64 }
 		b.eval(t, `(() => { const e = sluiceMap.edges().filter(e => e.source().data('kind') === 'pod' && e.target().data('kind') === 'pod').max(e => e.data('bps')).ele;
 		  sluiceMap.fit(e, 200); const m = e.renderedMidpoint(); const r = document.getElementById('cy').getBoundingClientRect();
-		  window.__edge = [e.source().id(), e.target().id()]; return {X: r.left + m.x, Y: r.top + m.y} })()`, &at)
+		  return {X: r.left + m.x, Y: r.top + m.y} })()`, &at)
 		b.run(t, 10*time.Second, chromedp.MouseClickXY(at.X, at.Y))
 		b.waitJS(t, 10*time.Second, `location.hash.startsWith('#/flows?from=')`)
-		b.waitJS(t, 60*time.Second, `(() => { const [s, d] = window.__edge.map(id => id.replace(/^pod:/, '')); const rows = [...document.querySelectorAll('.tbody [role=row]')];
-		  return rows.length > 0 && rows.every(r => r.children[1].textContent === s && r.children[3].textContent === d) })()`)
+		b.waitJS(t, 60*time.Second, `document.querySelectorAll('.tbody [role=row]').length > 0`)
+		var edge struct {
+			Want  []string
+			Pairs [][3]string
+		}
+		// The edge clicked (another may cross the chosen one's middle).
+		b.eval(t, `({Want: (q => [q.get('from'), q.get('to')])(new URLSearchParams(location.hash.split('?')[1])),
+		  Pairs: [...document.querySelectorAll('.tbody [role=row]')].map(r => [r.children[1].textContent, r.children[3].textContent, r.children[12].textContent])})`, &edge)
+		// An end matches a row's Pod or address, or its Egress.
+		ends := func(id, cell, egress string) bool {
+			kind, name, _ := strings.Cut(id, ":")
+			switch kind {
+			case "pod", "ip":
+				return cell == name
+			case "egress":
+				n, ip, _ := strings.Cut(name, "/")
+				return egress == n+" ("+ip+")"
+			}
+			return false
+		}
+		if len(edge.Want) != 2 || !strings.HasPrefix(edge.Want[0], "pod:") && !strings.HasPrefix(edge.Want[0], "egress:") {
+			t.Fatalf("the click opened the edge %v", edge.Want)
+		}
+		for _, p := range edge.Pairs {
+			if !ends(edge.Want[0], p[0], p[2]) || !ends(edge.Want[1], p[1], p[2]) {
+				t.Errorf("the edge %v's Flows page shows a row %v", edge.Want, p)
+			}
+		}
 		b.run(t, 30*time.Second, chromedp.Navigate(base+"#/map"))
 		b.waitJS(t, 60*time.Second, pageReady["map"])
 		b.screenshot(t, "map")

@@ -340,17 +340,19 @@ export const flowsPage: Page = (root, params) => {
     }).catch(() => {})
   }
 
+  let measured = false
   function updateStatus() {
     const now = performance.now()
     const dt = (now - win.since) / 1000
     if (dt >= 1) {
+      measured = true
       shown = { got: win.got / dt, skipped: win.skipped / dt, lost: win.lost / dt }
       win.got = win.skipped = win.lost = 0
       win.since = now
     }
     const total = shown.got + shown.skipped + shown.lost
     status.textContent = (paused ? 'Paused (' + num(pending.length) + ' new records waiting) · ' : 'Live · ') +
-      num(total) + ' records/s from the aggregator · ' + num(all.length) + ' kept'
+      (measured ? num(total) + ' records/s from the aggregator' : 'measuring the rate') + ' · ' + num(all.length) + ' kept'
     let s = ''
     if (shown.skipped + shown.lost > 0) {
       s = 'Sampling: showing ' + num(shown.got) + ' of ' + num(total) + ' records/s'
@@ -363,7 +365,6 @@ export const flowsPage: Page = (root, params) => {
   const es = new EventSource('api/flows/stream')
   es.addEventListener('flows', (ev) => {
     const e = JSON.parse((ev as MessageEvent).data) as FlowEvent
-    if (status.textContent === 'Connecting…') updateStatus()
     win.got += e.rows.length
     win.skipped += e.skipped
     win.lost += e.lost
@@ -375,6 +376,7 @@ export const flowsPage: Page = (root, params) => {
       ingest(e.rows)
       schedule()
     }
+    if (!measured) updateStatus()
   })
   es.onerror = () => {
     status.textContent = 'Disconnected; reconnecting…'

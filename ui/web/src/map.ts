@@ -73,7 +73,7 @@ function build(graph: Graph, g: Grouping): { nodes: Map<string, GNode>; edges: M
 }
 
 const style: cytoscape.StylesheetJson = [
-  { selector: 'node', style: { label: 'data(label)', 'font-size': 11, 'text-wrap': 'wrap', 'text-valign': 'bottom', 'text-margin-y': 4, 'background-color': '#2f6fba', width: 26, height: 26, color: '#1b1f24' } },
+  { selector: 'node', style: { label: 'data(label)', 'font-size': 12, 'text-wrap': 'wrap', 'text-valign': 'bottom', 'text-margin-y': 4, 'background-color': '#2f6fba', width: 26, height: 26, color: '#1b1f24' } },
   { selector: 'node[kind="external"]', style: { shape: 'diamond', 'background-color': '#7a5c99' } },
   { selector: 'node[kind="egress"]', style: { shape: 'hexagon', 'background-color': '#c77700', width: 32, height: 32 } },
   { selector: 'edge', style: { width: 'data(w)', 'line-color': '#7d8a99', 'target-arrow-color': '#7d8a99', 'target-arrow-shape': 'triangle', 'curve-style': 'bezier', 'arrow-scale': 0.8 } },
@@ -147,7 +147,8 @@ export const mapPage: Page = (root, params) => {
     })
     if (newNodeSet !== nodeSet) {
       nodeSet = newNodeSet
-      cy.layout({ name: 'cose', animate: false, randomize: false, nodeDimensionsIncludeLabels: true, padding: 20, idealEdgeLength: () => 90 } as cytoscape.LayoutOptions).run()
+      cy.layout({ name: 'cose', animate: false, randomize: false, nodeDimensionsIncludeLabels: true, padding: 16,
+        idealEdgeLength: () => 70, nodeRepulsion: () => 20000, gravity: 0.3, componentSpacing: 60 } as cytoscape.LayoutOptions).run()
     }
     const rows = [...edges.values()].sort((a, b) => b.bps - a.bps)
     tbody.replaceChildren(...rows.map((e) => {
