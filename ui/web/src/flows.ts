@@ -200,23 +200,53 @@ export const flowsPage: Page = (root, params) => {
   const cleanupVirt = virt._didMount()
   virt._willUpdate()
 
+  // Records come in while the view is sorted and filtered: the new ones
+  // are filtered, sorted and merged in, and those that left the kept
+  // records taken out; only a change of filter or sort redoes the whole.
+  let fresh: Row[] = []
+  let trimmed = false
+  let match = matcher(filters)
   function ingest(rows: Row[]) {
     if (rows.length === 0) return
     for (const r of rows) all.push(r)
-    if (all.length > MAX_ROWS) all = all.slice(all.length - MAX_ROWS)
-    dirty = true
+    for (const r of rows) fresh.push(r)
+    if (all.length > MAX_ROWS) {
+      all = all.slice(all.length - MAX_ROWS)
+      trimmed = true
+    }
+  }
+
+  function comparator(): (a: Row, b: Row) => number {
+    const key = (columns.find((c) => c.key === sortKey) ?? columns[0]).sort
+    const dir = sortDesc ? -1 : 1
+    return (a, b) => {
+      const x = key(a), y = key(b)
+      return (x < y ? -1 : x > y ? 1 : a.seq - b.seq) * dir
+    }
   }
 
   function recompute() {
-    const m = matcher(filters)
-    const col = columns.find((c) => c.key === sortKey) ?? columns[0]
-    const key = col.sort
-    view = all.filter(m)
-    const dir = sortDesc ? -1 : 1
-    view.sort((a, b) => {
-      const x = key(a), y = key(b)
-      return (x < y ? -1 : x > y ? 1 : b.seq - a.seq) * dir
-    })
+    const cmp = comparator()
+    if (dirty) {
+      match = matcher(filters)
+      view = all.filter(match).sort(cmp)
+    } else {
+      if (trimmed) {
+        const oldest = all.length > 0 ? all[0].seq : 0
+        view = view.filter((r) => r.seq >= oldest)
+      }
+      const add = fresh.filter(match).sort(cmp)
+      if (add.length > 0) {
+        const merged: Row[] = new Array(view.length + add.length)
+        let i = 0, j = 0, k = 0
+        while (i < view.length && j < add.length) merged[k++] = cmp(view[i], add[j]) <= 0 ? view[i++] : add[j++]
+        while (i < view.length) merged[k++] = view[i++]
+        while (j < add.length) merged[k++] = add[j++]
+        view = merged
+      }
+    }
+    fresh = []
+    trimmed = false
     dirty = false
     table.setAttribute('aria-rowcount', String(view.length + 1))
     count.textContent = num(view.length)
@@ -234,7 +264,7 @@ export const flowsPage: Page = (root, params) => {
   }
 
   function render() {
-    if (dirty) recompute()
+    if (dirty || fresh.length > 0 || trimmed) recompute()
     spacer.style.height = virt.getTotalSize() + 'px'
     const items = virt.getVirtualItems()
     const focusedInside = body.contains(document.activeElement)
