@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"mime"
 	"net/http"
 	"sort"
 	"time"
@@ -111,6 +112,13 @@ func (s *Server) traceflow(w http.ResponseWriter, r *http.Request) {
 	if s.o.Cluster == nil {
 		s.m.Traces.WithLabelValues("unavailable").Inc()
 		writeError(w, http.StatusServiceUnavailable, "no cluster state to trace on: the aggregator has no Kubernetes access (sluice.kubeconfig) here")
+		return
+	}
+	// JSON only: a form another site posts (text/plain, no preflight)
+	// cannot start traces.
+	if mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); mt != "application/json" {
+		s.m.Traces.WithLabelValues("invalid").Inc()
+		writeError(w, http.StatusUnsupportedMediaType, "send the request as application/json")
 		return
 	}
 	var req TraceRequest

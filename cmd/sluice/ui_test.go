@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"regexp"
+	"strings"
 	"testing"
 
 	"sluice/flow"
@@ -103,6 +104,15 @@ func TestUITraceflowMatchesCLI(t *testing.T) {
 		if got.Summary.Name == "" || len(got.Summary.Results) == 0 && got.Summary.Phase != "Failed" {
 			t.Errorf("%v: summary %+v", args, got.Summary)
 		}
+	}
+	// Only JSON: another site's plain form cannot start a trace.
+	resp, err := http.Post(hs.URL+"/api/traceflow", "text/plain", strings.NewReader(`{"source":"client","destination":"db"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusUnsupportedMediaType {
+		t.Errorf("a text/plain request: HTTP %d", resp.StatusCode)
 	}
 	// What the command refuses, the API refuses as the request's fault.
 	for _, req := range []ui.TraceRequest{{Source: "", Destination: "db"}, {Source: "client", Destination: "db", Flow: "tcp,bogus=1"},
