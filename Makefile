@@ -27,9 +27,9 @@ SLUICE_CACHE  ?= $(HOME)/.cache/sluice
 export SLUICE_CACHE
 HELM          := $(SLUICE_CACHE)/helm-$(HELM_VERSION)/helm
 
-.PHONY: test deps vet staticcheck unit interop fuzz bench soak build generate generate-check manifests manifests-check image
+.PHONY: test deps vet staticcheck unit interop fuzz bench soak build generate generate-check manifests manifests-check image ui ui-check ui-screenshots
 
-test: deps generate-check manifests-check vet staticcheck unit interop fuzz
+test: deps ui-check generate-check manifests-check vet staticcheck unit interop fuzz
 
 deps:
 	./scripts/install-deps.sh
@@ -90,6 +90,24 @@ generate:
 generate-check: generate
 	@git diff --exit-code --stat -- flow/flowpb || { echo "generate-check: flow/flowpb is not what 'make generate' makes; run it and commit the result"; exit 1; }
 	@test -z "$$(git ls-files --others --exclude-standard -- flow/flowpb)" || { echo "generate-check: 'make generate' made files that are not committed:"; git ls-files --others --exclude-standard -- flow/flowpb; exit 1; }
+
+# `make ui` rebuilds the web UI's bundle (ui/dist, embedded in the binary
+# and committed, so that `go build` needs no Node) from ui/web with the
+# locked npm packages. The build is deterministic: fixed file names, no
+# source maps.
+ui:
+	cd ui/web && npm ci --no-audit --no-fund && npm run build
+
+# ui-check fails when the committed bundle is not what `make ui` makes of
+# ui/web: sources edited without rebuilding, or the bundle edited by hand.
+ui-check: ui
+	@git diff --exit-code --stat -- ui/dist || { echo "ui-check: ui/dist is not what 'make ui' makes of ui/web; run it and commit the result"; exit 1; }
+	@test -z "$$(git ls-files --others --exclude-standard -- ui/dist)" || { echo "ui-check: 'make ui' made files that are not committed:"; git ls-files --others --exclude-standard -- ui/dist; exit 1; }
+
+# The screenshots docs/ui.md shows, taken by the browser tests against a
+# running demo (the tests alone save them under the temporary directory).
+ui-screenshots:
+	SLUICE_UI_SCREENSHOTS=$(CURDIR)/docs/ui $(GO) test -count=1 -run 'TestUIInBrowser' ./cmd/sluice
 
 # deploy/sluice.yaml is the chart rendered with its default values (plus
 # its Namespace), for `kubectl apply -f` without Helm.

@@ -27,7 +27,9 @@ import (
 	"sluice/mode"
 	"sluice/ring"
 	"sluice/sink"
+	"sluice/traceflow/cluster"
 	"sluice/traceflow/controller"
+	"sluice/ui"
 )
 
 // DrainTimeout is the default of sluice.drainTimeout: how long sinks may
@@ -74,6 +76,15 @@ type Aggregator struct {
 	encoded    mode.Encoded
 	encBuf     *ring.Buffer[ipfix.EncodedRecord]
 	encodeErrs prometheus.Counter
+
+	// ui is the web UI and uiLn its listener; nil when
+	// sluice.ui.address is empty.
+	ui   *ui.Server
+	uiLn net.Listener
+	// liveObjects reads the live cluster's objects (for the UI's traces)
+	// when the Traceflow controller gave the aggregator Kubernetes
+	// access; nil otherwise.
+	liveObjects func(context.Context) ([]cluster.Object, error)
 }
 
 // namedSink is a sink and the key of its configuration section.
@@ -90,23 +101,29 @@ type Addrs struct {
 	API        string
 	GRPC       string
 	FlowStream string // empty when the flow stream service is off
+	UI         string // empty when the web UI is off
 }
 
 // New prepares an aggregator from cfg, which it validates again with the
 // sinks this build runs.
 func New(cfg *config.Aggregator, log *slog.Logger) (*Aggregator, error) {
+	return NewWith(cfg, log, Options{})
+}
+
+// NewWith is New with options.
+func NewWith(cfg *config.Aggregator, log *slog.Logger, o Options) (*Aggregator, error) {
 	if err := cfg.Validate(ValidateOptions()); err != nil {
 		return nil, err
 	}
 	a := &Aggregator{cfg: cfg, log: log, reg: prometheus.NewRegistry()}
-	if err := a.init(); err != nil {
+	if err := a.init(o); err != nil {
 		a.Close()
 		return nil, err
 	}
 	return a, nil
 }
 
-func (a *Aggregator) init() error {
+func (a *Aggregator) init(o Options) error {
 	cfg := a.cfg
 	a.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	var err error
@@ -128,6 +145,9 @@ func (a *Aggregator) init() error {
 		return err
 	}
 	if err := a.setupFastPath(); err != nil {
+		return err
+	}
+	if err := a.setupUI(o); err != nil {
 		return err
 	}
 	if err := a.setupCollectors(); err != nil {
@@ -174,6 +194,9 @@ func (a *Aggregator) Addrs() Addrs {
 	if a.grpcLn != nil {
 		out.GRPC = a.grpcLn.Addr().String()
 	}
+	if a.uiLn != nil {
+		out.UI = a.uiLn.Addr().String()
+	}
 	for _, s := range a.sinks {
 		if l, ok := s.s.(sink.Listener); ok && s.key == config.SinkFlowStreamService {
 			out.FlowStream = l.Addr()
@@ -188,7 +211,7 @@ func (a *Aggregator) Registry() *prometheus.Registry { return a.reg }
 // Close releases what New bound (listeners, and what sinks hold) for an
 // aggregator that will not Run. Run releases them itself.
 func (a *Aggregator) Close() {
-	for _, ln := range []net.Listener{a.tcpLn, a.apiLn, a.grpcLn} {
+	for _, ln := range []net.Listener{a.tcpLn, a.apiLn, a.grpcLn, a.uiLn} {
 		if ln != nil {
 			ln.Close()
 		}
@@ -242,11 +265,12 @@ func (a *Aggregator) Run(ctx context.Context) error {
 	colls := a.startCollectors(collCtx, errs)
 	apiDone := make(chan error, 1)
 	go func() { apiDone <- a.api.Serve(runCtx, a.apiLn) }()
+	uiDone := a.runUI(runCtx)
 	a.api.SetReady(true)
 	addrs := a.Addrs()
 	a.log.Info("aggregator running", "mode", a.cfg.Mode, "transport", a.cfg.AggregatorTransportProtocol,
 		"ipfix", addrs.IPFIX+addrs.UDP, "grpc", addrs.GRPC, "flowStream", addrs.FlowStream,
-		"api", addrs.API, "sinks", len(a.sinks), "proxyFastPath", a.encoded != nil)
+		"api", addrs.API, "ui", addrs.UI, "sinks", len(a.sinks), "proxyFastPath", a.encoded != nil)
 
 	var runErr error
 	select {
@@ -268,6 +292,7 @@ func (a *Aggregator) Run(ctx context.Context) error {
 	close(a.batches)
 	stopRun() // the metadata source and the API end with the run
 	a.drain(&stages, modeDone, running)
+	uiDone()
 	if err := <-apiDone; err != nil && runErr == nil {
 		runErr = err
 	}

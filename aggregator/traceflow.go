@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 
+	"sluice/traceflow/cluster"
 	"sluice/traceflow/cluster/kube"
 	"sluice/traceflow/controller"
 	"sluice/traceflow/modelrun"
@@ -61,5 +62,9 @@ func (a *Aggregator) setupTraceflow() error {
 		a.log.Warn("traceflow controller: the API server cannot be asked now; retrying in the background", "err", err)
 	}
 	a.traceflow = ctl
+	a.liveObjects = func(ctx context.Context) ([]cluster.Object, error) {
+		objs, _, err := kube.Load(ctx, client, dyn, kube.Options{})
+		return objs, err
+	}
 	return nil
 }

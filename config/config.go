@@ -307,6 +307,32 @@ type Sluice struct {
 	DrainTimeout Duration `yaml:"drainTimeout"`
 	// Traceflow holds the Traceflow controller's settings.
 	Traceflow TraceflowOptions `yaml:"traceflow"`
+	// UI is the web UI (package ui).
+	UI UIOptions `yaml:"ui"`
+}
+
+// UIOptions is the `sluice.ui` section: the read-only web UI.
+type UIOptions struct {
+	// Address is where the web UI listens (host:port); empty turns it
+	// off (the default). A port alone ("8080" or ":8080") binds to
+	// 127.0.0.1 only: reach it in a cluster with kubectl port-forward, or
+	// name a host (0.0.0.0:8080) to serve every interface.
+	Address string `yaml:"address"`
+}
+
+// UIListenAddress is sluice.ui.address as a listen address: a bare port
+// or ":port" becomes 127.0.0.1:port; empty stays empty (off).
+func (s Sluice) UIListenAddress() string {
+	a := strings.TrimSpace(s.UI.Address)
+	switch {
+	case a == "":
+		return ""
+	case !strings.Contains(a, ":"):
+		return "127.0.0.1:" + a
+	case strings.HasPrefix(a, ":"):
+		return "127.0.0.1" + a
+	}
+	return a
 }
 
 // TraceflowOptions is the `sluice.traceflow` section: the controller that

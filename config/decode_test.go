@@ -106,6 +106,7 @@ func TestDefaultValues(t *testing.T) {
 		{"sluice.grpcAddress", a.Sluice.GRPCAddress, ":14739"},
 		{"sluice.flowStreamAddress", a.Sluice.FlowStreamAddress, ":14740"},
 		{"sluice.apiAddress", a.Sluice.APIAddress, ":10348"},
+		{"sluice.ui.address", a.Sluice.UI.Address, ""},
 		{"sluice.inventory", a.Sluice.Inventory, ""},
 		{"sluice.kubeconfig", a.Sluice.Kubeconfig, ""},
 		{"sluice.tls", a.Sluice.TLS, ServerTLS{ReloadInterval: Duration{10 * time.Second}}},

@@ -310,6 +310,7 @@ func (v *validator) sluice() {
 		{"sluice.grpcAddress", s.GRPCAddress, true},
 		{"sluice.apiAddress", s.APIAddress, true},
 		{"sluice.flowStreamAddress", s.FlowStreamAddress, v.a.FlowStreamService.Enable},
+		{"sluice.ui.address", s.UIListenAddress(), true},
 	} {
 		switch {
 		case l.key == "sluice.grpcAddress" && l.addr == "":
@@ -319,6 +320,8 @@ func (v *validator) sluice() {
 				v.add(l.key, "empty, but flowStreamService.enable is true; set an address, or enable: false to turn the service off")
 			}
 			continue
+		case l.key == "sluice.ui.address" && l.addr == "":
+			continue // the web UI is off
 		}
 		host, port, err := SplitListenAddress(l.addr)
 		if err != nil {

@@ -74,6 +74,11 @@ func TestValidate(t *testing.T) {
 		{"flow stream port shared", "flowStreamService:\n  enable: true\nsluice:\n  flowStreamAddress: \":14739\"\n", nil,
 			`cfg.yaml:4: sluice.flowStreamAddress: port 14739 is also used by sluice.grpcAddress`},
 		{"flow stream port unused when disabled", "sluice:\n  flowStreamAddress: \":14739\"\n", nil, ""},
+		{"web UI port shared", "sluice:\n  ui:\n    address: \"10348\"\n", nil,
+			`cfg.yaml:3: sluice.ui.address: port 10348 is also used by sluice.apiAddress`},
+		{"web UI bad port", "sluice:\n  ui:\n    address: \"localhost:ui\"\n", nil,
+			`cfg.yaml:3: sluice.ui.address: "localhost:ui": port "ui" is not a number from 0 to 65535`},
+		{"web UI on its own port", "sluice:\n  ui:\n    address: \":8080\"\n", nil, ""},
 		{"flow stream service in Proxy mode", "mode: Proxy\nflowStreamService:\n  enable: true\n", ptr(allSinks()), ""},
 		{"flow collector unsupported", "flowCollector:\n  enable: true\n  address: c:4739\n",
 			&ValidateOptions{Sinks: map[string]SinkSupport{}},
@@ -307,6 +312,16 @@ func TestIsDNSName(t *testing.T) {
 	} {
 		if got := isDNSName(s); got != want {
 			t.Errorf("isDNSName(%q) = %v, want %v", s, got, want)
+		}
+	}
+}
+
+func TestUIListenAddress(t *testing.T) {
+	for in, want := range map[string]string{"": "", "8080": "127.0.0.1:8080", ":8080": "127.0.0.1:8080",
+		"0.0.0.0:8080": "0.0.0.0:8080", "[::1]:80": "[::1]:80", " 9000 ": "127.0.0.1:9000"} {
+		s := Sluice{UI: UIOptions{Address: in}}
+		if got := s.UIListenAddress(); got != want {
+			t.Errorf("UIListenAddress(%q) = %q, want %q", in, got, want)
 		}
 	}
 }

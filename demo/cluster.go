@@ -20,7 +20,7 @@ import (
 	"sluice/exporter/source/synthetic"
 	"sluice/traceflow/cluster"
 	"sluice/traceflow/crd"
-	"sluice/traceflow/flowspec"
+	"sluice/traceflow/modelrun"
 	"sluice/traceflow/pipeline"
 	"sluice/traceflow/tracer"
 )
@@ -258,16 +258,10 @@ func resolve(st *cluster.State, client *cluster.Pod, target string) ([]route, er
 
 // trace runs one Traceflow of r over the model.
 func (m *model) trace(ctx context.Context, r route) (*crd.Traceflow, error) {
-	s, d, err := tracer.Endpoints(m.tf.State, r.client.Key(), r.traceDst)
+	tf, err := modelrun.NewTraceflow(m.tf.State, r.client.Key(), r.traceDst, r.spec)
 	if err != nil {
 		return nil, err
 	}
-	pkt, err := flowspec.Parse(r.spec)
-	if err != nil {
-		return nil, err
-	}
-	tf := &crd.Traceflow{Spec: crd.TraceflowSpec{Source: s, Destination: d, Packet: pkt, Timeout: crd.DefaultTraceflowTimeout}}
-	tf.APIVersion, tf.Kind, tf.Name = crd.GroupVersion, crd.KindTraceflow, tracer.Name(s, d)
 	t, err := tracer.Run(ctx, m.tf, tf, tracer.Options{})
 	if err != nil {
 		return nil, err

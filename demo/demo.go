@@ -27,14 +27,24 @@ import (
 const (
 	DefaultDuration = 30 * time.Second
 	DefaultRate     = 100
+	// DefaultUIAddress is where `sluice demo` serves the web UI.
+	DefaultUIAddress = "127.0.0.1:10351"
 )
 
 // Options configures a run.
 type Options struct {
 	// Mode is config.ModeAggregate (default) or config.ModeProxy.
 	Mode string
-	// Duration is how long traffic flows; DefaultDuration if 0.
+	// Duration is how long traffic flows; DefaultDuration if 0, unless
+	// UntilInterrupted.
 	Duration time.Duration
+	// UntilInterrupted makes traffic flow until ctx ends (Ctrl-C), so that
+	// a person can explore the web UI; Duration is then ignored.
+	UntilInterrupted bool
+	// UIAddress is where the aggregator serves the web UI (its
+	// sluice.ui.address); empty turns it off. Its URL is the first line
+	// the demo prints.
+	UIAddress string
 	// Rate is new connections per second in the whole cluster;
 	// DefaultRate if 0.
 	Rate float64
@@ -71,7 +81,7 @@ func (o *Options) defaults() error {
 	default:
 		return fmt.Errorf("demo: mode %q is neither %s nor %s", o.Mode, config.ModeAggregate, config.ModeProxy)
 	}
-	if o.Duration == 0 {
+	if o.Duration == 0 && !o.UntilInterrupted {
 		o.Duration = DefaultDuration
 	}
 	if o.Duration < 0 || o.Rate < 0 {

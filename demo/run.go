@@ -36,7 +36,8 @@ type runner struct {
 	release  context.CancelFunc
 }
 
-// Run runs the demo until o.Duration has passed or ctx ends, and returns
+// Run runs the demo until o.Duration has passed (with o.UntilInterrupted,
+// until ctx ends) or ctx ends, and returns
 // what it measured. The view and the summary go to o.Stdout.
 func Run(ctx context.Context, o Options) (*Summary, error) {
 	if err := o.defaults(); err != nil {
@@ -97,7 +98,7 @@ func (r *runner) setup(work string) error {
 		abandon()
 		return err
 	}
-	agg, bundle, err := newAggregator(o, cfg)
+	agg, bundle, err := newAggregator(o, cfg, r.m.objs)
 	if err != nil {
 		abandon()
 		return err
@@ -132,11 +133,17 @@ func (r *runner) run(ctx context.Context) (*Summary, error) {
 	go func() { aggDone <- r.agg.Run(aggCtx) }()
 
 	expCtx, stopExp := context.WithTimeout(ctx, o.Duration)
+	if o.UntilInterrupted {
+		expCtx, stopExp = context.WithCancel(ctx)
+	}
 	defer stopExp()
 	var exps sync.WaitGroup
 	for _, n := range r.nodes {
 		exps.Add(1)
 		go func(e *exporter.Exporter) { defer exps.Done(); _ = e.Run(expCtx) }(n.exp)
+	}
+	if u := r.agg.UIURL(); u != "" {
+		fmt.Fprintf(o.Stdout, "web UI: %s\n", u)
 	}
 	r.header()
 	r.watch(expCtx, start)

@@ -27,6 +27,7 @@ import (
 	"sluice/flow"
 	"sluice/flow/ipfixmap"
 	"sluice/ipfix"
+	"sluice/traceflow/cluster"
 	"sluice/traceflow/pipeline"
 )
 
@@ -201,6 +202,7 @@ func aggregatorConfig(o *Options, work, inventory, collectorAddr string) (*confi
 	cfg.Sluice.IPFIXAddress, cfg.Sluice.GRPCAddress, cfg.Sluice.FlowStreamAddress, cfg.Sluice.APIAddress =
 		loopback, loopback, loopback, loopback
 	cfg.Sluice.Inventory = inventory
+	cfg.Sluice.UI.Address = o.UIAddress
 	cfg.Sluice.TLS.CertDir = filepath.Join(work, "certs")
 	if err := cfg.Validate(config.ValidateOptions{}); err != nil {
 		return nil, fmt.Errorf("demo: aggregator configuration: %w", err)
@@ -208,10 +210,12 @@ func aggregatorConfig(o *Options, work, inventory, collectorAddr string) (*confi
 	return cfg, nil
 }
 
-// newAggregator builds the aggregator and the client certificate the
-// exporters present (from the CA it generated).
-func newAggregator(o *Options, cfg *config.Aggregator) (*aggregator.Aggregator, *certs.Bundle, error) {
-	a, err := aggregator.New(cfg, o.Log)
+// newAggregator builds the aggregator (its web UI tracing on objs) and the
+// client certificate the exporters present (from the CA it generated).
+func newAggregator(o *Options, cfg *config.Aggregator, objs []cluster.Object) (*aggregator.Aggregator, *certs.Bundle, error) {
+	// The web UI traces on the demo's cluster.
+	a, err := aggregator.NewWith(cfg, o.Log, aggregator.Options{
+		Cluster: func(context.Context) ([]cluster.Object, error) { return objs, nil }})
 	if err != nil {
 		return nil, nil, fmt.Errorf("demo: aggregator: %w", err)
 	}

@@ -25,8 +25,16 @@ func (r *runner) header() {
 	if r.o.Terminal {
 		return
 	}
-	fmt.Fprintf(r.o.Stdout, "sluice demo: %s mode, %d Nodes, %d Pods, %.0f new connections/s for %s, drawn from %d routes (%d denied by policy)\n",
-		r.o.Mode, len(r.nodes), len(r.m.tf.State.Pods), r.o.Rate, r.o.Duration, len(r.m.routes), len(r.m.denied))
+	fmt.Fprintf(r.o.Stdout, "sluice demo: %s mode, %d Nodes, %d Pods, %.0f new connections/s %s, drawn from %d routes (%d denied by policy)\n",
+		r.o.Mode, len(r.nodes), len(r.m.tf.State.Pods), r.o.Rate, r.lasting(), len(r.m.routes), len(r.m.denied))
+}
+
+// lasting says how long traffic flows.
+func (r *runner) lasting() string {
+	if r.o.UntilInterrupted {
+		return "until Ctrl-C"
+	}
+	return "for " + r.o.Duration.String()
 }
 
 // rateWindow is the span rates are averaged over: records leave the
@@ -93,9 +101,16 @@ func (r *runner) line(f, prev figures, start time.Time) {
 func (r *runner) frame(f, prev figures, start time.Time) {
 	dt := f.at.Sub(prev.at)
 	var b bytes.Buffer
-	fmt.Fprintf(&b, "sluice demo · %s mode · %d Nodes, %d Pods, %d routes (%d denied by policy) · %.0fs of %s\n\n",
+	if u := r.agg.UIURL(); u != "" {
+		fmt.Fprintf(&b, "web UI: %s\n", u)
+	}
+	of := "of " + r.o.Duration.String()
+	if r.o.UntilInterrupted {
+		of = "(Ctrl-C stops)"
+	}
+	fmt.Fprintf(&b, "sluice demo · %s mode · %d Nodes, %d Pods, %d routes (%d denied by policy) · %.0fs %s\n\n",
 		r.o.Mode, len(r.nodes), len(r.m.tf.State.Pods), len(r.m.routes), len(r.m.denied),
-		f.at.Sub(start).Seconds(), r.o.Duration)
+		f.at.Sub(start).Seconds(), of)
 	fmt.Fprintf(&b, "exporters → aggregator (IPFIX, mutual TLS): %.0f records/s over the last 5 s\n",
 		perSecond(f.received, prev.received, dt))
 	r.exporterTable(&b, f.nodes, f.sent, f.received, "")

@@ -28,6 +28,10 @@ command -v clickhouse-client >/dev/null || need+=(clickhouse-client)
 # `make generate-check`: protoc and the well-known .proto files it includes.
 command -v protoc >/dev/null || need+=(protobuf-compiler)
 [[ -f /usr/include/google/protobuf/timestamp.proto ]] || need+=(libprotobuf-dev)
+# The web UI: `make ui` builds it with Node.js and npm (the machine's own
+# when it has them); its browser tests drive Debian's Chromium headless.
+command -v node >/dev/null || need+=(nodejs npm)
+command -v chromium >/dev/null || need+=(chromium)
 if ((${#need[@]})); then
   if [[ $(id -u) -ne 0 ]]; then
     echo "install-deps: need root to apt-get install ${need[*]}" >&2

@@ -15,7 +15,6 @@ import (
 	"sluice/traceflow/cluster/kube"
 	"sluice/traceflow/crd"
 	"sluice/traceflow/datapath"
-	"sluice/traceflow/flowspec"
 	"sluice/traceflow/modelrun"
 	"sluice/traceflow/ovs"
 	"sluice/traceflow/pipeline"
@@ -261,19 +260,15 @@ func runTrace(cmd *cobra.Command, f *traceflowFlags, o *traceOptions) error {
 	return printTrace(out, tr.Traceflow, o.output, o.objectFile != "")
 }
 
-// newTraceflow builds the Traceflow that antctl would create.
+// newTraceflow builds the Traceflow that antctl would create (the web
+// UI's Traceflow page makes its object the same way).
 func newTraceflow(st *cluster.State, src, dst, flow string) (*crd.Traceflow, error) {
-	s, d, err := tracer.Endpoints(st, src, dst)
-	if err != nil {
-		return nil, err
+	tf, err := modelrun.NewTraceflow(st, src, dst, flow)
+	var fe *modelrun.FlowError
+	if errors.As(err, &fe) {
+		return nil, fmt.Errorf("-f: %w", fe.Err)
 	}
-	pkt, err := flowspec.Parse(flow)
-	if err != nil {
-		return nil, fmt.Errorf("-f: %w", err)
-	}
-	tf := &crd.Traceflow{Spec: crd.TraceflowSpec{Source: s, Destination: d, Packet: pkt, Timeout: crd.DefaultTraceflowTimeout}}
-	tf.APIVersion, tf.Kind, tf.Name = crd.GroupVersion, crd.KindTraceflow, tracer.Name(s, d)
-	return tf, nil
+	return tf, err
 }
 
 func readTraceflow(path string) (*crd.Traceflow, error) {

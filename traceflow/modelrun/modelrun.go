@@ -13,6 +13,7 @@ import (
 
 	"sluice/traceflow/cluster"
 	"sluice/traceflow/crd"
+	"sluice/traceflow/flowspec"
 	"sluice/traceflow/pipeline"
 	"sluice/traceflow/tracer"
 )
@@ -111,3 +112,30 @@ func Trace(ctx context.Context, objs []cluster.Object, s Settings, tf *crd.Trace
 	tr, err := tracer.Run(ctx, m, tf, opts)
 	return tr, probs, err
 }
+
+// NewTraceflow builds the Traceflow antctl would create for a source Pod
+// (ns/pod or pod), a destination (ns/pod, ns/service, pod, service or an
+// IP) and a packet description (flowspec syntax, empty for an ICMP echo
+// request) in the state st: `sluice traceflow -S -D -f` and the web UI's
+// Traceflow page both make their object here. An error in the packet
+// description wraps a *FlowError.
+func NewTraceflow(st *cluster.State, src, dst, flow string) (*crd.Traceflow, error) {
+	s, d, err := tracer.Endpoints(st, src, dst)
+	if err != nil {
+		return nil, err
+	}
+	pkt, err := flowspec.Parse(flow)
+	if err != nil {
+		return nil, &FlowError{Err: err}
+	}
+	tf := &crd.Traceflow{Spec: crd.TraceflowSpec{Source: s, Destination: d, Packet: pkt, Timeout: crd.DefaultTraceflowTimeout}}
+	tf.APIVersion, tf.Kind, tf.Name = crd.GroupVersion, crd.KindTraceflow, tracer.Name(s, d)
+	return tf, nil
+}
+
+// FlowError is a packet description NewTraceflow cannot parse.
+type FlowError struct{ Err error }
+
+func (e *FlowError) Error() string { return e.Err.Error() }
+
+func (e *FlowError) Unwrap() error { return e.Err }

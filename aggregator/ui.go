@@ -1,0 +1,94 @@
+package aggregator
+
+import (
+	"context"
+	"net"
+
+	"sluice/flow"
+	"sluice/flow/flowjson"
+	"sluice/sink"
+	"sluice/traceflow/cluster"
+	"sluice/traceflow/modelrun"
+	"sluice/ui"
+)
+
+// Options are what an aggregator may be given beside its configuration.
+type Options struct {
+	// Cluster reads the cluster's objects for the web UI's Traceflow page
+	// (the demo passes its example cluster). When nil, the page traces on
+	// the live cluster when sluice.traceflow.enable gives the aggregator
+	// Kubernetes access, and is off otherwise.
+	Cluster func(context.Context) ([]cluster.Object, error)
+}
+
+// fastPathNotice is the UI's notice when records bypass the buffer it reads.
+const fastPathNotice = "Proxy mode's fast path is on: records reach the sink already encoded and never pass the buffer the UI reads, so the Flows and Map pages stay empty. Set sluice.proxy.fastPath: false to see them."
+
+// setupUI prepares the web UI when sluice.ui.address is set, binding its
+// address.
+func (a *Aggregator) setupUI(o Options) error {
+	addr := a.cfg.Sluice.UIListenAddress()
+	if addr == "" {
+		return nil
+	}
+	uo := ui.Options{Buffer: a.buf, Gatherer: a.reg, Registerer: a.reg, Mode: a.cfg.Mode, Log: a.log,
+		Cluster: o.Cluster, Settings: a.traceSettings()}
+	for _, s := range a.sinks {
+		uo.Sinks = append(uo.Sinks, s.key)
+	}
+	if uo.Cluster == nil && a.liveObjects != nil {
+		uo.Cluster = a.liveObjects
+	}
+	if a.encoded != nil {
+		uo.Notice = fastPathNotice
+	}
+	// One renderer, used under the UI's lock: the fields of the
+	// flow-record API.
+	if ex, err := sink.NewExporter(a.cfg, a.table); err == nil {
+		r := flowjson.New(ex)
+		uo.Render = func(f *flow.Flow) ([]byte, error) { return r.AppendObject(nil, f) }
+	}
+	srv, err := ui.New(uo)
+	if err != nil {
+		return a.cfg.KeyError("sluice.traceflow", err)
+	}
+	if a.uiLn, err = net.Listen("tcp", addr); err != nil {
+		return a.cfg.KeyError("sluice.ui.address", err)
+	}
+	a.ui = srv
+	return nil
+}
+
+// runUI serves the UI and runs its tap until ctx ends; the returned
+// function waits for both.
+func (a *Aggregator) runUI(ctx context.Context) (wait func()) {
+	if a.ui == nil {
+		return func() {}
+	}
+	done := make(chan struct{}, 2)
+	go func() { a.ui.Run(ctx); done <- struct{}{} }()
+	go func() {
+		if err := a.ui.Serve(ctx, a.uiLn); err != nil {
+			a.log.Error("the web UI stopped", "err", err)
+		}
+		done <- struct{}{}
+	}()
+	a.log.Info("web UI", "url", ui.URL(a.uiLn.Addr().String()))
+	return func() { <-done; <-done }
+}
+
+// UIURL is the web UI's address to open, or "" when it is off.
+func (a *Aggregator) UIURL() string {
+	if a.uiLn == nil {
+		return ""
+	}
+	return ui.URL(a.uiLn.Addr().String())
+}
+
+// traceSettings are the model settings of sluice.traceflow, which the
+// UI's traces use as the controller's do.
+func (a *Aggregator) traceSettings() modelrun.Settings {
+	tc := a.cfg.Sluice.Traceflow
+	return modelrun.Settings{TrafficMode: tc.TrafficMode, TunnelType: tc.TunnelType,
+		ServiceCIDRs: tc.ServiceCIDRs, EgressExceptCIDRs: tc.EgressExceptCIDRs, ProxyAll: tc.ProxyAll}
+}

@@ -1,0 +1,128 @@
+package aggregator_test
+
+import (
+	"bytes"
+	"fmt"
+	"net"
+	"net/http"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	"sluice/flow"
+	"sluice/flow/ipfixmap"
+	"sluice/internal/testkit"
+	"sluice/internal/testkit/stubcollector"
+	"sluice/internal/testkit/testagg"
+	"sluice/ipfix"
+	"sluice/ui"
+)
+
+// TestWebUI: with sluice.ui.address the aggregator serves the web UI,
+// whose Flows rows are the records it exports and whose Health page
+// names its exporter and its sink; the Traceflow page says it cannot
+// trace without the cluster's state.
+func TestWebUI(t *testing.T) {
+	coll := stubcollector.New(t)
+	a := testagg.Start(t, fmt.Sprintf(`
+mode: Proxy
+aggregatorTransportProtocol: tcp
+flowCollector: {enable: true, address: "%s:tcp"}
+sluice: {ipfixAddress: "127.0.0.1:0", apiAddress: "127.0.0.1:0", ui: {address: "127.0.0.1:0"}, proxy: {fastPath: false}}
+`, coll.Addr()))
+	base := "http://" + a.Addrs().UI
+	if a.Addrs().UI == "" || a.UIURL() != base+"/" {
+		t.Fatalf("UI address %q, URL %q", a.Addrs().UI, a.UIURL())
+	}
+	tb, _ := ipfixmap.NewTable(ipfix.DefaultRegistry())
+	names, _ := ipfixmap.AgentElements("v2.7", 4)
+	els, _ := tb.Elements(names)
+	tmpl, _ := ipfixmap.TemplateOf(256, els)
+	conn, err := net.Dial("tcp", a.Addrs().IPFIX)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	enc, _ := ipfix.NewEncoder(ipfix.EncoderOptions{}, func(m []byte) error { _, err := conn.Write(m); return err })
+	enc.AddTemplate(1, tmpl)
+	for i := range 5 {
+		f := flow.Flow{
+			StartTime: time.Now().Add(-10 * time.Second).Truncate(time.Second), EndTime: time.Now().Truncate(time.Second),
+			SourceIP: netip.AddrFrom4([4]byte{10, 244, 1, byte(i + 2)}), DestinationIP: netip.MustParseAddr("10.244.1.9"),
+			SourcePort: uint16(40000 + i), DestinationPort: 443, Protocol: 6, FlowType: flow.FlowTypeIntraNode,
+			Stats:              flow.Stats{OctetTotalCount: 1000, PacketTotalCount: 10, OctetDeltaCount: 1000, PacketDeltaCount: 10},
+			SourcePodNamespace: "web", SourcePodName: fmt.Sprintf("client-%d", i), SourceNodeName: "node-a",
+			DestinationPodNamespace: "web", DestinationPodName: "server", DestinationNodeName: "node-a",
+		}
+		if err := ipfixmap.WriteRecord(enc.Begin(1, tmpl), els, &f); err != nil {
+			t.Fatal(err)
+		}
+	}
+	enc.Flush()
+	var page ui.FlowsPage
+	testkit.WaitFor(t, "5 rows in the UI", func() bool {
+		getJSON(t, base+"/api/flows", &page)
+		return len(page.Rows) == 5
+	})
+	for _, r := range page.Rows {
+		if !strings.HasPrefix(r.SrcPod, "client-") || r.DstPod != "server" || r.SrcNS != "web" || r.Proto != "TCP" || r.DstPort != 443 {
+			t.Errorf("row %+v", r)
+		}
+	}
+	// A row's every field, as the flow-record API renders them.
+	var detail map[string]any
+	getJSON(t, fmt.Sprintf("%s/api/flows/%d", base, page.Rows[0].Seq), &detail)
+	if detail["destinationPodName"] != "server" || detail["destinationTransportPort"] != float64(443) {
+		t.Errorf("detail %v", detail)
+	}
+	var h ui.Health
+	testkit.WaitFor(t, "the exporter and the sink on the Health page", func() bool {
+		getJSON(t, base+"/api/health", &h)
+		return len(h.Exporters) == 1 && h.Exporters[0].Records == 5 && len(h.Sinks) == 1 && h.Sinks[0].Exported == 5
+	})
+	if h.Mode != "Proxy" || h.Sinks[0].Name != "flowCollector" || h.Exporters[0].Transport != "tcp" {
+		t.Errorf("health %+v", h)
+	}
+	var info ui.Info
+	getJSON(t, base+"/api/info", &info)
+	if info.Traceflow || info.Notice != "" {
+		t.Errorf("info %+v", info)
+	}
+	resp, err := http.Post(base+"/api/traceflow", "application/json", bytes.NewReader([]byte(`{"source":"web/client-0","destination":"web/server"}`)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusServiceUnavailable {
+		t.Errorf("a trace without the cluster's state: HTTP %d", resp.StatusCode)
+	}
+	// The pages themselves.
+	resp, err = http.Get(base + "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var body bytes.Buffer
+	body.ReadFrom(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || !strings.Contains(body.String(), `<nav aria-label="Pages">`) || resp.Header.Get("Content-Security-Policy") == "" {
+		t.Errorf("GET /: HTTP %d, %q", resp.StatusCode, body.String())
+	}
+}
+
+// TestWebUIFastPathNotice: on Proxy mode's fast path records bypass the
+// buffer the UI reads; the UI says so.
+func TestWebUIFastPathNotice(t *testing.T) {
+	coll := stubcollector.New(t)
+	a := testagg.Start(t, fmt.Sprintf(`
+mode: Proxy
+aggregatorTransportProtocol: tcp
+flowCollector: {enable: true, address: "%s:tcp"}
+sluice: {ipfixAddress: "127.0.0.1:0", apiAddress: "127.0.0.1:0", ui: {address: "127.0.0.1:0"}}
+`, coll.Addr()))
+	var info ui.Info
+	getJSON(t, "http://"+a.Addrs().UI+"/api/info", &info)
+	if !strings.Contains(info.Notice, "fast path") {
+		t.Errorf("info %+v", info)
+	}
+}
