@@ -27,8 +27,8 @@ import (
 	"sluice/exporter/ipfixsend"
 	"sluice/exporter/podmeta"
 	"sluice/exporter/queue"
+	"sluice/exporter/record"
 	"sluice/exporter/source"
-	"sluice/flow"
 	"sluice/flow/ipfixmap"
 )
 
@@ -242,7 +242,7 @@ func (e *Exporter) Run(ctx context.Context) error {
 		"profile", profile, "poll_interval", e.o.PollInterval.String(), "metrics", e.MetricsAddr())
 
 	var conns []source.Conn
-	var batch []flow.Flow
+	var batch []record.Record
 	t := time.NewTicker(e.o.PollInterval)
 	defer t.Stop()
 	for {
@@ -279,7 +279,7 @@ func (e *Exporter) drain(tdone <-chan struct{}) {
 
 // Poll runs one cycle at now: dump the source, update the store, queue the
 // records due. It returns the slices for reuse.
-func (e *Exporter) Poll(ctx context.Context, now time.Time, conns []source.Conn, batch []flow.Flow) ([]source.Conn, []flow.Flow) {
+func (e *Exporter) Poll(ctx context.Context, now time.Time, conns []source.Conn, batch []record.Record) ([]source.Conn, []record.Record) {
 	start := time.Now()
 	e.m.polls.Inc()
 	conns, err := e.o.Source.Dump(ctx, conns)
@@ -292,7 +292,7 @@ func (e *Exporter) Poll(ctx context.Context, now time.Time, conns []source.Conn,
 	}
 	batch = e.store.Update(now, conns, batch)
 	batch = e.limitDenied(now, batch)
-	if d := e.q.Push(batch); d > 0 {
+	if d := e.q.PushRecords(batch); d > 0 {
 		e.m.bufferDrops.Add(float64(d))
 	}
 	st := e.store.Stats()

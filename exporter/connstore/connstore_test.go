@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"sluice/enrich"
+	"sluice/exporter/record"
 	"sluice/exporter/source"
 	"sluice/flow"
 )
@@ -22,7 +24,7 @@ func tcp(id uint32, client, server string, pk, oc, rpk, roc uint64, state uint8)
 type run struct {
 	t   *testing.T
 	s   *Store[string]
-	out []flow.Flow
+	out []record.Record
 }
 
 func newRun(t *testing.T, o Options[string]) *run {
@@ -35,7 +37,7 @@ func newRun(t *testing.T, o Options[string]) *run {
 
 func (r *run) poll(at time.Duration, conns ...source.Conn) []flow.Flow {
 	r.out = r.s.Update(t0.Add(at), conns, r.out[:0])
-	return r.out
+	return record.Flows(nil, r.out)
 }
 
 func (r *run) expect(at time.Duration, got []flow.Flow, reasons ...uint8) {
@@ -211,7 +213,7 @@ func TestCapKeepFilterAndMetadata(t *testing.T) {
 			}
 			return "pod-for-" + c.OrigSrc.Addr().String()
 		},
-		Fill: func(f *flow.Flow, m *string) { f.SourcePodName = *m; f.Present.Set(flow.SourcePodName) },
+		Fill: func(r *record.Record, m *string) { r.SrcPod = &enrich.Pod{Name: *m} },
 	})
 	var conns []source.Conn
 	for i := range 4 {

@@ -304,7 +304,7 @@ func (s *Sender) stream(ctx context.Context, conn *grpc.ClientConn, addr string,
 			break
 		}
 		var first uint64
-		first, *batch = q.Peek(next, (*batch)[:0], o.BatchSize)
+		first, *batch = q.PeekFlows(next, (*batch)[:0], o.BatchSize)
 		req, n := s.request(*batch, time.Now())
 		end := first + uint64(len(*batch))
 		if n == 0 {

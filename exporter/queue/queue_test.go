@@ -39,14 +39,14 @@ func eq(a, b []uint16) bool {
 func TestPeekAckAndRedelivery(t *testing.T) {
 	q := New(4)
 	q.Push(recs(1, 2, 3))
-	first, got := q.Peek(0, nil, 2)
+	first, got := q.PeekFlows(0, nil, 2)
 	if first != 0 || !eq(ports(got), []uint16{1, 2}) {
 		t.Fatalf("peek: %d %v", first, ports(got))
 	}
 	q.Ack(1)
 	// A transport that lost its connection starts again from Head: the
 	// unacknowledged records come back.
-	first, got = q.Peek(q.Head(), nil, 10)
+	first, got = q.PeekFlows(q.Head(), nil, 10)
 	if first != 1 || !eq(ports(got), []uint16{2, 3}) || q.Len() != 2 {
 		t.Fatalf("after ack: %d %v len %d", first, ports(got), q.Len())
 	}
@@ -67,12 +67,12 @@ func TestFullDropsOldestAndCounts(t *testing.T) {
 	if d := q.Push(recs(5, 6, 7, 8, 9)); d != 5 {
 		t.Fatalf("dropped %d, want 5 (3 held + 2 that never fit)", d)
 	}
-	_, got := q.Peek(0, nil, 10)
+	_, got := q.PeekFlows(0, nil, 10)
 	if !eq(ports(got), []uint16{7, 8, 9}) || q.Dropped() != 6 {
 		t.Fatalf("held %v, dropped %d", ports(got), q.Dropped())
 	}
 	// A reader behind the head skips what was dropped.
-	first, _ := q.Peek(2, nil, 1)
+	first, _ := q.PeekFlows(2, nil, 1)
 	if first != q.Head() || first != 4 {
 		t.Fatalf("first %d, want the oldest held, 4", first)
 	}
