@@ -100,6 +100,8 @@ type Exporter struct {
 	transport Transport
 	api       *api.Server
 	apiLn     net.Listener
+	// pollTime is the time of the poll in progress.
+	pollTime time.Time
 }
 
 // ObservationDomain is the observation domain ID an agent uses: the
@@ -152,7 +154,7 @@ func New(o Options) (*Exporter, error) {
 	e.m = newMetrics(e.reg, e.q, o.Attributor)
 	e.store, err = connstore.New(connstore.Options[connMeta]{
 		ActiveTimeout: o.ActiveTimeout, IdleTimeout: o.IdleTimeout, MaxConnections: o.MaxConnections,
-		Keep: pm.Keep, Describe: e.describe, Fill: e.fill,
+		Keep: pm.Keep, Describe: e.describe, Fill: e.fill, Emit: e.emit,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("exporter: %w", err)
@@ -290,11 +292,8 @@ func (e *Exporter) Poll(ctx context.Context, now time.Time, conns []source.Conn,
 		}
 		return conns, batch
 	}
+	e.pollTime = now
 	batch = e.store.Update(now, conns, batch)
-	batch = e.limitDenied(now, batch)
-	if d := e.q.PushRecords(batch); d > 0 {
-		e.m.bufferDrops.Add(float64(d))
-	}
 	st := e.store.Stats()
 	e.m.observe(st)
 	e.m.pollSeconds.Observe(time.Since(start).Seconds())
@@ -302,6 +301,16 @@ func (e *Exporter) Poll(ctx context.Context, now time.Time, conns []source.Conn,
 		e.api.SetReady(true)
 	}
 	return conns, batch
+}
+
+// emit queues a run of the records the store makes (the transport sends
+// them while the store goes on), denied ones over the rate limit left out.
+func (e *Exporter) emit(recs []record.Record) []record.Record {
+	recs = e.limitDenied(e.pollTime, recs)
+	if d := e.q.PushRecords(recs); d > 0 {
+		e.m.bufferDrops.Add(float64(d))
+	}
+	return recs
 }
 
 // Queue is the buffer between the store and the transport.

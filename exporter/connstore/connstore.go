@@ -63,7 +63,17 @@ type Options[M any] struct {
 	Describe func(c *source.Conn, start time.Time) M
 	// Fill writes the metadata into an exported record; nil writes none.
 	Fill func(r *record.Record, m *M)
+	// Emit, if set, is handed the records of an Update in runs of
+	// EmitEvery (DefaultEmitEvery if 0) as they are made, and the rest at
+	// its end, so that they can be sent while the store goes on; it
+	// returns those it keeps, moved to the front of the run (it may drop
+	// some), and Update returns only those.
+	Emit      func(recs []record.Record) []record.Record
+	EmitEvery int
 }
+
+// DefaultEmitEvery is Options.EmitEvery's default.
+const DefaultEmitEvery = 2048
 
 // Stats are a Store's counters.
 type Stats struct {
@@ -135,8 +145,10 @@ type Store[M any] struct {
 	stats  Stats
 	active int64
 	idle   int64
-	// out collects the records of the Update in progress.
-	out []record.Record
+	// out collects the records of the Update in progress; those from
+	// emitted on are not emitted yet.
+	out     []record.Record
+	emitted int
 }
 
 // New returns an empty store.
@@ -149,6 +161,9 @@ func New[M any](o Options[M]) (*Store[M], error) {
 	}
 	if o.MaxConnections == 0 {
 		o.MaxConnections = DefaultMaxConnections
+	}
+	if o.EmitEvery <= 0 {
+		o.EmitEvery = DefaultEmitEvery
 	}
 	if o.ActiveTimeout < 0 || o.IdleTimeout < 0 || o.MaxConnections < 0 {
 		return nil, errors.New("connstore: timeouts and the connection cap must not be negative")
@@ -175,7 +190,7 @@ func keyOf(c *source.Conn) key {
 // appends every record due to out, in no particular order, and returns
 // it. out is worth reusing across calls.
 func (s *Store[M]) Update(now time.Time, conns []source.Conn, out []record.Record) []record.Record {
-	s.out = out
+	s.out, s.emitted = out, len(out)
 	s.gen++
 	if s.gen == 0 { // 0 marks free slots
 		s.gen = 1
@@ -226,8 +241,19 @@ func (s *Store[M]) Update(now time.Time, conns []source.Conn, out []record.Recor
 	}
 	s.stats.Seen = seen
 	s.sweep(ns)
+	s.emit()
 	out, s.out = s.out, nil
 	return out
+}
+
+// emit hands the records not emitted yet to Options.Emit.
+func (s *Store[M]) emit() {
+	if s.o.Emit == nil || s.emitted == len(s.out) {
+		return
+	}
+	kept := s.o.Emit(s.out[s.emitted:])
+	s.out = s.out[:s.emitted+len(kept)]
+	s.emitted = len(s.out)
 }
 
 // touch applies a snapshot's c to its entry e.
@@ -365,4 +391,7 @@ func (s *Store[M]) export(e *entry[M], reason uint8) {
 	e.prev = e.cur
 	e.flags &^= fChanged
 	s.stats.Exported[reason]++
+	if len(s.out)-s.emitted >= s.o.EmitEvery {
+		s.emit()
+	}
 }

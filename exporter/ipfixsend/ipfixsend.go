@@ -82,6 +82,7 @@ type Sender struct {
 	// plan is how each template is written from a record.Record (nil:
 	// through a flow.Flow, in scratch).
 	plan    [2][]fieldOp
+	meta    [2]*metaCache
 	scratch flow.Flow
 	enc     *ipfix.Encoder
 	conn    *ipfixconn.Conn
@@ -133,7 +134,9 @@ func New(o Options) (*Sender, error) {
 		if s.tmpl[i], err = template([]uint16{TemplateIDv4, TemplateIDv6}[i], s.els[i], o.Extra); err != nil {
 			return nil, fmt.Errorf("ipfixsend: %w", err)
 		}
-		s.plan[i] = recordPlan(s.els[i])
+		if s.plan[i], s.meta[i], err = recordPlan(s.els[i], s.tmpl[i], fam == 6); err != nil {
+			return nil, fmt.Errorf("ipfixsend: %w", err)
+		}
 	}
 	// One set per message: collectors built on go-ipfix (the reference
 	// aggregator among them) read only the first set of each message.

@@ -1,12 +1,18 @@
 package ipfixsend
 
 import (
+	"encoding/binary"
 	"net/netip"
+	"slices"
 	"time"
+	"unsafe"
 
+	"sluice/enrich"
+	"sluice/exporter/attribution"
 	"sluice/exporter/record"
 	"sluice/flow"
 	"sluice/flow/ipfixmap"
+	"sluice/ipfix"
 )
 
 // fieldOp is how writeRecord fills one element of a profile's template
@@ -59,7 +65,29 @@ const (
 	opClusterIP
 	opSnatIP
 	opServiceIP
+	// Runs of elements in the order every agent profile has them, written
+	// by one case each (one dispatch instead of one per element).
+	opHeadRun
+	opPodsRun
+	opPoliciesRun
+	opTailRun
+	opMetaRun // opPodsRun then opPoliciesRun, from the metadata cache
 )
+
+var runs = []struct {
+	op  fieldOp
+	seq []fieldOp
+}{
+	{opHeadRun, []fieldOp{opStart, opEnd, opEndReason, opSrcPort, opDstPort, opProto, opCount + record.PacketTotal,
+		opCount + record.OctetTotal, opCount + record.PacketDelta, opCount + record.OctetDelta, opSrcAddr, opDstAddr,
+		opCount + record.ReversePacketTotal, opCount + record.ReverseOctetTotal, opCount + record.ReversePacketDelta,
+		opCount + record.ReverseOctetDelta}},
+	{opPodsRun, []fieldOp{opSrcPodName, opSrcPodNamespace, opSrcNodeName, opDstPodName, opDstPodNamespace, opDstNodeName}},
+	{opPoliciesRun, []fieldOp{opServicePort, opServicePortName, opIngressName, opIngressNamespace, opIngressType,
+		opIngressRuleName, opIngressRuleAction, opEgressPolicyName, opEgressPolicyNamespace, opEgressPolicyType,
+		opEgressPolicyRuleName, opEgressPolicyRuleAction}},
+	{opTailRun, []fieldOp{opTCPState, opFlowType, opEgressName, opEgressIP}},
+}
 
 // recordOps maps element names to their ops; the address elements of
 // both families share one.
@@ -91,18 +119,158 @@ var recordOps = map[string]fieldOp{
 	"destinationServiceIPv4": opServiceIP, "destinationServiceIPv6": opServiceIP,
 }
 
+// headLayout is the lengths and types of the head run's fields (a
+// family's address length for the two addresses): with them, the run is
+// written as one block of octets.
+var headLayout = [16]struct {
+	length uint16
+	typ    ipfix.DataType
+}{{4, ipfix.DateTimeSeconds}, {4, ipfix.DateTimeSeconds}, {1, ipfix.Unsigned8}, {2, ipfix.Unsigned16}, {2, ipfix.Unsigned16},
+	{1, ipfix.Unsigned8}, {8, ipfix.Unsigned64}, {8, ipfix.Unsigned64}, {8, ipfix.Unsigned64}, {8, ipfix.Unsigned64},
+	{0, 0}, {0, 0}, {8, ipfix.Unsigned64}, {8, ipfix.Unsigned64}, {8, ipfix.Unsigned64}, {8, ipfix.Unsigned64}}
+
+// headFits says the template's fields from i on have the head run's
+// layout.
+func headFits(fs []ipfix.Field, i int, six bool) bool {
+	if len(fs)-i < len(headLayout) {
+		return false
+	}
+	for j, l := range headLayout {
+		f := &fs[i+j]
+		if l.length == 0 { // an address
+			l.length, l.typ = 4, ipfix.IPv4Address
+			if six {
+				l.length, l.typ = 16, ipfix.IPv6Address
+			}
+		}
+		if f.Length != l.length || f.Type != l.typ {
+			return false
+		}
+	}
+	return true
+}
+
 // recordPlan is the ops of a template's elements, or nil when one of them
-// does not come from a record.Record (then records go through flow.Flow).
-func recordPlan(els []*ipfixmap.Element) []fieldOp {
+// does not come from a record.Record (then records go through flow.Flow);
+// and the metadata cache of its meta run, nil without one.
+func recordPlan(els []*ipfixmap.Element, t *ipfix.Template, six bool) ([]fieldOp, *metaCache, error) {
 	ops := make([]fieldOp, len(els))
 	for i, el := range els {
 		op, ok := recordOps[el.Name()]
 		if !ok {
-			return nil
+			return nil, nil, nil
 		}
 		ops[i] = op
 	}
-	return ops
+	meta := slices.Concat(runs[1].seq, runs[2].seq)
+	var mc *metaCache
+	// Replace the runs.
+	out := ops[:0:0]
+next:
+	for i := 0; i < len(ops); {
+		if mc == nil && len(ops)-i >= len(meta) && slices.Equal(ops[i:i+len(meta)], meta) {
+			var err error
+			if mc, err = newMetaCache(t.Fields[i : i+len(meta)]); err != nil {
+				return nil, nil, err
+			}
+			out = append(out, opMetaRun)
+			i += len(meta)
+			continue
+		}
+		for _, r := range runs {
+			if len(ops)-i >= len(r.seq) && slices.Equal(ops[i:i+len(r.seq)], r.seq) &&
+				(r.op != opHeadRun || headFits(t.Fields, i, six)) {
+				out = append(out, r.op)
+				i += len(r.seq)
+				continue next
+			}
+		}
+		out = append(out, ops[i])
+		i++
+	}
+	return out, mc, nil
+}
+
+// metaKey is what the meta run's values are made of.
+type metaKey struct {
+	src, dst      *enrich.Pod
+	v             *attribution.Verdict
+	node, svcName string
+	svcPort       uint16
+	attr          uint8
+}
+
+// metaCache holds the encoding of the meta run (the Pods, the Service
+// port and both policies: 18 elements) for the metadata of recent
+// connections, in a direct-mapped table: the records of one Pod pair,
+// Service and verdict share it, so a record copies its octets instead of
+// writing 18 values. Bounded: a slot holds one key.
+type metaCache struct {
+	t     *ipfix.Template
+	enc   *ipfix.Encoder
+	n     int
+	slots []metaSlot
+}
+
+type metaSlot struct {
+	k      metaKey
+	octets []byte
+}
+
+const metaSlots = 1024
+
+func newMetaCache(fields []ipfix.Field) (*metaCache, error) {
+	t, err := ipfix.NewTemplate(256, slices.Clone(fields))
+	if err != nil {
+		return nil, err
+	}
+	enc, err := ipfix.NewEncoder(ipfix.EncoderOptions{}, func([]byte) error { return nil })
+	if err != nil {
+		return nil, err
+	}
+	return &metaCache{t: t, enc: enc, n: len(fields), slots: make([]metaSlot, metaSlots)}, nil
+}
+
+func ptrHash[T any](p *T) uint64 { return uint64(uintptr(unsafe.Pointer(p))) }
+
+// octets returns the meta run's encoding for k.
+func (c *metaCache) octets(k *metaKey) ([]byte, error) {
+	h := ptrHash(k.src)*0x9e3779b97f4a7c15 ^ ptrHash(k.dst)*0xc2b2ae3d27d4eb4f ^ ptrHash(k.v)*0x165667b19e3779f9 ^
+		uint64(k.svcPort)<<16 ^ uint64(k.attr)<<8 ^ uint64(len(k.svcName))
+	sl := &c.slots[(h^h>>32^h>>17)%metaSlots]
+	if sl.octets != nil && sl.k == *k {
+		return sl.octets, nil
+	}
+	b, err := c.enc.EncodeRecord(c.t, func(b ipfix.RecordBuilder) error { return writeMeta(b, k).End() })
+	if err != nil {
+		return nil, err
+	}
+	sl.k, sl.octets = *k, append(sl.octets[:0], b...)
+	return sl.octets, nil
+}
+
+// writeMeta writes the meta run's values.
+func writeMeta(b ipfix.RecordBuilder, k *metaKey) ipfix.RecordBuilder {
+	in, eg := &noPolicy, &noPolicy
+	if v := k.v; v != nil {
+		if k.attr&record.AttrIngressPolicy != 0 {
+			in = &v.Ingress
+		}
+		if k.attr&record.AttrEgressPolicy != 0 {
+			eg = &v.Egress
+		}
+	}
+	var srcNS, srcName, srcNode, dstNS, dstName, dstNode string
+	if p := k.src; p != nil {
+		srcNS, srcName, srcNode = p.Namespace, p.Name, k.node
+	}
+	if p := k.dst; p != nil {
+		dstNS, dstName, dstNode = p.Namespace, p.Name, k.node
+	}
+	return b.String(srcName).String(srcNS).String(srcNode).String(dstName).String(dstNS).String(dstNode).
+		Uint(uint64(k.svcPort)).String(k.svcName).
+		String(in.Name).String(in.Namespace).Uint(uint64(in.Type)).String(in.RuleName).Uint(uint64(in.RuleAction)).
+		String(eg.Name).String(eg.Namespace).Uint(uint64(eg.Type)).String(eg.RuleName).Uint(uint64(eg.RuleAction))
 }
 
 var noPolicy flow.Policy
@@ -160,6 +328,58 @@ func (s *Sender) writeRecord(r *record.Record) error {
 	b := s.enc.Begin(s.o.ObservationDomainID, s.tmpl[i])
 	for _, op := range ops {
 		switch op {
+		case opHeadRun:
+			var p []byte
+			if p, b = b.Fixed(16); len(p) == 0 {
+				break
+			}
+			c := &r.Counts
+			be := binary.BigEndian
+			be.PutUint32(p[0:], uint32(time.Unix(0, r.Start).Unix()))
+			be.PutUint32(p[4:], uint32(time.Unix(0, r.End).Unix()))
+			p[8] = r.EndReason
+			be.PutUint16(p[9:], r.SrcPort)
+			be.PutUint16(p[11:], r.DstPort)
+			p[13] = r.Proto
+			be.PutUint64(p[14:], c[record.PacketTotal])
+			be.PutUint64(p[22:], c[record.OctetTotal])
+			be.PutUint64(p[30:], c[record.PacketDelta])
+			be.PutUint64(p[38:], c[record.OctetDelta])
+			n := 46
+			if six {
+				src, dst := addrIn(r.Src, true).As16(), addrIn(r.Dst, true).As16()
+				copy(p[n:], src[:])
+				copy(p[n+16:], dst[:])
+				n += 32
+			} else {
+				src, dst := addrIn(r.Src, false), addrIn(r.Dst, false)
+				be.PutUint32(p[n:], uint32v4(src))
+				be.PutUint32(p[n+4:], uint32v4(dst))
+				n += 8
+			}
+			be.PutUint64(p[n:], c[record.ReversePacketTotal])
+			be.PutUint64(p[n+8:], c[record.ReverseOctetTotal])
+			be.PutUint64(p[n+16:], c[record.ReversePacketDelta])
+			be.PutUint64(p[n+24:], c[record.ReverseOctetDelta])
+		case opMetaRun:
+			k := metaKey{src: r.SrcPod, dst: r.DstPod, node: r.Node, svcName: r.ServicePortName, svcPort: svcPort}
+			if r.Verdict != nil && r.Attr&(record.AttrIngressPolicy|record.AttrEgressPolicy) != 0 {
+				k.v, k.attr = r.Verdict, r.Attr&(record.AttrIngressPolicy|record.AttrEgressPolicy)
+			}
+			mc := s.meta[i]
+			octets, err := mc.octets(&k)
+			if err != nil {
+				return err
+			}
+			b = b.Encoded(mc.n, octets)
+		case opPodsRun:
+			b = b.String(srcName).String(srcNS).String(srcNode).String(dstName).String(dstNS).String(dstNode)
+		case opPoliciesRun:
+			b = b.Uint(uint64(svcPort)).String(r.ServicePortName).
+				String(in.Name).String(in.Namespace).Uint(uint64(in.Type)).String(in.RuleName).Uint(uint64(in.RuleAction)).
+				String(eg.Name).String(eg.Namespace).Uint(uint64(eg.Type)).String(eg.RuleName).Uint(uint64(eg.RuleAction))
+		case opTailRun:
+			b = b.String(r.TCPStateName()).Uint(uint64(r.FlowType)).String(egName).String(egIP)
 		case opStart:
 			b = b.Time(time.Unix(0, r.Start))
 		case opEnd:
@@ -238,6 +458,15 @@ func (s *Sender) writeRecord(r *record.Record) error {
 		b = b.Bytes(x.Value)
 	}
 	return b.End()
+}
+
+// uint32v4 is an IPv4 address as a number; zero for any other.
+func uint32v4(a netip.Addr) uint32 {
+	if !a.Is4() {
+		return 0
+	}
+	b := a.As4()
+	return binary.BigEndian.Uint32(b[:])
 }
 
 // addrIn is an address as ipfixmap writes it in a field of one family:
