@@ -68,10 +68,8 @@ const (
 	// Runs of elements in the order every agent profile has them, written
 	// by one case each (one dispatch instead of one per element).
 	opHeadRun
-	opPodsRun
-	opPoliciesRun
 	opTailRun
-	opMetaRun // opPodsRun then opPoliciesRun, from the metadata cache
+	opMetaRun // the Pods, Service port and policies, from the metadata cache
 )
 
 var runs = []struct {
@@ -82,12 +80,14 @@ var runs = []struct {
 		opCount + record.OctetTotal, opCount + record.PacketDelta, opCount + record.OctetDelta, opSrcAddr, opDstAddr,
 		opCount + record.ReversePacketTotal, opCount + record.ReverseOctetTotal, opCount + record.ReversePacketDelta,
 		opCount + record.ReverseOctetDelta}},
-	{opPodsRun, []fieldOp{opSrcPodName, opSrcPodNamespace, opSrcNodeName, opDstPodName, opDstPodNamespace, opDstNodeName}},
-	{opPoliciesRun, []fieldOp{opServicePort, opServicePortName, opIngressName, opIngressNamespace, opIngressType,
-		opIngressRuleName, opIngressRuleAction, opEgressPolicyName, opEgressPolicyNamespace, opEgressPolicyType,
-		opEgressPolicyRuleName, opEgressPolicyRuleAction}},
 	{opTailRun, []fieldOp{opTCPState, opFlowType, opEgressName, opEgressIP}},
 }
+
+// meta is the meta run: the Pods, the Service port and both policies.
+var meta = []fieldOp{opSrcPodName, opSrcPodNamespace, opSrcNodeName, opDstPodName, opDstPodNamespace, opDstNodeName,
+	opServicePort, opServicePortName, opIngressName, opIngressNamespace, opIngressType, opIngressRuleName,
+	opIngressRuleAction, opEgressPolicyName, opEgressPolicyNamespace, opEgressPolicyType, opEgressPolicyRuleName,
+	opEgressPolicyRuleAction}
 
 // recordOps maps element names to their ops; the address elements of
 // both families share one.
@@ -150,19 +150,28 @@ func headFits(fs []ipfix.Field, i int, six bool) bool {
 	return true
 }
 
-// recordPlan is the ops of a template's elements, or nil when one of them
-// does not come from a record.Record (then records go through flow.Flow);
-// and the metadata cache of its meta run, nil without one.
-func recordPlan(els []*ipfixmap.Element, t *ipfix.Template, six bool) ([]fieldOp, *metaCache, error) {
+// elementOps is the op of each element, or nil when one of them does not
+// come from a record.Record.
+func elementOps(els []*ipfixmap.Element) []fieldOp {
 	ops := make([]fieldOp, len(els))
 	for i, el := range els {
 		op, ok := recordOps[el.Name()]
 		if !ok {
-			return nil, nil, nil
+			return nil
 		}
 		ops[i] = op
 	}
-	meta := slices.Concat(runs[1].seq, runs[2].seq)
+	return ops
+}
+
+// recordPlan is the ops of a template's elements, or nil when one of them
+// does not come from a record.Record (then records go through flow.Flow);
+// and the metadata cache of its meta run, nil without one.
+func recordPlan(els []*ipfixmap.Element, t *ipfix.Template, six bool) ([]fieldOp, *metaCache, error) {
+	ops := elementOps(els)
+	if ops == nil {
+		return nil, nil, nil
+	}
 	var mc *metaCache
 	// Replace the runs.
 	out := ops[:0:0]
@@ -372,12 +381,6 @@ func (s *Sender) writeRecord(r *record.Record) error {
 				return err
 			}
 			b = b.Encoded(mc.n, octets)
-		case opPodsRun:
-			b = b.String(srcName).String(srcNS).String(srcNode).String(dstName).String(dstNS).String(dstNode)
-		case opPoliciesRun:
-			b = b.Uint(uint64(svcPort)).String(r.ServicePortName).
-				String(in.Name).String(in.Namespace).Uint(uint64(in.Type)).String(in.RuleName).Uint(uint64(in.RuleAction)).
-				String(eg.Name).String(eg.Namespace).Uint(uint64(eg.Type)).String(eg.RuleName).Uint(uint64(eg.RuleAction))
 		case opTailRun:
 			b = b.String(r.TCPStateName()).Uint(uint64(r.FlowType)).String(egName).String(egIP)
 		case opStart:

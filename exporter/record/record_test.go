@@ -15,7 +15,7 @@ import (
 // bits, only the verdict's parts that Attr names, and Full as it is.
 func TestFlow(t *testing.T) {
 	v := &attribution.Verdict{Egress: flow.Policy{Type: 1, Namespace: "a", Name: "out", RuleAction: flow.ActionAllow},
-		Ingress: flow.Policy{Type: 3, Name: "deny", RuleName: "r", RuleAction: flow.ActionDrop},
+		Ingress:    flow.Policy{Type: 3, Name: "deny", RuleName: "r", RuleAction: flow.ActionDrop},
 		EgressName: "eg", EgressIP: netip.MustParseAddr("192.168.0.9"), EgressNode: "node-2"}
 	r := Record{Start: 1e18, End: 1e18 + 5e9, Src: netip.MustParseAddr("10.0.0.1"), Dst: netip.MustParseAddr("10.0.1.1"),
 		SrcPort: 4000, DstPort: 80, Proto: source.ProtoTCP, EndReason: 2, TCPState: source.TCPEstablished, FlowType: 2,
