@@ -6,6 +6,7 @@ import (
 
 	"sluice/exporter/attribution"
 	"sluice/exporter/podmeta"
+	"sluice/exporter/record"
 	"sluice/exporter/source"
 	"sluice/flow"
 )
@@ -28,8 +29,8 @@ type connMeta struct {
 	disagreed bool
 }
 
-func attrKey(f *flow.Flow) attribution.Key {
-	return attribution.Key{Src: f.SourceIP.Unmap(), Dst: f.DestinationIP.Unmap(), Proto: f.Protocol, DstPort: f.DestinationPort}
+func attrKey(r *record.Record) attribution.Key {
+	return attribution.Key{Src: r.Src.Unmap(), Dst: r.Dst.Unmap(), Proto: r.Proto, DstPort: r.DstPort}
 }
 
 // describe resolves a new connection: Pods, and its verdict at first
@@ -49,61 +50,41 @@ func (e *Exporter) describe(c *source.Conn, start time.Time) connMeta {
 // on the sides this Node owns. A connection the model denies and that
 // saw no reply is a denied connection: the denying side is written
 // whichever Node owns it (no other Node sees the connection: the packets
-// were dropped before the destination committed them).
-func (e *Exporter) fill(f *flow.Flow, m *connMeta) {
-	e.pm.Fill(f, &m.pod)
+// were dropped before the destination committed them). The record refers
+// to the verdict; Attr says which of its parts it carries.
+func (e *Exporter) fill(r *record.Record, m *connMeta) {
+	e.pm.Fill(r, &m.pod)
 	a := e.o.Attributor
 	if a == nil {
 		return
 	}
 	if m.attr == nil || m.attr.Gen != a.Generation() {
-		m.attr = a.Verdict(context.Background(), attrKey(f))
+		m.attr = a.Verdict(context.Background(), attrKey(r))
 		if m.attr == nil {
 			return
 		}
 	}
 	v := m.attr
-	srcLocal, dstLocal := e.pm.Local(f.SourceIP), e.pm.Local(f.DestinationIP)
-	denied := v.Denied && f.ReverseStats.PacketTotalCount == 0
+	srcLocal, dstLocal := m.pod.SrcLocal, m.pod.DstLocal
+	denied := v.Denied && r.Counts[record.ReversePacketTotal] == 0
 	if v.Denied && !denied && !m.disagreed {
 		m.disagreed = true
 		e.m.disagreements.Inc()
 	}
 	deny := func(p *flow.Policy) bool { return p.RuleAction == flow.ActionDrop || p.RuleAction == flow.ActionReject }
+	var bits uint8
 	if v.Egress.RuleAction != 0 && (srcLocal || denied) && (denied || !deny(&v.Egress)) {
-		setPolicy(f, &v.Egress, false)
+		bits |= record.AttrEgressPolicy
 	}
 	if v.Ingress.RuleAction != 0 && (dstLocal || denied) && (denied || !deny(&v.Ingress)) {
-		setPolicy(f, &v.Ingress, true)
+		bits |= record.AttrIngressPolicy
 	}
 	if srcLocal && v.EgressName != "" {
-		f.EgressName, f.EgressIP, f.EgressNodeName = v.EgressName, v.EgressIP, v.EgressNode
-		f.Present.Set(flow.EgressName)
-		f.Present.Set(flow.EgressIP)
-		f.Present.Set(flow.EgressNodeName)
+		bits |= record.AttrEgress
 	}
-}
-
-func setPolicy(f *flow.Flow, p *flow.Policy, ingress bool) {
-	if ingress {
-		f.Ingress = *p
-		for _, fl := range [...]flow.Field{flow.IngressPolicyType, flow.IngressPolicyNamespace, flow.IngressPolicyName,
-			flow.IngressPolicyRuleName, flow.IngressPolicyRuleAction} {
-			f.Present.Set(fl)
-		}
-		return
+	if bits != 0 {
+		r.Verdict, r.Attr = v, bits
 	}
-	f.Egress = *p
-	for _, fl := range [...]flow.Field{flow.EgressPolicyType, flow.EgressPolicyNamespace, flow.EgressPolicyName,
-		flow.EgressPolicyRuleName, flow.EgressPolicyRuleAction} {
-		f.Present.Set(fl)
-	}
-}
-
-// isDenied says a record is a denied connection's.
-func isDenied(f *flow.Flow) bool {
-	return f.Egress.RuleAction == flow.ActionDrop || f.Egress.RuleAction == flow.ActionReject ||
-		f.Ingress.RuleAction == flow.ActionDrop || f.Ingress.RuleAction == flow.ActionReject
 }
 
 // tokenBucket is a rate limit on one goroutine's clock.
@@ -128,14 +109,14 @@ func (b *tokenBucket) take(now time.Time) bool {
 
 // limitDenied drops the denied records over the rate limit from batch,
 // in place, and counts them.
-func (e *Exporter) limitDenied(now time.Time, batch []flow.Flow) []flow.Flow {
+func (e *Exporter) limitDenied(now time.Time, batch []record.Record) []record.Record {
 	if e.o.Attributor == nil {
 		return batch
 	}
 	n := 0
 	for i := range batch {
-		f := &batch[i]
-		if isDenied(f) {
+		r := &batch[i]
+		if r.Denied() {
 			e.m.deniedRecords.Inc()
 			if !e.denied.take(now) {
 				e.m.deniedDrops.Inc()

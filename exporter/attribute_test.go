@@ -13,6 +13,7 @@ import (
 
 	"sluice/exporter/attribution"
 	"sluice/exporter/queue"
+	"sluice/exporter/record"
 	"sluice/exporter/source"
 	"sluice/flow"
 	"sluice/traceflow/cluster"
@@ -106,7 +107,8 @@ func TestAttribution(t *testing.T) {
 	ctx := context.Background()
 	t0 := time.Unix(1_800_000_000, 0)
 	records := func(at time.Time) map[uint16]*flow.Flow {
-		_, batch := e.Poll(ctx, at, nil, nil)
+		_, recs := e.Poll(ctx, at, nil, nil)
+		batch := record.Flows(nil, recs)
 		out := map[uint16]*flow.Flow{}
 		for i := range batch {
 			out[batch[i].SourcePort] = &batch[i]
@@ -214,7 +216,7 @@ func TestDeniedRateLimit(t *testing.T) {
 	_, batch := e.Poll(context.Background(), time.Unix(1_800_000_000, 0), nil, nil)
 	denied, other := 0, 0
 	for i := range batch {
-		if isDenied(&batch[i]) {
+		if batch[i].Denied() {
 			denied++
 		} else {
 			other++

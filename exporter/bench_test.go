@@ -24,8 +24,8 @@ import (
 	"sluice/exporter/grpcsend"
 	"sluice/exporter/ipfixsend"
 	"sluice/exporter/queue"
+	"sluice/exporter/record"
 	"sluice/exporter/source"
-	"sluice/flow"
 	"sluice/traceflow/cluster"
 	"sluice/traceflow/pipeline"
 )
@@ -257,7 +257,7 @@ func BenchmarkPollExport50k(b *testing.B) {
 			go func() { defer close(done); _ = e.transport.Run(ctx, e.q) }()
 			defer func() { cancel(); <-done }()
 			var conns []source.Conn
-			var batch []flow.Flow
+			var batch []record.Record
 			now := time.Unix(1_700_000_000, 0)
 			conns, batch = e.Poll(ctx, now, conns[:0], batch[:0]) // first sight: tracked, nothing due
 			if st := e.store.Stats(); st.Connections != n {
@@ -287,8 +287,9 @@ func BenchmarkPollExport50k(b *testing.B) {
 				if len(batch) != n {
 					b.Fatalf("%d records in a cycle, want %d", len(batch), n)
 				}
-				if attr != nil && (batch[0].EgressName != "bench-out" || batch[0].Egress.Name != "clients-out") {
-					b.Fatalf("no attribution: %+v %q", batch[0].Egress, batch[0].EgressName)
+				if v := batch[0].Verdict; attr != nil && (v == nil || batch[0].Attr != record.AttrEgressPolicy|record.AttrEgress ||
+					v.EgressName != "bench-out" || v.Egress.Name != "clients-out") {
+					b.Fatalf("no attribution: %+v", batch[0])
 				}
 				if mode == "store" {
 					e.q.Ack(e.q.Head() + uint64(e.q.Len()))

@@ -27,8 +27,8 @@ import (
 	"sluice/exporter/ipfixsend"
 	"sluice/exporter/podmeta"
 	"sluice/exporter/queue"
+	"sluice/exporter/record"
 	"sluice/exporter/source"
-	"sluice/flow"
 	"sluice/flow/ipfixmap"
 )
 
@@ -100,6 +100,8 @@ type Exporter struct {
 	transport Transport
 	api       *api.Server
 	apiLn     net.Listener
+	// pollTime is the time of the poll in progress.
+	pollTime time.Time
 }
 
 // ObservationDomain is the observation domain ID an agent uses: the
@@ -152,7 +154,7 @@ func New(o Options) (*Exporter, error) {
 	e.m = newMetrics(e.reg, e.q, o.Attributor)
 	e.store, err = connstore.New(connstore.Options[connMeta]{
 		ActiveTimeout: o.ActiveTimeout, IdleTimeout: o.IdleTimeout, MaxConnections: o.MaxConnections,
-		Keep: pm.Keep, Describe: e.describe, Fill: e.fill,
+		Keep: pm.Keep, Describe: e.describe, Fill: e.fill, Emit: e.emit,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("exporter: %w", err)
@@ -242,7 +244,7 @@ func (e *Exporter) Run(ctx context.Context) error {
 		"profile", profile, "poll_interval", e.o.PollInterval.String(), "metrics", e.MetricsAddr())
 
 	var conns []source.Conn
-	var batch []flow.Flow
+	var batch []record.Record
 	t := time.NewTicker(e.o.PollInterval)
 	defer t.Stop()
 	for {
@@ -279,7 +281,7 @@ func (e *Exporter) drain(tdone <-chan struct{}) {
 
 // Poll runs one cycle at now: dump the source, update the store, queue the
 // records due. It returns the slices for reuse.
-func (e *Exporter) Poll(ctx context.Context, now time.Time, conns []source.Conn, batch []flow.Flow) ([]source.Conn, []flow.Flow) {
+func (e *Exporter) Poll(ctx context.Context, now time.Time, conns []source.Conn, batch []record.Record) ([]source.Conn, []record.Record) {
 	start := time.Now()
 	e.m.polls.Inc()
 	conns, err := e.o.Source.Dump(ctx, conns)
@@ -290,11 +292,8 @@ func (e *Exporter) Poll(ctx context.Context, now time.Time, conns []source.Conn,
 		}
 		return conns, batch
 	}
+	e.pollTime = now
 	batch = e.store.Update(now, conns, batch)
-	batch = e.limitDenied(now, batch)
-	if d := e.q.Push(batch); d > 0 {
-		e.m.bufferDrops.Add(float64(d))
-	}
 	st := e.store.Stats()
 	e.m.observe(st)
 	e.m.pollSeconds.Observe(time.Since(start).Seconds())
@@ -302,6 +301,16 @@ func (e *Exporter) Poll(ctx context.Context, now time.Time, conns []source.Conn,
 		e.api.SetReady(true)
 	}
 	return conns, batch
+}
+
+// emit queues a run of the records the store makes (the transport sends
+// them while the store goes on), denied ones over the rate limit left out.
+func (e *Exporter) emit(recs []record.Record) []record.Record {
+	recs = e.limitDenied(e.pollTime, recs)
+	if d := e.q.PushRecords(recs); d > 0 {
+		e.m.bufferDrops.Add(float64(d))
+	}
+	return recs
 }
 
 // Queue is the buffer between the store and the transport.

@@ -542,6 +542,55 @@ func (a RecordBuilder) Time(t time.Time) RecordBuilder {
 	return a.fail(wTime, 0)
 }
 
+// Fixed returns the octets of the next n fields, all of fixed length, for
+// the caller to write their values into (in the template's order,
+// lengths and types, big-endian: nothing is checked but the lengths), and
+// the builder past them. For writers that know a template's layout and
+// write a run of fixed-length fields at once. If the fields are not all
+// of fixed length, or there are fewer than n, the write fails and the
+// returned slice is empty.
+func (a RecordBuilder) Fixed(n int) ([]byte, RecordBuilder) {
+	e := a.e
+	if a.i+n > len(e.ops) || n < 0 {
+		return nil, a.fail(wOctetsFixed, 0)
+	}
+	l := 0
+	for _, op := range e.ops[a.i : a.i+n] {
+		if op.length == VariableLength {
+			return nil, a.fail(wOctetsFixed, 0)
+		}
+		l += int(op.length)
+	}
+	// Begin's room check, kept true by every write, covers the
+	// fixed-length fields that follow.
+	p := e.b[a.n : a.n+l : a.n+l]
+	a.i += n
+	a.n += l
+	return p, a
+}
+
+// Encoded writes the next n fields from their octets as encoded for the
+// same fields elsewhere (by EncodeRecord, with a template of just those
+// fields): for writers that cache the encoding of a run of values that
+// repeat. Only the room is checked; the caller vouches for the octets.
+func (a RecordBuilder) Encoded(n int, octets []byte) RecordBuilder {
+	e := a.e
+	if n <= 0 || a.i+n > len(e.ops) || len(octets) > maxMessageLen {
+		return a.fail(wOctets, uint64(len(octets)))
+	}
+	room := recordSlack
+	if a.i+n < len(e.ops) {
+		room = int(e.ops[a.i+n].room)
+	}
+	if a.n+len(octets)+room > len(e.b) {
+		return a.fail(wOctets, uint64(len(octets)))
+	}
+	copy(e.b[a.n:], octets)
+	a.i += n
+	a.n += len(octets)
+	return a
+}
+
 // String writes a string field; see Bytes for the length rules.
 func (a RecordBuilder) String(s string) RecordBuilder {
 	e := a.e

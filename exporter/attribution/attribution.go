@@ -64,6 +64,9 @@ type Verdict struct {
 	EgressName string
 	EgressIP   netip.Addr
 	EgressNode string
+	// EgressIPText is EgressIP as text (how IPFIX carries it), rendered
+	// once for every record that carries the verdict.
+	EgressIPText string
 }
 
 // Stats are an Attributor's counters.
@@ -207,6 +210,9 @@ func decide(ctx context.Context, cur *modelGen, k Key) (*Verdict, error) {
 		return nil, err
 	}
 	v := &Verdict{Gen: cur.gen, Denied: tv.Denied, EgressName: tv.EgressName, EgressIP: tv.EgressIP, EgressNode: tv.EgressNode}
+	if v.EgressIP.IsValid() {
+		v.EgressIPText = v.EgressIP.String()
+	}
 	if tv.Egress != nil {
 		v.Egress = policy(&tv.Egress.Rule)
 	}

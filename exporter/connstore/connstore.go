@@ -30,8 +30,8 @@ import (
 	"net/netip"
 	"time"
 
+	"sluice/exporter/record"
 	"sluice/exporter/source"
-	"sluice/flow"
 )
 
 // End reasons (IPFIX flowEndReason).
@@ -55,14 +55,25 @@ type Options[M any] struct {
 	// MaxConnections bounds the entries held (tombstones of ended TCP
 	// connections included).
 	MaxConnections int
-	// Keep selects the connections to track; nil tracks all.
+	// Keep selects the connections to track; nil tracks all. It must
+	// depend on the connection's tuple alone (addresses, ports, protocol).
 	Keep func(c *source.Conn) bool
 	// Describe resolves a new connection's metadata; start is its start
 	// time. Nil leaves M zero.
 	Describe func(c *source.Conn, start time.Time) M
 	// Fill writes the metadata into an exported record; nil writes none.
-	Fill func(f *flow.Flow, m *M)
+	Fill func(r *record.Record, m *M)
+	// Emit, if set, is handed the records of an Update in runs of
+	// EmitEvery (DefaultEmitEvery if 0) as they are made, and the rest at
+	// its end, so that they can be sent while the store goes on; it
+	// returns those it keeps, moved to the front of the run (it may drop
+	// some), and Update returns only those.
+	Emit      func(recs []record.Record) []record.Record
+	EmitEvery int
 }
+
+// DefaultEmitEvery is Options.EmitEvery's default.
+const DefaultEmitEvery = 2048
 
 // Stats are a Store's counters.
 type Stats struct {
@@ -77,10 +88,25 @@ type Stats struct {
 	Exported [4]uint64
 }
 
+// key is a connection's 5-tuple in a fixed-size, pointer-free form, so
+// that hashing and comparing it is a few word operations. four marks
+// IPv4 addresses (as opposed to their IPv4-mapped IPv6 form), so the
+// record gets the address back as the source gave it.
 type key struct {
-	src, dst         netip.Addr
+	src, dst         [16]byte
 	srcPort, dstPort uint16
 	proto            uint8
+	four             uint8 // bit 0: src is IPv4, bit 1: dst is IPv4
+}
+
+func (k *key) srcAddr() netip.Addr { return addrOf(k.src, k.four&1 != 0) }
+func (k *key) dstAddr() netip.Addr { return addrOf(k.dst, k.four&2 != 0) }
+
+func addrOf(b [16]byte, four bool) netip.Addr {
+	if four {
+		return netip.AddrFrom4([4]byte(b[12:]))
+	}
+	return netip.AddrFrom16(b)
 }
 
 // entry flags.
@@ -119,8 +145,10 @@ type Store[M any] struct {
 	stats  Stats
 	active int64
 	idle   int64
-	// out collects the records of the Update in progress.
-	out []flow.Flow
+	// out collects the records of the Update in progress; those from
+	// emitted on are not emitted yet.
+	out     []record.Record
+	emitted int
 }
 
 // New returns an empty store.
@@ -134,6 +162,9 @@ func New[M any](o Options[M]) (*Store[M], error) {
 	if o.MaxConnections == 0 {
 		o.MaxConnections = DefaultMaxConnections
 	}
+	if o.EmitEvery <= 0 {
+		o.EmitEvery = DefaultEmitEvery
+	}
 	if o.ActiveTimeout < 0 || o.IdleTimeout < 0 || o.MaxConnections < 0 {
 		return nil, errors.New("connstore: timeouts and the connection cap must not be negative")
 	}
@@ -144,43 +175,52 @@ func New[M any](o Options[M]) (*Store[M], error) {
 func (s *Store[M]) Stats() Stats { return s.stats }
 
 func keyOf(c *source.Conn) key {
-	return key{src: c.OrigSrc.Addr(), dst: c.ReplySrc.Addr(), srcPort: c.OrigSrc.Port(), dstPort: c.ReplySrc.Port(), proto: c.Proto}
+	src, dst := c.OrigSrc.Addr(), c.ReplySrc.Addr()
+	k := key{src: src.As16(), dst: dst.As16(), srcPort: c.OrigSrc.Port(), dstPort: c.ReplySrc.Port(), proto: c.Proto}
+	if src.Is4() {
+		k.four |= 1
+	}
+	if dst.Is4() {
+		k.four |= 2
+	}
+	return k
 }
 
 // Update applies one snapshot of the connection table taken at now, then
 // appends every record due to out, in no particular order, and returns
-// it. Records are built in place in out, which is worth reusing across
-// calls: a record is large, and copying it is most of the cost.
-func (s *Store[M]) Update(now time.Time, conns []source.Conn, out []flow.Flow) []flow.Flow {
-	s.out = out
+// it. out is worth reusing across calls.
+func (s *Store[M]) Update(now time.Time, conns []source.Conn, out []record.Record) []record.Record {
+	s.out, s.emitted = out, len(out)
 	s.gen++
 	if s.gen == 0 { // 0 marks free slots
 		s.gen = 1
 	}
 	ns := now.UnixNano()
 	seen := 0
+	// A dump lists the table in much the same order every time, and the
+	// slab holds entries in the order they were first seen: the entry
+	// after the last one found is tried first, and only a miss (a new,
+	// gone or moved connection) costs a look-up in the index. A hit needs
+	// no Keep either, as Keep depends on the tuple alone.
+	next := 0
 	for i := range conns {
 		c := &conns[i]
+		k := keyOf(c)
+		if next < len(s.slab) {
+			if e := &s.slab[next]; e.seen != 0 && e.key == k {
+				seen++
+				next++
+				s.touch(e, c, k, ns)
+				continue
+			}
+		}
 		if s.o.Keep != nil && !s.o.Keep(c) {
 			continue
 		}
 		seen++
-		k := keyOf(c)
 		if idx, ok := s.index[k]; ok {
-			e := &s.slab[idx]
-			if e.id != c.ID && e.id != 0 && c.ID != 0 {
-				// The tuple names a new conntrack entry: the old connection
-				// ended with its last counters.
-				if e.flags&fDone == 0 {
-					s.export(e, ReasonEnd)
-				}
-				s.init(e, c, k, ns)
-				continue
-			}
-			if e.seen == s.gen {
-				continue // the same tuple twice in one dump (zones): first wins
-			}
-			s.update(e, c, ns)
+			next = int(idx) + 1
+			s.touch(&s.slab[idx], c, k, ns)
 			continue
 		}
 		if len(s.index) >= s.o.MaxConnections {
@@ -197,11 +237,40 @@ func (s *Store[M]) Update(now time.Time, conns []source.Conn, out []flow.Flow) [
 		}
 		s.index[k] = idx
 		s.init(&s.slab[idx], c, k, ns)
+		next = int(idx) + 1
 	}
 	s.stats.Seen = seen
 	s.sweep(ns)
+	s.emit()
 	out, s.out = s.out, nil
 	return out
+}
+
+// emit hands the records not emitted yet to Options.Emit.
+func (s *Store[M]) emit() {
+	if s.o.Emit == nil || s.emitted == len(s.out) {
+		return
+	}
+	kept := s.o.Emit(s.out[s.emitted:])
+	s.out = s.out[:s.emitted+len(kept)]
+	s.emitted = len(s.out)
+}
+
+// touch applies a snapshot's c to its entry e.
+func (s *Store[M]) touch(e *entry[M], c *source.Conn, k key, ns int64) {
+	if e.id != c.ID && e.id != 0 && c.ID != 0 {
+		// The tuple names a new conntrack entry: the old connection
+		// ended with its last counters.
+		if e.flags&fDone == 0 {
+			s.export(e, ReasonEnd)
+		}
+		s.init(e, c, k, ns)
+		return
+	}
+	if e.seen == s.gen {
+		return // the same tuple twice in one dump (zones): first wins
+	}
+	s.update(e, c, ns)
 }
 
 func (s *Store[M]) init(e *entry[M], c *source.Conn, k key, ns int64) {
@@ -299,49 +368,30 @@ func (s *Store[M]) sweep(ns int64) {
 
 // export appends e's record to s.out.
 func (s *Store[M]) export(e *entry[M], reason uint8) {
-	// Reslice rather than append a zero literal: appending a value this
-	// large copies it from a temporary.
-	if n := len(s.out); n < cap(s.out) {
-		s.out = s.out[:n+1]
-		s.out[n] = flow.Flow{}
-	} else {
-		s.out = append(s.out, flow.Flow{})
-	}
-	f := &s.out[len(s.out)-1]
-	f.StartTime = time.Unix(0, e.start)
-	f.EndTime = time.Unix(0, e.lastSeen)
-	f.EndReason = reason
-	f.SourceIP, f.SourcePort = e.key.src, e.key.srcPort
-	f.DestinationIP, f.DestinationPort = e.key.dst, e.key.dstPort
-	f.Protocol = e.key.proto
-	for _, fl := range [...]flow.Field{flow.StartTime, flow.EndTime, flow.EndReason, flow.SourceIP, flow.SourcePort,
-		flow.DestinationIP, flow.DestinationPort, flow.Protocol, flow.PacketTotalCount, flow.PacketDeltaCount,
-		flow.OctetTotalCount, flow.OctetDeltaCount, flow.ReversePacketTotalCount, flow.ReversePacketDeltaCount,
-		flow.ReverseOctetTotalCount, flow.ReverseOctetDeltaCount} {
-		f.Present.Set(fl)
-	}
-	if e.key.proto == source.ProtoTCP {
-		f.TCPState = source.TCPStateName(e.tcpState)
-		f.Present.Set(flow.TCPState)
-	}
-	var d [4]uint64
-	for j := range d {
+	s.out = append(s.out, record.Record{})
+	r := &s.out[len(s.out)-1]
+	r.Start, r.End, r.EndReason = e.start, e.lastSeen, reason
+	r.Src, r.SrcPort, r.Dst, r.DstPort, r.Proto = e.key.srcAddr(), e.key.srcPort, e.key.dstAddr(), e.key.dstPort, e.key.proto
+	r.TCPState = e.tcpState
+	c := &r.Counts
+	c[record.PacketTotal], c[record.OctetTotal] = e.cur[0], e.cur[1]
+	c[record.ReversePacketTotal], c[record.ReverseOctetTotal] = e.cur[2], e.cur[3]
+	for j, d := range [4]int{record.PacketDelta, record.OctetDelta, record.ReversePacketDelta, record.ReverseOctetDelta} {
 		if e.cur[j] > e.prev[j] {
-			d[j] = e.cur[j] - e.prev[j]
+			c[d] = e.cur[j] - e.prev[j]
 		}
 	}
-	f.Stats = flow.Stats{PacketTotalCount: e.cur[0], OctetTotalCount: e.cur[1], PacketDeltaCount: d[0], OctetDeltaCount: d[1]}
-	f.ReverseStats = flow.Stats{PacketTotalCount: e.cur[2], OctetTotalCount: e.cur[3], PacketDeltaCount: d[2], OctetDeltaCount: d[3]}
 	// SNAT on this hop: the reply goes to another address than the client's.
-	if e.replyDst.IsValid() && e.replyDst != netip.AddrPortFrom(e.key.src, e.key.srcPort) {
-		f.ProxySnatIP, f.ProxySnatPort = e.replyDst.Addr(), e.replyDst.Port()
-		f.Present.Set(flow.ProxySnatIP)
-		f.Present.Set(flow.ProxySnatPort)
+	if e.replyDst.IsValid() && e.replyDst != netip.AddrPortFrom(r.Src, r.SrcPort) {
+		r.SnatIP, r.SnatPort = e.replyDst.Addr(), e.replyDst.Port()
 	}
 	if s.o.Fill != nil {
-		s.o.Fill(f, &e.meta)
+		s.o.Fill(r, &e.meta)
 	}
 	e.prev = e.cur
 	e.flags &^= fChanged
 	s.stats.Exported[reason]++
+	if len(s.out)-s.emitted >= s.o.EmitEvery {
+		s.emit()
+	}
 }

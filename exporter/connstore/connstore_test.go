@@ -1,10 +1,14 @@
 package connstore
 
 import (
+	"fmt"
 	"net/netip"
+	"slices"
 	"testing"
 	"time"
 
+	"sluice/enrich"
+	"sluice/exporter/record"
 	"sluice/exporter/source"
 	"sluice/flow"
 )
@@ -22,7 +26,7 @@ func tcp(id uint32, client, server string, pk, oc, rpk, roc uint64, state uint8)
 type run struct {
 	t   *testing.T
 	s   *Store[string]
-	out []flow.Flow
+	out []record.Record
 }
 
 func newRun(t *testing.T, o Options[string]) *run {
@@ -35,7 +39,7 @@ func newRun(t *testing.T, o Options[string]) *run {
 
 func (r *run) poll(at time.Duration, conns ...source.Conn) []flow.Flow {
 	r.out = r.s.Update(t0.Add(at), conns, r.out[:0])
-	return r.out
+	return record.Flows(nil, r.out)
 }
 
 func (r *run) expect(at time.Duration, got []flow.Flow, reasons ...uint8) {
@@ -211,7 +215,7 @@ func TestCapKeepFilterAndMetadata(t *testing.T) {
 			}
 			return "pod-for-" + c.OrigSrc.Addr().String()
 		},
-		Fill: func(f *flow.Flow, m *string) { f.SourcePodName = *m; f.Present.Set(flow.SourcePodName) },
+		Fill: func(r *record.Record, m *string) { r.SrcPod = &enrich.Pod{Name: *m} },
 	})
 	var conns []source.Conn
 	for i := range 4 {
@@ -244,5 +248,49 @@ func TestCapKeepFilterAndMetadata(t *testing.T) {
 func TestBadOptions(t *testing.T) {
 	if _, err := New(Options[int]{ActiveTimeout: -1}); err == nil {
 		t.Fatal("a negative timeout was accepted")
+	}
+}
+
+// TestEmitInRuns checks that Emit gets the records of an Update in runs
+// of EmitEvery while it goes on, then the rest, that what it drops is not
+// returned, and that the order is the one Update returns.
+func TestEmitInRuns(t *testing.T) {
+	var runs []int
+	var emitted []uint16
+	s, err := New(Options[string]{ActiveTimeout: time.Second, EmitEvery: 3,
+		Emit: func(recs []record.Record) []record.Record {
+			runs = append(runs, len(recs))
+			kept := recs[:0]
+			for _, r := range recs {
+				emitted = append(emitted, r.SrcPort)
+				if r.SrcPort%2 == 0 { // drop the odd ports
+					kept = append(kept, r)
+				}
+			}
+			return kept
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var conns []source.Conn
+	for i := range 8 {
+		conns = append(conns, tcp(uint32(i+1), fmt.Sprintf("10.0.1.2:%d", 40000+i), "10.0.2.3:80", 1, 60, 0, 0, source.TCPEstablished))
+	}
+	if out := s.Update(t0, conns, nil); len(out) != 0 || len(runs) != 0 {
+		t.Fatalf("first sight: %d records, runs %v", len(out), runs)
+	}
+	for i := range conns {
+		conns[i].Packets++
+	}
+	out := s.Update(t0.Add(time.Second), conns, nil)
+	if !slices.Equal(runs, []int{3, 3, 2}) {
+		t.Fatalf("runs %v, want [3 3 2]", runs)
+	}
+	var got []uint16
+	for _, r := range out {
+		got = append(got, r.SrcPort)
+	}
+	if !slices.Equal(got, []uint16{40000, 40002, 40004, 40006}) || len(emitted) != 8 {
+		t.Fatalf("kept %v of emitted %v", got, emitted)
 	}
 }

@@ -304,7 +304,11 @@ func (s *Sender) stream(ctx context.Context, conn *grpc.ClientConn, addr string,
 			break
 		}
 		var first uint64
-		first, *batch = q.Peek(next, (*batch)[:0], o.BatchSize)
+		// No more than the stream has room for: a stream carries exactly
+		// ackRecords records when they keep coming, so that one of a
+		// burst that arrives in runs is not left a few records short,
+		// waiting AckInterval for its confirmation.
+		first, *batch = q.PeekFlows(next, (*batch)[:0], min(o.BatchSize, s.ackRecords(q)-sent))
 		req, n := s.request(*batch, time.Now())
 		end := first + uint64(len(*batch))
 		if n == 0 {

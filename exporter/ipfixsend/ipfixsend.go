@@ -20,6 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"sluice/exporter/queue"
+	"sluice/exporter/record"
 	"sluice/flow"
 	"sluice/flow/ipfixmap"
 	"sluice/ipfix"
@@ -78,9 +79,14 @@ type Sender struct {
 	o    Options
 	els  [2][]*ipfixmap.Element
 	tmpl [2]*ipfix.Template
-	enc  *ipfix.Encoder
-	conn *ipfixconn.Conn
-	q    *queue.Queue
+	// plan is how each template is written from a record.Record (nil:
+	// through a flow.Flow, in scratch).
+	plan    [2][]fieldOp
+	meta    [2]*metaCache
+	scratch flow.Flow
+	enc     *ipfix.Encoder
+	conn    *ipfixconn.Conn
+	q       *queue.Queue
 	// committed is the sequence number after the last record fully
 	// encoded; a message that leaves acknowledges up to it.
 	committed uint64
@@ -128,6 +134,9 @@ func New(o Options) (*Sender, error) {
 		if s.tmpl[i], err = template([]uint16{TemplateIDv4, TemplateIDv6}[i], s.els[i], o.Extra); err != nil {
 			return nil, fmt.Errorf("ipfixsend: %w", err)
 		}
+		if s.plan[i], s.meta[i], err = recordPlan(s.els[i], s.tmpl[i], fam == 6); err != nil {
+			return nil, fmt.Errorf("ipfixsend: %w", err)
+		}
 	}
 	// One set per message: collectors built on go-ipfix (the reference
 	// aggregator among them) read only the first set of each message.
@@ -171,7 +180,7 @@ func (s *Sender) Run(ctx context.Context, q *queue.Queue) error {
 	s.q = q
 	defer s.conn.Close()
 	var next uint64
-	batch := make([]flow.Flow, 0, s.o.Batch)
+	batch := make([]record.Record, 0, s.o.Batch)
 	for ctx.Err() == nil {
 		if !s.conn.Alive() {
 			if s.conn.Connect(ctx) != nil {
@@ -188,7 +197,7 @@ func (s *Sender) Run(ctx context.Context, q *queue.Queue) error {
 			s.committed = first // the queue dropped records meanwhile
 		}
 		for i := range batch {
-			if err := s.write(&batch[i]); err != nil {
+			if err := s.writeRecord(&batch[i]); err != nil {
 				// A connection breaks only while a message leaves, and
 				// the record being written then fails too.
 				if !s.conn.Connected() {

@@ -303,7 +303,7 @@ func TestLostMessageStaysQueued(t *testing.T) {
 	}
 	first, batch := q.Peek(q.Head(), nil, 10)
 	for i := range batch {
-		if err := s.write(&batch[i]); err != nil {
+		if err := s.writeRecord(&batch[i]); err != nil {
 			t.Fatal(err)
 		}
 		s.committed = first + uint64(i) + 1

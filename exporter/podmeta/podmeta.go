@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"sluice/enrich"
+	"sluice/exporter/record"
 	"sluice/exporter/source"
 	"sluice/flow"
 )
@@ -38,7 +39,10 @@ type Meta struct {
 	// Src and Dst are the local Pods at either end, nil for remote or
 	// unknown addresses.
 	Src, Dst *enrich.Pod
-	FlowType uint8
+	// SrcLocal and DstLocal say the address at either end is in this
+	// Node's Pod CIDRs.
+	SrcLocal, DstLocal bool
+	FlowType           uint8
 	// Service is the Service port a DNAT'ed connection reached: its
 	// ClusterIP and port (the original destination) and its
 	// "namespace/name:port" name; empty when the connection did not go
@@ -88,6 +92,7 @@ func (r *Resolver) Describe(c *source.Conn, start time.Time) Meta {
 	src, dst := c.OrigSrc.Addr().Unmap(), c.ReplySrc.Addr().Unmap()
 	var m Meta
 	srcLocal, dstLocal := r.Local(src), r.Local(dst)
+	m.SrcLocal, m.DstLocal = srcLocal, dstLocal
 	srcIsPod, dstIsPod := srcLocal, dstLocal
 	if srcLocal {
 		m.Src = r.localPod(src, start)
@@ -152,29 +157,11 @@ func (r *Resolver) isPod(a netip.Addr, at time.Time) bool {
 	return ok
 }
 
-// Fill writes m into f: local Pods' names with this Node's name, and the
-// flow type.
-func (r *Resolver) Fill(f *flow.Flow, m *Meta) {
-	if p := m.Src; p != nil {
-		f.SourcePodNamespace, f.SourcePodName, f.SourceNodeName = p.Namespace, p.Name, r.o.Node
-		f.Present.Set(flow.SourcePodNamespace)
-		f.Present.Set(flow.SourcePodName)
-		f.Present.Set(flow.SourceNodeName)
-	}
-	if p := m.Dst; p != nil {
-		f.DestinationPodNamespace, f.DestinationPodName, f.DestinationNodeName = p.Namespace, p.Name, r.o.Node
-		f.Present.Set(flow.DestinationPodNamespace)
-		f.Present.Set(flow.DestinationPodName)
-		f.Present.Set(flow.DestinationNodeName)
-	}
-	f.FlowType = m.FlowType
-	f.Present.Set(flow.FlowType)
+// Fill writes m into r: local Pods (named with this Node's name), the
+// flow type and the Service port.
+func (r *Resolver) Fill(rec *record.Record, m *Meta) {
+	rec.SrcPod, rec.DstPod, rec.Node, rec.FlowType = m.Src, m.Dst, r.o.Node, m.FlowType
 	if m.ServicePortName != "" {
-		f.DestinationClusterIP, f.DestinationServiceIP = m.ServiceIP, m.ServiceIP
-		f.DestinationServicePort, f.DestinationServicePortName = m.ServicePort, m.ServicePortName
-		for _, fl := range [...]flow.Field{flow.DestinationClusterIP, flow.DestinationServiceIP,
-			flow.DestinationServicePort, flow.DestinationServicePortName} {
-			f.Present.Set(fl)
-		}
+		rec.ServiceIP, rec.ServicePort, rec.ServicePortName = m.ServiceIP, m.ServicePort, m.ServicePortName
 	}
 }

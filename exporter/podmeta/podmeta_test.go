@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"sluice/enrich"
+	"sluice/exporter/record"
 	"sluice/exporter/source"
 	"sluice/flow"
 )
@@ -50,8 +51,10 @@ func TestDescribeAndFill(t *testing.T) {
 			continue
 		}
 		m := r.Describe(cn, at)
+		var rec record.Record
+		r.Fill(&rec, &m)
 		var f flow.Flow
-		r.Fill(&f, &m)
+		rec.Flow(&f)
 		if f.FlowType != c.ft || f.SourcePodName != c.srcPod || f.DestinationPodName != c.dstPod {
 			t.Errorf("%s: flowType %d, pods %q → %q; want %d, %q → %q", c.name, f.FlowType, f.SourcePodName, f.DestinationPodName, c.ft, c.srcPod, c.dstPod)
 		}
@@ -88,8 +91,10 @@ func TestServiceFields(t *testing.T) {
 		cn := &source.Conn{Proto: c.proto, OrigSrc: netip.MustParseAddrPort("10.10.1.2:40000"),
 			OrigDst: netip.MustParseAddrPort(c.origDst), ReplySrc: netip.MustParseAddrPort(c.endp)}
 		m := r.Describe(cn, time.Now())
+		var rec record.Record
+		r.Fill(&rec, &m)
 		var f flow.Flow
-		r.Fill(&f, &m)
+		rec.Flow(&f)
 		if f.DestinationServicePortName != c.want || f.Present.Has(flow.DestinationServicePortName) != (c.want != "") {
 			t.Errorf("%s: port name %q, want %q", c.name, f.DestinationServicePortName, c.want)
 			continue

@@ -11,15 +11,16 @@ import (
 	"context"
 	"sync"
 
+	"sluice/exporter/record"
 	"sluice/flow"
 )
 
-// Queue is a bounded FIFO of flow records, addressed by sequence numbers
-// that grow by one per record stored. Safe for concurrent use by one
-// producer and one consumer.
+// Queue is a bounded FIFO of records, addressed by sequence numbers that
+// grow by one per record stored. Safe for concurrent use by one producer
+// and one consumer.
 type Queue struct {
 	mu      sync.Mutex
-	buf     []flow.Flow
+	buf     []record.Record
 	head    uint64 // sequence number of the oldest record held
 	n       int
 	dropped uint64
@@ -28,15 +29,26 @@ type Queue struct {
 
 // New returns a queue holding at most capacity records (at least 1).
 func New(capacity int) *Queue {
-	return &Queue{buf: make([]flow.Flow, max(capacity, 1)), notify: make(chan struct{}, 1)}
+	return &Queue{buf: make([]record.Record, max(capacity, 1)), notify: make(chan struct{}, 1)}
 }
 
 // Cap is the capacity.
 func (q *Queue) Cap() int { return len(q.buf) }
 
-// Push copies recs in, dropping the oldest records held if there is no
-// room, and returns how many were dropped.
-func (q *Queue) Push(recs []flow.Flow) (dropped int) {
+// Push copies whole flow records in (each kept as a record.Record's
+// Full), as PushRecords does.
+func (q *Queue) Push(flows []flow.Flow) (dropped int) {
+	recs := make([]record.Record, len(flows))
+	for i := range flows {
+		f := flows[i]
+		recs[i].Full = &f
+	}
+	return q.PushRecords(recs)
+}
+
+// PushRecords copies recs in, dropping the oldest records held if there
+// is no room, and returns how many were dropped.
+func (q *Queue) PushRecords(recs []record.Record) (dropped int) {
 	if len(recs) == 0 {
 		return 0
 	}
@@ -47,13 +59,17 @@ func (q *Queue) Push(recs []flow.Flow) (dropped int) {
 		recs = recs[dropped:]
 	}
 	if over := q.n + len(recs) - c; over > 0 {
+		q.release(q.head, q.head+uint64(over))
 		q.head += uint64(over)
 		q.n -= over
 		dropped += over
 	}
-	for i := range recs {
-		q.buf[(q.head+uint64(q.n))%uint64(c)] = recs[i]
-		q.n++
+	// In at most two runs of the ring.
+	for len(recs) > 0 {
+		at := int((q.head + uint64(q.n)) % uint64(c))
+		k := copy(q.buf[at:], recs)
+		recs = recs[k:]
+		q.n += k
 	}
 	q.dropped += uint64(dropped)
 	q.mu.Unlock()
@@ -75,17 +91,38 @@ func (q *Queue) Head() uint64 {
 // Peek copies up to max records from sequence number from on (or from the
 // oldest held, if that is later) into dst and returns the sequence number
 // of the first copied and dst. Records stay in the queue.
-func (q *Queue) Peek(from uint64, dst []flow.Flow, max int) (uint64, []flow.Flow) {
+func (q *Queue) Peek(from uint64, dst []record.Record, max int) (uint64, []record.Record) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	from = maxU(from, q.head)
+	first := from
 	end := q.head + uint64(q.n)
 	c := uint64(len(q.buf))
-	for s := from; s < end && max > 0; s++ {
-		dst = append(dst, q.buf[s%c])
+	for from < end && max > 0 {
+		at := from % c
+		n := min(uint64(max), end-from, c-at)
+		dst = append(dst, q.buf[at:at+n]...)
+		max -= int(n)
+		from += n
+	}
+	return first, dst
+}
+
+// PeekFlows is Peek for transports that send flow.Flows: the records come
+// converted.
+func (q *Queue) PeekFlows(from uint64, dst []flow.Flow, max int) (uint64, []flow.Flow) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	from = maxU(from, q.head)
+	first := from
+	end := q.head + uint64(q.n)
+	c := uint64(len(q.buf))
+	for ; from < end && max > 0; from++ {
+		dst = append(dst, flow.Flow{})
+		q.buf[from%c].Flow(&dst[len(dst)-1])
 		max--
 	}
-	return from, dst
+	return first, dst
 }
 
 // Ack releases every record with a sequence number below upto.
@@ -94,10 +131,24 @@ func (q *Queue) Ack(upto uint64) {
 	defer q.mu.Unlock()
 	end := q.head + uint64(q.n)
 	upto = min(upto, end)
+	if upto <= q.head {
+		return
+	}
+	q.release(q.head, upto)
+	q.n -= int(upto - q.head)
+	q.head = upto
+}
+
+// release lets the records from..upto go (their pointers, for the
+// garbage collector). Records that refer to shared metadata only are
+// left as they are: the next Push overwrites them, and clearing them
+// would cost as much as writing them.
+func (q *Queue) release(from, upto uint64) {
 	c := uint64(len(q.buf))
-	for ; q.head < upto; q.head++ {
-		q.buf[q.head%c] = flow.Flow{} // let the strings go
-		q.n--
+	for s := from; s < upto; s++ {
+		if r := &q.buf[s%c]; r.Full != nil {
+			r.Full = nil
+		}
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"sluice/exporter/record"
 	"sluice/flow"
 )
 
@@ -39,14 +40,14 @@ func eq(a, b []uint16) bool {
 func TestPeekAckAndRedelivery(t *testing.T) {
 	q := New(4)
 	q.Push(recs(1, 2, 3))
-	first, got := q.Peek(0, nil, 2)
+	first, got := q.PeekFlows(0, nil, 2)
 	if first != 0 || !eq(ports(got), []uint16{1, 2}) {
 		t.Fatalf("peek: %d %v", first, ports(got))
 	}
 	q.Ack(1)
 	// A transport that lost its connection starts again from Head: the
 	// unacknowledged records come back.
-	first, got = q.Peek(q.Head(), nil, 10)
+	first, got = q.PeekFlows(q.Head(), nil, 10)
 	if first != 1 || !eq(ports(got), []uint16{2, 3}) || q.Len() != 2 {
 		t.Fatalf("after ack: %d %v len %d", first, ports(got), q.Len())
 	}
@@ -67,12 +68,12 @@ func TestFullDropsOldestAndCounts(t *testing.T) {
 	if d := q.Push(recs(5, 6, 7, 8, 9)); d != 5 {
 		t.Fatalf("dropped %d, want 5 (3 held + 2 that never fit)", d)
 	}
-	_, got := q.Peek(0, nil, 10)
+	_, got := q.PeekFlows(0, nil, 10)
 	if !eq(ports(got), []uint16{7, 8, 9}) || q.Dropped() != 6 {
 		t.Fatalf("held %v, dropped %d", ports(got), q.Dropped())
 	}
 	// A reader behind the head skips what was dropped.
-	first, _ := q.Peek(2, nil, 1)
+	first, _ := q.PeekFlows(2, nil, 1)
 	if first != q.Head() || first != 4 {
 		t.Fatalf("first %d, want the oldest held, 4", first)
 	}
@@ -96,3 +97,39 @@ func TestWait(t *testing.T) {
 		t.Fatal("Wait with a record held")
 	}
 }
+
+// TestRecordsAcrossTheRingsEnd pushes and peeks compact records in runs
+// that wrap around the ring, and checks Full records and flows agree.
+func TestRecordsAcrossTheRingsEnd(t *testing.T) {
+	q := New(5)
+	run := func(from, n int) []record.Record {
+		out := make([]record.Record, n)
+		for i := range out {
+			out[i].SrcPort = uint16(from + i)
+		}
+		return out
+	}
+	q.PushRecords(run(1, 3))
+	q.Ack(2) // head at sequence 2, port 3 held
+	if d := q.PushRecords(run(4, 5)); d != 1 {
+		t.Fatalf("dropped %d, want 1 (6 records for 5 places)", d)
+	}
+	first, got := q.Peek(0, nil, 10)
+	var ports []uint16
+	for _, r := range got {
+		ports = append(ports, r.SrcPort)
+	}
+	if first != 3 || !eq(ports, []uint16{4, 5, 6, 7, 8}) {
+		t.Fatalf("peek from %d: %v", first, ports)
+	}
+	if first, got = q.Peek(first+1, got[:0], 2); first != 4 || len(got) != 2 || got[0].SrcPort != 5 || got[1].SrcPort != 6 {
+		t.Fatalf("peek of 2 from %d: %+v", first, got)
+	}
+	q.Push(recs(9))
+	_, fl := q.PeekFlows(q.Head(), nil, 10)
+	if p := ports2(fl); !eq(p, []uint16{5, 6, 7, 8, 9}) {
+		t.Fatalf("the records as flows: %v", p)
+	}
+}
+
+func ports2(fs []flow.Flow) []uint16 { return ports(fs) }
