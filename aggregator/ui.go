@@ -32,7 +32,8 @@ func (a *Aggregator) setupUI(o Options) error {
 		return nil
 	}
 	uo := ui.Options{Buffer: a.buf, Gatherer: a.reg, Registerer: a.reg, Mode: a.cfg.Mode, Log: a.log,
-		Cluster: o.Cluster, Settings: a.traceSettings()}
+		Cluster: o.Cluster, Settings: a.traceSettings(),
+		Address: addr, AllowedHosts: a.cfg.Sluice.UI.AllowedHosts}
 	for _, s := range a.sinks {
 		uo.Sinks = append(uo.Sinks, s.key)
 	}

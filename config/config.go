@@ -318,6 +318,13 @@ type UIOptions struct {
 	// 127.0.0.1 only: reach it in a cluster with kubectl port-forward, or
 	// name a host (0.0.0.0:8080) to serve every interface.
 	Address string `yaml:"address"`
+	// AllowedHosts are further names (any port), IP addresses or
+	// host:port pairs that requests to the UI may name in their Host
+	// header, beside localhost, loopback addresses and the host of
+	// Address; requests naming any other host are refused (DNS-rebinding
+	// protection). Set it to the name of an Ingress that serves the UI,
+	// say. The default is empty.
+	AllowedHosts []string `yaml:"allowedHosts"`
 }
 
 // UIListenAddress is sluice.ui.address as a listen address: a bare port

@@ -107,6 +107,7 @@ func TestDefaultValues(t *testing.T) {
 		{"sluice.flowStreamAddress", a.Sluice.FlowStreamAddress, ":14740"},
 		{"sluice.apiAddress", a.Sluice.APIAddress, ":10348"},
 		{"sluice.ui.address", a.Sluice.UI.Address, ""},
+		{"sluice.ui.allowedHosts", a.Sluice.UI.AllowedHosts, []string(nil)},
 		{"sluice.inventory", a.Sluice.Inventory, ""},
 		{"sluice.kubeconfig", a.Sluice.Kubeconfig, ""},
 		{"sluice.tls", a.Sluice.TLS, ServerTLS{ReloadInterval: Duration{10 * time.Second}}},

@@ -348,6 +348,12 @@ func (v *validator) sluice() {
 		v.add("sluice.tls.caFile", "needs sluice.tls.certFile and sluice.tls.keyFile (or leave it out to generate certificates)")
 	}
 
+	for i, h := range s.UI.AllowedHosts {
+		if err := checkAllowedHost(h); err != nil {
+			v.addErr(fmt.Sprintf("sluice.ui.allowedHosts[%d]", i), err)
+		}
+	}
+
 	v.atLeast("sluice.aggregate.maxFlows", s.Aggregate.MaxFlows, 1)
 	if s.Traceflow.DeleteAfter.Duration < 0 {
 		v.add("sluice.traceflow.deleteAfter", "must not be negative, got %s", s.Traceflow.DeleteAfter.Duration)
@@ -457,6 +463,36 @@ func SplitListenAddress(addr string) (host, port string, err error) {
 		return "", "", fmt.Errorf("%q: %q is neither an IP address nor a DNS name", addr, host)
 	}
 	return host, port, nil
+}
+
+// checkAllowedHost checks an entry of sluice.ui.allowedHosts: a DNS name,
+// an IP address, or either with a port, as a Host header names them.
+func checkAllowedHost(e string) error {
+	const want = "want a host name as the Host header names it (no scheme, path or wildcard), an IP address, or either with :port"
+	if strings.ContainsAny(e, "/*@ ") {
+		return fmt.Errorf("%q: %s", e, want)
+	}
+	host := e
+	if h, p, err := net.SplitHostPort(e); err == nil {
+		if _, err := strconv.ParseUint(p, 10, 16); err != nil {
+			return fmt.Errorf("%q: port %q is not a number from 0 to 65535", e, p)
+		}
+		host = h
+	} else if strings.HasPrefix(e, "[") && strings.HasSuffix(e, "]") {
+		host = e[1 : len(e)-1]
+	}
+	if net.ParseIP(host) != nil {
+		return nil
+	}
+	if host == "" || len(host) > 253 {
+		return fmt.Errorf("%q: want a host name, an IP address, or either with :port", e)
+	}
+	for _, c := range host {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '.' || c == '_') {
+			return fmt.Errorf("%q: %s", e, want)
+		}
+	}
+	return nil
 }
 
 func isWildcard(host string) bool {

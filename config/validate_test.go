@@ -79,6 +79,11 @@ func TestValidate(t *testing.T) {
 		{"web UI bad port", "sluice:\n  ui:\n    address: \"localhost:ui\"\n", nil,
 			`cfg.yaml:3: sluice.ui.address: "localhost:ui": port "ui" is not a number from 0 to 65535`},
 		{"web UI on its own port", "sluice:\n  ui:\n    address: \":8080\"\n", nil, ""},
+		{"web UI allowed hosts", "sluice:\n  ui:\n    address: \"0.0.0.0:8080\"\n    allowedHosts: [sluice.example.com, \"sluice.example.com:443\", 10.0.0.7, \"[fd00::7]:8080\", \"fd00::8\"]\n", nil, ""},
+		{"web UI bad allowed hosts", "sluice:\n  ui:\n    allowedHosts:\n    - ok.example.com\n    - \"https://sluice.example.com/\"\n    - \"*.example.com\"\n    - \"h:http\"\n", nil,
+			`cfg.yaml:3: sluice.ui.allowedHosts[1]: "https://sluice.example.com/": want a host name as the Host header names it (no scheme, path or wildcard), an IP address, or either with :port` + "\n" +
+				`cfg.yaml:3: sluice.ui.allowedHosts[2]: "*.example.com": want a host name as the Host header names it (no scheme, path or wildcard), an IP address, or either with :port` + "\n" +
+				`cfg.yaml:3: sluice.ui.allowedHosts[3]: "h:http": port "http" is not a number from 0 to 65535`},
 		{"flow stream service in Proxy mode", "mode: Proxy\nflowStreamService:\n  enable: true\n", ptr(allSinks()), ""},
 		{"flow collector unsupported", "flowCollector:\n  enable: true\n  address: c:4739\n",
 			&ValidateOptions{Sinks: map[string]SinkSupport{}},

@@ -27,6 +27,16 @@ const (
 	ReasonEdgeEvicted = "edge-evicted"
 )
 
+// Reasons of sluice_ui_requests_refused_total.
+const (
+	// RefusedHost: the request's Host header is not one the UI answers
+	// (DNS rebinding protection; sluice.ui.allowedHosts adds names).
+	RefusedHost = "host"
+	// RefusedCrossOrigin: a POST (or other unsafe method) came from a
+	// page of another origin.
+	RefusedCrossOrigin = "cross-origin"
+)
+
 // Metrics are the UI's Prometheus series.
 type Metrics struct {
 	Seen    prometheus.Counter
@@ -34,6 +44,7 @@ type Metrics struct {
 	Dropped *prometheus.CounterVec // reason
 	Streams prometheus.Gauge
 	Traces  *prometheus.CounterVec // result
+	Refused *prometheus.CounterVec // reason
 }
 
 // NewMetrics creates the series and registers them with reg when it is
@@ -51,12 +62,17 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Open event streams of web UI pages."}),
 		Traces: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_ui_traceflows_total",
 			Help: "Traceflow requests of the web UI, by result (ok, invalid, error, busy)."}, []string{"result"}),
+		Refused: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_ui_requests_refused_total",
+			Help: "Requests the web UI refused: host (a Host header it does not answer, DNS rebinding protection), cross-origin (an unsafe method from another origin)."}, []string{"reason"}),
+	}
+	for _, r := range []string{RefusedHost, RefusedCrossOrigin} {
+		m.Refused.WithLabelValues(r)
 	}
 	for _, r := range []string{ReasonTapBehind, ReasonClientBehind, ReasonSampled, ReasonEdgeEvicted} {
 		m.Dropped.WithLabelValues(r)
 	}
 	if reg != nil {
-		reg.MustRegister(m.Seen, m.Sent, m.Dropped, m.Streams, m.Traces)
+		reg.MustRegister(m.Seen, m.Sent, m.Dropped, m.Streams, m.Traces, m.Refused)
 	}
 	return m
 }

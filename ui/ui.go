@@ -75,7 +75,15 @@ type Options struct {
 	// the map; MaxStreams the open event streams; MaxPerSecond the
 	// records one stream is sent a second.
 	History, MaxEdges, MaxStreams, MaxPerSecond int
-	Log                                         *slog.Logger
+	// Address is the address the UI listens on, as configured
+	// (sluice.ui.address): besides loopback names and addresses, requests
+	// may name its host in their Host header. AllowedHosts are further
+	// names (any port) or host:port pairs requests may name
+	// (sluice.ui.allowedHosts; an ingress's name, say). Requests for any
+	// other host are refused, which keeps DNS-rebinding pages out.
+	Address      string
+	AllowedHosts []string
+	Log          *slog.Logger
 }
 
 // Server serves the UI.
@@ -85,6 +93,7 @@ type Server struct {
 	hist    *history
 	edges   *edges
 	mux     *http.ServeMux
+	handler http.Handler
 	health  *sampler
 	streams chan struct{}
 	traces  chan struct{}
@@ -131,8 +140,9 @@ func New(o Options) (*Server, error) {
 // Metrics are the server's series.
 func (s *Server) Metrics() *Metrics { return s.m }
 
-// Handler is the UI's HTTP handler.
-func (s *Server) Handler() http.Handler { return s.mux }
+// Handler is the UI's HTTP handler: the pages and the API, behind the
+// Host and cross-origin checks (guard.go).
+func (s *Server) Handler() http.Handler { return s.handler }
 
 // Run reads the pipeline's buffer (until it closes and is drained, or ctx
 // ends) and samples the metrics every second (until ctx ends).
@@ -145,7 +155,7 @@ func (s *Server) Run(ctx context.Context) {
 
 // Serve serves the UI on ln until ctx ends; open event streams end then.
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
-	srv := &http.Server{Handler: s.mux, ReadHeaderTimeout: 10 * time.Second,
+	srv := &http.Server{Handler: s.handler, ReadHeaderTimeout: 10 * time.Second,
 		BaseContext: func(net.Listener) context.Context { return ctx }}
 	stop := context.AfterFunc(ctx, func() {
 		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -188,6 +198,7 @@ func (s *Server) routes() {
 	mux.HandleFunc("GET /api/traceflow/endpoints", s.traceEndpoints)
 	mux.HandleFunc("POST /api/traceflow", s.traceflow)
 	s.mux = mux
+	s.handler = s.guard(mux)
 }
 
 // headers adds the pages' security headers: nothing is loaded from
