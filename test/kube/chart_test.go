@@ -130,6 +130,24 @@ func chartVariants() []chartVariant {
 				t.Error("an HPA by default")
 			}
 			checkTraceflowRendered(t, r, cfg, true)
+			checkUIRendered(t, r, cfg, "", nil, 0)
+		}},
+		{name: "ui", set: []string{"sluice.ui.enable=true"}, check: func(t *testing.T, r rendered) {
+			// On the Pod's loopback: kubectl port-forward reaches it, the
+			// Service does not list it.
+			checkUIRendered(t, r, aggregatorConfig(t, r), "127.0.0.1:8080", nil, 8080)
+			want := map[string]int32{"UDP/ipfix-udp": 4739, "TCP/ipfix-tcp": 4739, "TCP/grpc": 14739, "TCP/flowstream-grpc": 14740, "TCP/api": 10348}
+			if got := servicePorts(t, r); !equalMaps(got, want) {
+				t.Errorf("Service ports %v, want %v", got, want)
+			}
+		}},
+		{name: "ui-ingress", set: []string{"sluice.ui.enable=true", "sluice.ui.port=9090", "sluice.ui.bindAddress=0.0.0.0",
+			"sluice.ui.allowedHosts={sluice.example.com,sluice.example.com:8443}"}, check: func(t *testing.T, r rendered) {
+			checkUIRendered(t, r, aggregatorConfig(t, r), "0.0.0.0:9090", []string{"sluice.example.com", "sluice.example.com:8443"}, 9090)
+			want := map[string]int32{"UDP/ipfix-udp": 4739, "TCP/ipfix-tcp": 4739, "TCP/grpc": 14739, "TCP/flowstream-grpc": 14740, "TCP/api": 10348, "TCP/ui": 9090}
+			if got := servicePorts(t, r); !equalMaps(got, want) {
+				t.Errorf("Service ports %v, want %v", got, want)
+			}
 		}},
 		{name: "no-traceflow", set: []string{"sluice.traceflow.enable=false"}, check: func(t *testing.T, r rendered) {
 			checkTraceflowRendered(t, r, aggregatorConfig(t, r), false)
@@ -248,6 +266,8 @@ func TestChartRefuses(t *testing.T) {
 		{[]string{"mode=Aggregate", "autoscaling.enable=true"}, `a HorizontalPodAutoscaler is allowed only in mode "Proxy"`},
 		{[]string{"mode=Proxy", "autoscaling.enable=true", "autoscaling.minReplicas=4", "autoscaling.maxReplicas=2"}, "autoscaling.minReplicas must be less than or equal to autoscaling.maxReplicas"},
 		{[]string{"sluice.grpcEnable=false"}, `exporter.protocol "grpc" needs sluice.grpcEnable`},
+		{[]string{"sluice.ui.enable=true", "sluice.ui.port=10348"}, "sluice.ui.port 10348 is used by another of the aggregator's ports"},
+		{[]string{"sluice.ui.enable=true", "sluice.ui.port=70000"}, "sluice.ui.port 70000: must be from 1 to 65535"},
 	} {
 		_, err := render(t, "flow-aggregator", "flow-aggregator", c.set...)
 		if err == nil || !strings.Contains(err.Error(), c.want) {
@@ -289,5 +309,29 @@ func checkTraceflowRendered(t *testing.T, r rendered, cfg *config.Aggregator, on
 		if grants[k] != want[k] {
 			t.Errorf("ClusterRole flow-aggregator grants %q on %s, want %q", grants[k], k, want[k])
 		}
+	}
+}
+
+// checkUIRendered checks the web UI's parts: sluice.ui.address and
+// allowedHosts in the configuration, and the aggregator container's "ui"
+// port (port 0: none, the UI is off).
+func checkUIRendered(t *testing.T, r rendered, cfg *config.Aggregator, addr string, allowed []string, port int32) {
+	t.Helper()
+	if cfg.Sluice.UI.Address != addr || strings.Join(cfg.Sluice.UI.AllowedHosts, ",") != strings.Join(allowed, ",") {
+		t.Errorf("sluice.ui: address %q, allowedHosts %q; want %q, %q", cfg.Sluice.UI.Address, cfg.Sluice.UI.AllowedHosts, addr, allowed)
+	}
+	if got := cfg.Sluice.UIListenAddress(); got != addr {
+		t.Errorf("the aggregator would listen on %q, want %q", got, addr)
+	}
+	var d appsv1.Deployment
+	r.get(t, "Deployment", "flow-aggregator", &d)
+	var got int32
+	for _, p := range d.Spec.Template.Spec.Containers[0].Ports {
+		if p.Name == "ui" {
+			got = p.ContainerPort
+		}
+	}
+	if got != port {
+		t.Errorf("aggregator container port ui = %d, want %d", got, port)
 	}
 }

@@ -48,6 +48,27 @@ certificate names and the exporters check. */}}
 {{- printf "%s.%s.svc" (include "sluice.fullname" .) .Release.Namespace }}
 {{- end }}
 
+{{/*
+sluice.uiAddress is sluice.ui.address: bindAddress:port when the UI is on
+(an IPv6 address in brackets), "" (off) otherwise.
+*/}}
+{{- define "sluice.uiAddress" -}}
+{{- if .Values.sluice.ui.enable -}}
+{{- $h := toString .Values.sluice.ui.bindAddress -}}
+{{- if contains ":" $h }}[{{ $h }}]{{ else }}{{ $h }}{{ end }}:{{ int .Values.sluice.ui.port }}
+{{- end -}}
+{{- end }}
+
+{{/*
+sluice.uiExposed says (non-empty) whether the UI listens beyond the Pod's
+loopback, so that the Service lists its port.
+*/}}
+{{- define "sluice.uiExposed" -}}
+{{- if and .Values.sluice.ui.enable (not (has (toString .Values.sluice.ui.bindAddress) (list "127.0.0.1" "::1" "localhost"))) -}}
+true
+{{- end -}}
+{{- end }}
+
 {{- define "sluice.validate" -}}
 {{- if not (has .Values.mode (list "Aggregate" "Proxy")) }}
 {{- fail (printf "mode %q: must be \"Aggregate\" or \"Proxy\"." .Values.mode) }}
@@ -72,6 +93,15 @@ certificate names and the exporters check. */}}
 {{- end }}
 {{- if and .Values.exporter.enable (eq .Values.exporter.protocol "grpc") (not .Values.sluice.grpcEnable) }}
 {{- fail "exporter.protocol \"grpc\" needs sluice.grpcEnable." }}
+{{- end }}
+{{- if .Values.sluice.ui.enable }}
+{{- $p := int .Values.sluice.ui.port }}
+{{- if or (lt $p 1) (gt $p 65535) }}
+{{- fail (printf "sluice.ui.port %d: must be from 1 to 65535." $p) }}
+{{- end }}
+{{- if has $p (list 4739 (int .Values.sluice.grpcPort) (int .Values.sluice.flowStreamPort) (int .Values.apiServer.apiPort)) }}
+{{- fail (printf "sluice.ui.port %d is used by another of the aggregator's ports (4739, sluice.grpcPort, sluice.flowStreamPort, apiServer.apiPort)." $p) }}
+{{- end }}
 {{- end }}
 {{- if and .Values.exporter.enable (ne .Values.exporter.protocol "grpc") (ne .Values.exporter.protocol .Values.aggregatorTransportProtocol) }}
 {{- fail (printf "exporter.protocol %q needs aggregatorTransportProtocol %q (it is %q)." .Values.exporter.protocol .Values.exporter.protocol .Values.aggregatorTransportProtocol) }}
