@@ -135,7 +135,7 @@ func chartVariants() []chartVariant {
 		{name: "ui", set: []string{"sluice.ui.enable=true"}, check: func(t *testing.T, r rendered) {
 			// On the Pod's loopback: kubectl port-forward reaches it, the
 			// Service does not list it.
-			checkUIRendered(t, r, aggregatorConfig(t, r), "127.0.0.1:8080", nil, 8080)
+			checkUIRendered(t, r, aggregatorConfig(t, r), "127.0.0.1:10351", nil, 10351)
 			want := map[string]int32{"UDP/ipfix-udp": 4739, "TCP/ipfix-tcp": 4739, "TCP/grpc": 14739, "TCP/flowstream-grpc": 14740, "TCP/api": 10348}
 			if got := servicePorts(t, r); !equalMaps(got, want) {
 				t.Errorf("Service ports %v, want %v", got, want)
