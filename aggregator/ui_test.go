@@ -126,3 +126,54 @@ sluice: {ipfixAddress: "127.0.0.1:0", apiAddress: "127.0.0.1:0", ui: {address: "
 		t.Errorf("info %+v", info)
 	}
 }
+
+// TestWebUIHosts: the aggregator's UI answers loopback and the names of
+// sluice.ui.allowedHosts, refuses any other Host (DNS rebinding) with
+// 421, and a cross-origin POST with 403.
+func TestWebUIHosts(t *testing.T) {
+	coll := stubcollector.New(t)
+	a := testagg.Start(t, fmt.Sprintf(`
+mode: Proxy
+aggregatorTransportProtocol: tcp
+flowCollector: {enable: true, address: "%s:tcp"}
+sluice: {ipfixAddress: "127.0.0.1:0", apiAddress: "127.0.0.1:0", ui: {address: "127.0.0.1:0", allowedHosts: [sluice.example.com]}}
+`, coll.Addr()))
+	base := "http://" + a.Addrs().UI
+	_, port, _ := net.SplitHostPort(a.Addrs().UI)
+	send := func(method, host, origin string) int {
+		t.Helper()
+		req, err := http.NewRequest(method, base+"/api/info", nil)
+		if method == http.MethodPost {
+			req, err = http.NewRequest(method, base+"/api/traceflow", strings.NewReader(`{"source":"a","destination":"b"}`))
+			req.Header.Set("Content-Type", "application/json")
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Host = host
+		if origin != "" {
+			req.Header.Set("Origin", origin)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	for _, c := range []struct {
+		method, host, origin string
+		want                 int
+	}{
+		{http.MethodGet, "localhost:" + port, "", http.StatusOK},
+		{http.MethodGet, "sluice.example.com", "", http.StatusOK},
+		{http.MethodGet, "rebind.example:" + port, "", http.StatusMisdirectedRequest},
+		{http.MethodPost, "localhost:" + port, "http://evil.example", http.StatusForbidden},
+		// Same origin reaches the handler, which has no cluster to trace on.
+		{http.MethodPost, "localhost:" + port, "http://localhost:" + port, http.StatusServiceUnavailable},
+	} {
+		if got := send(c.method, c.host, c.origin); got != c.want {
+			t.Errorf("%s Host %q Origin %q: HTTP %d, want %d", c.method, c.host, c.origin, got, c.want)
+		}
+	}
+}
