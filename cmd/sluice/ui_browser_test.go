@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -63,8 +64,8 @@ type browser struct {
 }
 
 // newBrowser starts Chromium with a viewport of width × height (a phone's
-// when narrow), with the flags that keep it off the network.
-func newBrowser(t *testing.T, width, height int64) *browser {
+// when narrow), with the flags that keep it off the network, and extra.
+func newBrowser(t *testing.T, width, height int64, extra ...chromedp.ExecAllocatorOption) *browser {
 	t.Helper()
 	path := chromiumPath(t)
 	opts := []chromedp.ExecAllocatorOption{
@@ -73,6 +74,7 @@ func newBrowser(t *testing.T, width, height int64) *browser {
 		chromedp.Flag("disable-background-networking", true), chromedp.Flag("disable-component-update", true),
 		chromedp.Flag("disable-sync", true), chromedp.UserDataDir(t.TempDir()), chromedp.WindowSize(int(width), int(height)),
 	}
+	opts = append(opts, extra...)
 	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
 	ctx, cancel := chromedp.NewContext(actx)
 	b := &browser{ctx: ctx}
@@ -509,6 +511,28 @@ func TestUIInBrowser(t *testing.T) {
 			p.screenshot(t, name+"-phone")
 			if errs := p.errors(); len(errs) > 0 {
 				t.Errorf("%s: the page reported errors: %v", name, errs)
+			}
+		}
+	})
+	// DNS rebinding: a page of another name that resolves to the UI's
+	// address (Chromium's resolver maps rebind.test to 127.0.0.1) is the
+	// browser's same origin as the UI, but the UI refuses it: neither the
+	// pages nor the API answer it.
+	t.Run("rebinding", func(t *testing.T) {
+		u, err := url.Parse(base)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := newBrowser(t, 1280, 800, chromedp.Flag("host-resolver-rules", "MAP rebind.test 127.0.0.1"))
+		for _, path := range []string{"/", "/api/flows"} {
+			r.run(t, 30*time.Second, chromedp.Navigate("http://rebind.test:"+u.Port()+path))
+			var text string
+			r.eval(t, `document.body.innerText`, &text)
+			if !strings.Contains(text, `host \"rebind.test:`+u.Port()+`\" is not allowed`) && !strings.Contains(text, `host "rebind.test:`+u.Port()+`" is not allowed`) {
+				t.Errorf("rebind.test%s: the page shows %q, want the refusal", path, text)
+			}
+			if strings.Contains(text, "frontend") {
+				t.Errorf("rebind.test%s: the page shows flows: %q", path, text)
 			}
 		}
 	})
