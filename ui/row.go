@@ -3,7 +3,6 @@ package ui
 import (
 	"encoding/json"
 	"net/netip"
-	"strconv"
 	"strings"
 	"time"
 
@@ -40,50 +39,6 @@ type Row struct {
 	EgressIP string `json:"egressIp,omitempty"`
 	EgressN  string `json:"egressNode,omitempty"`
 	FlowType string `json:"type,omitempty"`
-}
-
-// Protocol names of the IANA numbers flows carry; others print as numbers.
-func protoName(p uint8) string {
-	switch p {
-	case 1:
-		return "ICMP"
-	case 6:
-		return "TCP"
-	case 17:
-		return "UDP"
-	case 58:
-		return "ICMPv6"
-	case 132:
-		return "SCTP"
-	}
-	return strconv.Itoa(int(p))
-}
-
-// actionName is a rule action as Antrea names it.
-func actionName(a uint8) string {
-	switch a {
-	case 1:
-		return "Allow"
-	case 2:
-		return "Drop"
-	case 3:
-		return "Reject"
-	}
-	return ""
-}
-
-func flowTypeName(t uint8) string {
-	switch t {
-	case 1:
-		return "intra-node"
-	case 2:
-		return "inter-node"
-	case 3:
-		return "to-external"
-	case 4:
-		return "from-external"
-	}
-	return ""
 }
 
 func addrString(a netip.Addr) string {
@@ -147,11 +102,11 @@ func newRow(seq uint64, f *flow.Flow, wl workloads) Row {
 		SrcIP: addrString(f.SourceIP), SrcPort: f.SourcePort,
 		DstNS: f.DestinationPodNamespace, DstPod: f.DestinationPodName, DstNode: f.DestinationNodeName,
 		DstIP: addrString(f.DestinationIP), DstPort: f.DestinationPort,
-		Service: f.DestinationServicePortName, Proto: protoName(f.Protocol),
+		Service: f.DestinationServicePortName, Proto: flow.ProtocolName(f.Protocol),
 		Bytes:  f.Stats.OctetTotalCount + f.ReverseStats.OctetTotalCount,
 		Delta:  f.Stats.OctetDeltaCount + f.ReverseStats.OctetDeltaCount,
 		Egress: f.EgressName, EgressIP: addrString(f.EgressIP), EgressN: f.EgressNodeName,
-		FlowType: flowTypeName(f.FlowType),
+		FlowType: flow.FlowTypeName(f.FlowType),
 	}
 	if r.SrcPod != "" {
 		r.SrcWL = wl.of(r.SrcPod, f.SourcePodLabels)
@@ -169,15 +124,15 @@ func newRow(seq uint64, f *flow.Flow, wl workloads) Row {
 	in, out := f.Ingress, f.Egress
 	switch {
 	case in.RuleAction >= 2:
-		r.Policy, r.Action = policyText(in), actionName(in.RuleAction)
+		r.Policy, r.Action = policyText(in), flow.ActionName(in.RuleAction)
 	case out.RuleAction >= 2:
-		r.Policy, r.Action = policyText(out), actionName(out.RuleAction)
+		r.Policy, r.Action = policyText(out), flow.ActionName(out.RuleAction)
 	case in.Name != "":
-		r.Policy, r.Action = policyText(in), actionName(in.RuleAction)
+		r.Policy, r.Action = policyText(in), flow.ActionName(in.RuleAction)
 	case out.Name != "":
-		r.Policy, r.Action = policyText(out), actionName(out.RuleAction)
+		r.Policy, r.Action = policyText(out), flow.ActionName(out.RuleAction)
 	default:
-		r.Action = actionName(max(in.RuleAction, out.RuleAction))
+		r.Action = flow.ActionName(max(in.RuleAction, out.RuleAction))
 	}
 	return r
 }

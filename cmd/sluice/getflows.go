@@ -24,6 +24,7 @@ import (
 
 	"sluice/certs"
 	"sluice/config"
+	"sluice/flow"
 	"sluice/flow/flowpb"
 	"sluice/sink/flowstream"
 )
@@ -241,33 +242,17 @@ func flowRow(w io.Writer, f *flowpb.Flow) {
 }
 
 func protoName(n uint32) string {
-	switch n {
-	case 1:
-		return "ICMP"
-	case 6:
-		return "TCP"
-	case 17:
-		return "UDP"
-	case 58:
-		return "ICMPv6"
-	case 132:
-		return "SCTP"
+	if n > 255 {
+		return strconv.FormatUint(uint64(n), 10)
 	}
-	return strconv.Itoa(int(n))
+	return flow.ProtocolName(uint8(n))
 }
 
 func flowTypeName(t flowpb.FlowType) string {
-	switch t {
-	case flowpb.FlowType_FLOW_TYPE_INTRA_NODE:
-		return "intra-node"
-	case flowpb.FlowType_FLOW_TYPE_INTER_NODE:
-		return "inter-node"
-	case flowpb.FlowType_FLOW_TYPE_TO_EXTERNAL:
-		return "to-external"
-	case flowpb.FlowType_FLOW_TYPE_FROM_EXTERNAL:
-		return "from-external"
+	if t < 0 || t > 255 {
+		return "-"
 	}
-	return "-"
+	return orDash(flow.FlowTypeName(uint8(t)))
 }
 
 func orDash(s string) string {

@@ -80,36 +80,15 @@ func appendPolicy(b []byte, p *flow.Policy, pretty bool) []byte {
 // ProtocolName is the prettyPrint name of an IP protocol number: TCP, UDP,
 // ICMP, IPv6-ICMP, SCTP, or the number for the rest.
 func ProtocolName(p uint8) string {
-	switch p {
-	case 1:
-		return "ICMP"
-	case 6:
-		return "TCP"
-	case 17:
-		return "UDP"
-	case 58:
-		return "IPv6-ICMP"
-	case 132:
-		return "SCTP"
+	if p == 58 {
+		return "IPv6-ICMP" // the reference's flow log spelling
 	}
-	return strconv.Itoa(int(p))
+	return flow.ProtocolName(p)
 }
 
 // ActionName is the prettyPrint name of a rule action: "" (none), Allow,
 // Drop, Reject, or Invalid.
-func ActionName(a uint8) string {
-	switch a {
-	case flow.ActionNone:
-		return ""
-	case flow.ActionAllow:
-		return "Allow"
-	case flow.ActionDrop:
-		return "Drop"
-	case flow.ActionReject:
-		return "Reject"
-	}
-	return "Invalid"
-}
+func ActionName(a uint8) string { return flow.ActionName(a) }
 
 // PolicyTypeName is the prettyPrint name of a policy type: "" (none),
 // K8sNetworkPolicy, AntreaNetworkPolicy, AntreaClusterNetworkPolicy,
