@@ -1,6 +1,7 @@
 package kube_test
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
@@ -123,13 +124,20 @@ func chartVariants() []chartVariant {
 			}
 			args := strings.Join(ec.Args, " ")
 			if !strings.Contains(args, "--collector=flow-aggregator/flow-aggregator:14739:grpc") || strings.Contains(args, "--pod-cidr") ||
-				!strings.Contains(args, "--tls-from-namespace=flow-aggregator") {
+				!strings.Contains(args, "--tls-from-namespace=flow-aggregator") || strings.Contains(args, "--in-cluster") {
 				t.Errorf("exporter args %q", args)
 			}
 			if _, ok := r["HorizontalPodAutoscaler/flow-aggregator"]; ok {
 				t.Error("an HPA by default")
 			}
 			checkTraceflowRendered(t, r, cfg, true)
+		}},
+		{name: "attribution", set: []string{"exporter.attribution.enable=true"}, check: func(t *testing.T, r rendered) {
+			var ds appsv1.DaemonSet
+			r.get(t, "DaemonSet", "flow-aggregator-exporter", &ds)
+			if args := ds.Spec.Template.Spec.Containers[0].Args; !slices.Contains(args, "--in-cluster") {
+				t.Errorf("exporter args %q: no --in-cluster", args)
+			}
 		}},
 		{name: "no-traceflow", set: []string{"sluice.traceflow.enable=false"}, check: func(t *testing.T, r rendered) {
 			checkTraceflowRendered(t, r, aggregatorConfig(t, r), false)
