@@ -40,7 +40,7 @@ type Settings struct {
 	// InCluster (--in-cluster) reads Pod metadata and the policy
 	// attribution's objects with the Pod's ServiceAccount.
 	InCluster bool
-	Profile      string   // --ie-profile
+	Profile   string // --ie-profile
 	// ProfileSet says --ie-profile was given (it applies to IPFIX only).
 	ProfileSet     bool
 	Rate           float64       // --rate
