@@ -37,10 +37,8 @@ type Settings struct {
 	Netns        string   // --netns
 	Inventory    string   // --inventory
 	Kubeconfig   string   // --kubeconfig
-	// InCluster (--in-cluster) reads Pod metadata and the policy
-	// attribution's objects with the Pod's ServiceAccount.
-	InCluster bool
-	Profile   string // --ie-profile
+	InCluster    bool     // --in-cluster: metadata and attribution with the Pod's ServiceAccount
+	Profile      string   // --ie-profile
 	// ProfileSet says --ie-profile was given (it applies to IPFIX only).
 	ProfileSet     bool
 	Rate           float64       // --rate
