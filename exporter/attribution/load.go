@@ -6,9 +6,6 @@ import (
 	"fmt"
 	"time"
 
-	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/kubernetes"
-
 	"sluice/traceflow/cluster"
 	"sluice/traceflow/cluster/kube"
 	"sluice/traceflow/pipeline"
@@ -30,22 +27,6 @@ func FileSource(path string) Source {
 func WatchSource(w *kube.Watcher) Source {
 	return func(context.Context) ([]cluster.Object, error) {
 		objs, probs, err := w.Objects()
-		if err != nil {
-			return nil, err
-		}
-		if err := probs.Err(); err != nil {
-			return nil, err
-		}
-		return objs, nil
-	}
-}
-
-// KubeSource lists the live cluster's objects (Pods, Services, Nodes,
-// NetworkPolicies, Antrea's policies, groups and Egresses) at each call:
-// a whole re-list. WatchSource follows the same objects without one.
-func KubeSource(client kubernetes.Interface, dyn dynamic.Interface) Source {
-	return func(ctx context.Context) ([]cluster.Object, error) {
-		objs, probs, err := kube.Load(ctx, client, dyn, kube.Options{})
 		if err != nil {
 			return nil, err
 		}
