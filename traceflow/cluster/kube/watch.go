@@ -38,7 +38,15 @@ type WatchOptions struct {
 	// Logger receives start-up, sync and watch events, client-go's own
 	// messages included; slog.Default() if nil.
 	Logger *slog.Logger
+	// Rediscover is how often discovery is asked again, while an Antrea
+	// resource is not served, whether it is now; DefaultRediscover if
+	// zero or negative.
+	Rediscover time.Duration
 }
+
+// DefaultRediscover is how often a Watcher looks for Antrea CRDs installed
+// after it started.
+const DefaultRediscover = time.Minute
 
 // Watcher follows, through informers, the objects Load lists: the typed
 // clientset's Namespaces, Nodes, Pods (not finished ones), Services,
@@ -52,13 +60,16 @@ type WatchOptions struct {
 // status churn (Node heartbeats, Pod conditions) does not look like a
 // change of the model's input.
 //
-// A CRD that is not served is a warning of Objects, as with Load; a
-// resource whose list is refused (forbidden) makes Objects fail, naming
-// it, until the informer's retried list succeeds.
+// A CRD that is not served is a warning of Objects, as with Load, and is
+// watched once discovery (asked again every Rediscover) says it is
+// served; a resource whose list is refused (forbidden) makes Objects
+// fail, naming it, until the informer's retried list succeeds.
 type Watcher struct {
 	client kubernetes.Interface
 	dyn    dynamic.Interface
 	log    *slog.Logger
+	// rediscover: see WatchOptions.Rediscover.
+	rediscover time.Duration
 
 	changed chan struct{} // capacity 1
 
@@ -102,7 +113,10 @@ func NewWatcher(client kubernetes.Interface, dyn dynamic.Interface, o WatchOptio
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
-	return &Watcher{client: client, dyn: dyn, log: o.Logger, changed: make(chan struct{}, 1)}
+	if o.Rediscover <= 0 {
+		o.Rediscover = DefaultRediscover
+	}
+	return &Watcher{client: client, dyn: dyn, log: o.Logger, rediscover: o.Rediscover, changed: make(chan struct{}, 1)}
 }
 
 // Changed is signalled (capacity one: several changes may come as one)
@@ -150,56 +164,35 @@ func (w *Watcher) Run(ctx context.Context) error {
 		{resource: "networkpolicies.networking.k8s.io", apiVersion: "networking.k8s.io/v1", kind: "NetworkPolicy", typed: true,
 			informer: factory.Networking().V1().NetworkPolicies().Informer()},
 	}
-	var probs cluster.Problems
 	dfactory := dynamicinformer.NewDynamicSharedInformerFactory(w.dyn, 0)
+	var missing []antreaResource // not served at start
 	for _, r := range antreaResources() {
-		name := r.resource + "." + antreaGroupVersion.Group
 		if served != nil && !served[r.resource] {
-			if !r.quiet {
-				probs = append(probs, missingCRD(name, r.kind))
-			}
+			missing = append(missing, r)
 			continue
 		}
-		inf := dfactory.ForResource(antreaGroupVersion.WithResource(r.resource)).Informer()
-		if err := inf.SetTransform(trimAntrea(r.kind)); err != nil {
-			return fmt.Errorf("kube watcher: %s informer: %w", name, err)
+		k, err := w.antreaKind(dfactory, r)
+		if err != nil {
+			return err
 		}
-		kinds = append(kinds, &watchKind{resource: name, apiVersion: antreaGroupVersion.String(), kind: r.kind, quiet: r.quiet, informer: inf})
+		kinds = append(kinds, k)
 	}
 	for _, k := range kinds {
-		if err := k.informer.SetWatchErrorHandlerWithContext(func(ctx context.Context, _ *cache.Reflector, err error) {
-			w.errCount.Add(1)
-			k.lastErr.Store(&err)
-			if apierrors.IsNotFound(err) && !k.typed {
-				w.log.DebugContext(ctx, "kubernetes: resource not served", "resource", k.resource)
-			} else {
-				w.log.WarnContext(ctx, "kubernetes: list or watch failed; retrying", "resource", k.resource, "err", err)
-			}
-			w.signal()
-		}); err != nil {
-			return fmt.Errorf("kube watcher: %s informer: %w", k.resource, err)
+		if err := w.register(k); err != nil {
+			return err
 		}
-		reg, err := k.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
-			AddFunc:    func(any) { w.events.Add(1); w.signal() },
-			UpdateFunc: func(any, any) { w.events.Add(1); w.signal() },
-			DeleteFunc: func(any) { w.events.Add(1); w.signal() },
-		})
-		if err != nil {
-			return fmt.Errorf("kube watcher: %s informer: %w", k.resource, err)
-		}
-		k.reg = reg
 	}
 	w.mu.Lock()
-	w.kinds, w.probs, w.started = kinds, probs, true
+	w.kinds, w.probs, w.started = kinds, missingProblems(missing), true
 	w.mu.Unlock()
 
-	w.log.InfoContext(ctx, "kubernetes: watching the cluster state", "resources", len(kinds), "not_served", len(probs))
+	w.log.InfoContext(ctx, "kubernetes: watching the cluster state", "resources", len(kinds), "not_served", len(missing))
 	factory.StartWithContext(ictx)
 	dfactory.Start(ictx.Done())
 	// Signal each resource's first list, so that a consumer waiting for
 	// all of them hears of the last.
 	var wg sync.WaitGroup
-	for _, k := range kinds {
+	signalSynced := func(k *watchKind) {
 		wg.Go(func() {
 			select {
 			case <-k.reg.HasSyncedChecker().Done():
@@ -208,10 +201,116 @@ func (w *Watcher) Run(ctx context.Context) error {
 			}
 		})
 	}
+	for _, k := range kinds {
+		signalSynced(k)
+	}
+	// Antrea's CRDs installed after the start are watched from the next
+	// discovery on.
+	t := time.NewTicker(w.rediscover)
+	defer t.Stop()
+	for len(missing) > 0 {
+		select {
+		case <-ctx.Done():
+		case <-t.C:
+			added, err := w.addServed(ctx, dfactory, &missing)
+			if err != nil {
+				w.log.WarnContext(ctx, "kubernetes: cannot watch a newly served Antrea resource", "err", err)
+			}
+			if len(added) > 0 {
+				dfactory.Start(ictx.Done())
+				for _, k := range added {
+					signalSynced(k)
+				}
+				w.signal()
+			}
+			continue
+		}
+		break
+	}
 	<-ctx.Done()
 	wg.Wait()
 	factory.Shutdown()
 	dfactory.Shutdown()
+	return nil
+}
+
+// addServed asks discovery again and watches the resources of missing
+// that are served now, removing them from it.
+func (w *Watcher) addServed(ctx context.Context, dfactory dynamicinformer.DynamicSharedInformerFactory, missing *[]antreaResource) ([]*watchKind, error) {
+	served, err := servedAntrea(ctx, w.client)
+	if err != nil || served == nil {
+		return nil, err
+	}
+	var added []*watchKind
+	var still []antreaResource
+	for _, r := range *missing {
+		if !served[r.resource] {
+			still = append(still, r)
+			continue
+		}
+		k, err := w.antreaKind(dfactory, r)
+		if err == nil {
+			err = w.register(k)
+		}
+		if err != nil {
+			return added, err
+		}
+		w.log.InfoContext(ctx, "kubernetes: an Antrea resource is served now; watching it", "resource", k.resource)
+		added = append(added, k)
+	}
+	*missing = still
+	if len(added) > 0 {
+		w.mu.Lock()
+		w.kinds = append(slices.Clip(w.kinds), added...)
+		w.probs = missingProblems(still)
+		w.mu.Unlock()
+	}
+	return added, nil
+}
+
+func missingProblems(missing []antreaResource) cluster.Problems {
+	var probs cluster.Problems
+	for _, r := range missing {
+		if !r.quiet {
+			probs = append(probs, missingCRD(r.resource+"."+antreaGroupVersion.Group, r.kind))
+		}
+	}
+	return probs
+}
+
+// antreaKind makes the dynamic informer of one Antrea resource.
+func (w *Watcher) antreaKind(dfactory dynamicinformer.DynamicSharedInformerFactory, r antreaResource) (*watchKind, error) {
+	name := r.resource + "." + antreaGroupVersion.Group
+	inf := dfactory.ForResource(antreaGroupVersion.WithResource(r.resource)).Informer()
+	if err := inf.SetTransform(trimAntrea(r.kind)); err != nil {
+		return nil, fmt.Errorf("kube watcher: %s informer: %w", name, err)
+	}
+	return &watchKind{resource: name, apiVersion: antreaGroupVersion.String(), kind: r.kind, quiet: r.quiet, informer: inf}, nil
+}
+
+// register sets k's error and event handlers.
+func (w *Watcher) register(k *watchKind) error {
+	if err := k.informer.SetWatchErrorHandlerWithContext(func(ctx context.Context, _ *cache.Reflector, err error) {
+		w.errCount.Add(1)
+		k.lastErr.Store(&err)
+		if apierrors.IsNotFound(err) && !k.typed {
+			w.log.DebugContext(ctx, "kubernetes: resource not served", "resource", k.resource)
+		} else {
+			w.log.WarnContext(ctx, "kubernetes: list or watch failed; retrying", "resource", k.resource, "err", err)
+		}
+		w.signal()
+	}); err != nil {
+		return fmt.Errorf("kube watcher: %s informer: %w", k.resource, err)
+	}
+	reg, err := k.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { w.events.Add(1); w.signal() },
+		UpdateFunc: func(any, any) { w.events.Add(1); w.signal() },
+		DeleteFunc: func(any) { w.events.Add(1); w.signal() },
+	})
+	if err != nil {
+		return fmt.Errorf("kube watcher: %s informer: %w", k.resource, err)
+	}
+	k.reg = reg
 	return nil
 }
 

@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"reflect"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -21,6 +22,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	fakediscovery "k8s.io/client-go/discovery/fake"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	k8stesting "k8s.io/client-go/testing"
@@ -32,7 +34,13 @@ import (
 // runWatcher runs a Watcher until the test ends.
 func runWatcher(t *testing.T, client kubernetes.Interface, dyn dynamic.Interface) *Watcher {
 	t.Helper()
-	w := NewWatcher(client, dyn, WatchOptions{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	return runWatcherWith(t, client, dyn, WatchOptions{})
+}
+
+func runWatcherWith(t *testing.T, client kubernetes.Interface, dyn dynamic.Interface, o WatchOptions) *Watcher {
+	t.Helper()
+	o.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	w := NewWatcher(client, dyn, o)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- w.Run(ctx) }()
@@ -149,9 +157,25 @@ func sameObjects(a, b []cluster.Object) bool {
 	return true
 }
 
+// A CRD not served at start is a warning; once discovery serves it, it
+// is watched.
 func TestWatchMissingCRDIsAWarning(t *testing.T) {
 	client, dyn := fakes(t, fileObjects(t, true), []string{"networkpolicies", "clusternetworkpolicies"})
-	w := runWatcher(t, client, dyn)
+	// The Egress CRD is installed later: discovery's answer changes, in
+	// the goroutine that reads it (the fake's reactors run under its lock).
+	var installed atomic.Bool
+	fd := client.Discovery().(*fakediscovery.FakeDiscovery)
+	client.PrependReactor("get", "resource", func(k8stesting.Action) (bool, runtime.Object, error) {
+		if installed.Load() {
+			rl := &metav1.APIResourceList{GroupVersion: antreaGroupVersion.String()}
+			for _, r := range allAntrea {
+				rl.APIResources = append(rl.APIResources, metav1.APIResource{Name: r, Namespaced: r == "egresses"})
+			}
+			fd.Resources = []*metav1.APIResourceList{rl}
+		}
+		return false, nil, nil
+	})
+	w := runWatcherWith(t, client, dyn, WatchOptions{Rediscover: 10 * time.Millisecond})
 	live, probs := synced(t, w)
 	var got []string
 	for _, p := range probs {
@@ -163,9 +187,15 @@ func TestWatchMissingCRDIsAWarning(t *testing.T) {
 	if want := []string{"resource egresses.crd.antrea.io"}; !reflect.DeepEqual(got, want) { // groups are quiet
 		t.Errorf("warnings name %v, want %v", got, want)
 	}
-	if contains(live, "Egress", "default", "egress-client") {
+	if contains(live, "Egress", "", "egress-client") {
 		t.Error("an Egress was watched although its CRD is not served")
 	}
+
+	installed.Store(true)
+	testkit.WaitFor(t, "the Egresses watched once served", func() bool {
+		objs, probs, err := w.Objects()
+		return err == nil && len(probs) == 0 && contains(objs, "Egress", "", "egress-client")
+	})
 }
 
 func TestWatchForbiddenListIsAnError(t *testing.T) {
