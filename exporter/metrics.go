@@ -92,7 +92,15 @@ func newMetrics(reg prometheus.Registerer, q *queue.Queue, a *attribution.Attrib
 			stat("sluice_exporter_attribution_cache_entries", "Verdicts in the attribution cache.",
 				func(s attribution.Stats) float64 { return float64(s.Entries) }, false),
 			stat("sluice_exporter_attribution_generation", "Generation of the policy model (one more each time the cluster state changed).",
-				func(s attribution.Stats) float64 { return float64(s.Generation) }, false))
+				func(s attribution.Stats) float64 { return float64(s.Generation) }, false),
+			stat("sluice_exporter_attribution_load_errors_total", "Loads of the policy model that failed (state not readable or not modelled); the previous model stayed.",
+				func(s attribution.Stats) float64 { return float64(s.LoadErrors) }, true),
+			stat("sluice_exporter_attribution_watch_events_total", "Changes of the live cluster's objects the attribution's informers received.",
+				func(s attribution.Stats) float64 { return float64(s.Watch.Events) }, true),
+			stat("sluice_exporter_attribution_watch_errors_total", "Failed lists and dropped watches of the attribution's informers (retried).",
+				func(s attribution.Stats) float64 { return float64(s.Watch.Errors) }, true),
+			stat("sluice_exporter_attribution_watch_objects", "Objects of the live cluster held by the attribution's informers (trimmed to what the model reads).",
+				func(s attribution.Stats) float64 { return float64(s.Watch.Objects) }, false))
 	}
 	buffered := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sluice_exporter_buffered_records",
 		Help: "Flow records waiting to be written to the aggregator."}, func() float64 { return float64(q.Len()) })

@@ -37,6 +37,7 @@ type Settings struct {
 	Netns        string   // --netns
 	Inventory    string   // --inventory
 	Kubeconfig   string   // --kubeconfig
+	InCluster    bool     // --in-cluster: metadata and attribution with the Pod's ServiceAccount
 	Profile      string   // --ie-profile
 	// ProfileSet says --ie-profile was given (it applies to IPFIX only).
 	ProfileSet     bool
@@ -80,6 +81,9 @@ func (s *Settings) check() (collectoraddr.Collector, []netip.Prefix, []netip.Pre
 	}
 	if s.Inventory != "" && s.Kubeconfig != "" {
 		return none, nil, nil, errors.New("--inventory and --kubeconfig: give one metadata source, not both")
+	}
+	if s.InCluster && (s.Inventory != "" || s.Kubeconfig != "") {
+		return none, nil, nil, errors.New("--in-cluster with --inventory or --kubeconfig: give one metadata source, not both")
 	}
 	podCIDRs, err := parsePrefixes("pod-cidr", s.PodCIDRs)
 	if err != nil {
@@ -148,7 +152,7 @@ func (s Settings) Run(ctx context.Context, log *slog.Logger) error {
 	if tlsReload != nil {
 		wg.Go(func() { tlsReload.Run(bgCtx) })
 	}
-	meta, err := enrich.OpenSource(enrich.SourceOptions{Inventory: s.Inventory, Kubeconfig: s.Kubeconfig, Logger: log})
+	meta, err := enrich.OpenSource(enrich.SourceOptions{Inventory: s.Inventory, Kubeconfig: s.Kubeconfig, InCluster: s.InCluster, Logger: log})
 	if err != nil {
 		if s.Inventory != "" {
 			return fmt.Errorf("--inventory: %w", err)
@@ -203,10 +207,13 @@ func (s Settings) Run(ctx context.Context, log *slog.Logger) error {
 	return e.Run(ctx)
 }
 
-// Reload intervals of the policy attribution model.
+// How often the policy attribution model is rebuilt at most: the
+// inventory file is checked every attributionFileInterval; the live
+// cluster's changes are loaded at most every attributionKubeInterval
+// (changes meanwhile are loaded together).
 const (
 	attributionFileInterval = 2 * time.Second
-	attributionKubeInterval = 30 * time.Second
+	attributionKubeInterval = 500 * time.Millisecond
 )
 
 // openAttribution loads the policy model from the metadata source's
@@ -214,30 +221,45 @@ const (
 // metadata source. A state the model cannot use is a warning: the
 // exporter runs without attribution until a reload succeeds.
 func (s *Settings) openAttribution(ctx context.Context, wg *sync.WaitGroup, log *slog.Logger) (*attribution.Attributor, error) {
-	var src attribution.Source
-	interval := attributionFileInterval
-	switch {
-	case s.Inventory != "":
-		src = attribution.FileSource(s.Inventory)
-	case s.Kubeconfig != "":
-		cfg, err := kube.RESTConfig(s.Kubeconfig)
-		if err != nil {
-			return nil, fmt.Errorf("--kubeconfig: %w", err)
+	if s.Inventory != "" {
+		a := attribution.New(attribution.Options{Log: log})
+		l := attribution.NewLoader(a, attribution.FileSource(s.Inventory), pipeline.DefaultConfig())
+		if _, err := l.Load(ctx); err != nil {
+			log.Warn("no policy attribution until the cluster state can be modelled", "err", err)
 		}
-		client, dyn, err := kube.Clients(cfg)
-		if err != nil {
-			return nil, fmt.Errorf("--kubeconfig: %w", err)
-		}
-		src, interval = attribution.KubeSource(client, dyn), attributionKubeInterval
-	default:
+		wg.Go(func() { l.Run(ctx, attributionFileInterval) })
+		return a, nil
+	}
+	if s.Kubeconfig == "" && !s.InCluster {
 		return nil, nil
 	}
-	a := attribution.New(attribution.Options{Log: log})
-	l := attribution.NewLoader(a, src, pipeline.DefaultConfig())
-	if _, err := l.Load(ctx); err != nil {
-		log.Warn("no policy attribution until the cluster state can be modelled", "err", err)
+	flag := "--kubeconfig"
+	if s.InCluster {
+		flag = "--in-cluster"
 	}
-	wg.Go(func() { l.Run(ctx, interval) })
+	cfg, err := kube.RESTConfig(s.Kubeconfig)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", flag, err)
+	}
+	client, dyn, err := kube.Clients(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", flag, err)
+	}
+	// The informers follow the cluster; each change reaches the model
+	// (a new generation) within attributionKubeInterval of its event.
+	w := kube.NewWatcher(client, dyn, kube.WatchOptions{Logger: log})
+	a := attribution.New(attribution.Options{Log: log})
+	a.SetWatchStats(func() attribution.WatchStats {
+		st := w.Stats()
+		return attribution.WatchStats{Events: st.Events, Errors: st.WatchErrors, Objects: st.Objects}
+	})
+	l := attribution.NewLoader(a, attribution.WatchSource(w), pipeline.DefaultConfig())
+	wg.Go(func() {
+		if err := w.Run(ctx); err != nil && ctx.Err() == nil {
+			log.Error("no policy attribution: cannot watch the cluster state", "err", err)
+		}
+	})
+	wg.Go(func() { l.Follow(ctx, w.Changed(), attributionKubeInterval) })
 	return a, nil
 }
 

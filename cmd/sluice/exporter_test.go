@@ -22,6 +22,7 @@ func TestExporterFlagErrors(t *testing.T) {
 		"--netns only":       {"--source", "synthetic", "--netns", "x", "--pod-cidr", "10.0.0.0/24"},
 		"--poll-interval":    {"--poll-interval", "100ms", "--pod-cidr", "10.0.0.0/24"},
 		"not both":           {"--inventory", "a", "--kubeconfig", "b", "--pod-cidr", "10.0.0.0/24"},
+		"--in-cluster with":  {"--in-cluster", "--inventory", "a", "--pod-cidr", "10.0.0.0/24"},
 		"--rate":             {"--source", "synthetic", "--rate", "0"},
 		"tls":                {"--source", "synthetic", "--collector", "127.0.0.1:1:tcp", "--tls-ca-file", "ca.crt"},
 		"no such file":       {"--source", "synthetic", "--collector", "127.0.0.1:1:tcp", "--inventory", "/nonexistent/inventory.yaml"},

@@ -79,6 +79,21 @@ type Stats struct {
 	Evicted uint64
 	// Entries is the cache's size now.
 	Entries int
+	// LoadErrors counts the Loader's loads that failed (the source could
+	// not be read, or its state not modelled); the previous model stayed.
+	LoadErrors uint64
+	// Watch is the live cluster's watch (zero without one).
+	Watch WatchStats
+}
+
+// WatchStats describe the watch of a live cluster that feeds the model.
+type WatchStats struct {
+	// Events counts the objects' add, update and delete notifications.
+	Events uint64
+	// Errors counts failed lists and dropped watches (retried).
+	Errors uint64
+	// Objects is the number of objects the watch holds.
+	Objects int
 }
 
 // Options configures an Attributor.
@@ -109,7 +124,12 @@ type Attributor struct {
 	lru   list.List // front: most recent
 
 	hits, computed, errs, evicted atomic.Uint64
+	loadErrors                    atomic.Uint64
+	watch                         atomic.Pointer[func() WatchStats]
 }
+
+// SetWatchStats says where Stats reads the live cluster watch's counters.
+func (a *Attributor) SetWatchStats(f func() WatchStats) { a.watch.Store(&f) }
 
 // New returns an Attributor without a model: every verdict is nil until
 // SetModel gives it one.
@@ -150,8 +170,12 @@ func (a *Attributor) Stats() Stats {
 	a.mu.Lock()
 	n := len(a.cache)
 	a.mu.Unlock()
-	return Stats{Generation: a.Generation(), Hits: a.hits.Load(), Computed: a.computed.Load(), Errors: a.errs.Load(),
-		Evicted: a.evicted.Load(), Entries: n}
+	s := Stats{Generation: a.Generation(), Hits: a.hits.Load(), Computed: a.computed.Load(), Errors: a.errs.Load(),
+		Evicted: a.evicted.Load(), Entries: n, LoadErrors: a.loadErrors.Load()}
+	if f := a.watch.Load(); f != nil {
+		s.Watch = (*f)()
+	}
+	return s
 }
 
 // Verdict returns k's verdict under the current model: from the cache, or

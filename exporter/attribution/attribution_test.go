@@ -2,11 +2,17 @@ package attribution
 
 import (
 	"context"
+	"errors"
+	"io"
+	"log/slog"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"sluice/flow"
+	"sluice/internal/testkit"
 	"sluice/traceflow/cluster"
 	"sluice/traceflow/pipeline"
 )
@@ -90,5 +96,53 @@ func TestVerdicts(t *testing.T) {
 	wg.Wait()
 	if st := a.Stats(); st.Entries > 2 {
 		t.Errorf("%d entries in a cache of 2", st.Entries)
+	}
+}
+
+// TestFollow: the Loader loads at each change signal, starts a generation
+// only when the objects changed, counts failed loads and keeps the model
+// they would have replaced.
+func TestFollow(t *testing.T) {
+	base, isolate := fixture(t), fixture(t, "k8s-ingress-isolate.yaml")
+	failing := Source(func(context.Context) ([]cluster.Object, error) { return nil, errors.New("listing pods: forbidden") })
+	var cur atomic.Pointer[Source]
+	var calls atomic.Int64
+	set := func(s Source) { cur.Store(&s) }
+	set(base)
+	src := func(ctx context.Context) ([]cluster.Object, error) {
+		s := *cur.Load() // before the count: a counted call read this source
+		calls.Add(1)
+		return s(ctx)
+	}
+	a := New(Options{Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	l := NewLoader(a, src, pipeline.DefaultConfig())
+	ctx, cancel := context.WithCancel(context.Background())
+	changed := make(chan struct{}, 1)
+	done := make(chan struct{})
+	go func() { l.Follow(ctx, changed, time.Millisecond); close(done) }()
+	defer func() { cancel(); <-done }()
+
+	k := key("10.10.1.5", "10.10.2.7", 5432)
+	changed <- struct{}{}
+	testkit.WaitFor(t, "the first model", func() bool { return a.Generation() == 1 })
+	if v := a.Verdict(ctx, k); v == nil || v.Denied {
+		t.Fatalf("client → db without isolation: %+v", v)
+	}
+	// The same objects: loaded, no generation.
+	changed <- struct{}{}
+	testkit.WaitFor(t, "the second load", func() bool { return calls.Load() >= 2 })
+	// A failing source: counted, the model stays.
+	set(failing)
+	changed <- struct{}{}
+	testkit.WaitFor(t, "the failed load counted", func() bool { return a.Stats().LoadErrors == 1 })
+	if g := a.Generation(); g != 1 {
+		t.Errorf("generation %d after an unchanged and a failed load, want 1", g)
+	}
+	// db isolated: a new generation, and the verdict says so.
+	set(isolate)
+	changed <- struct{}{}
+	testkit.WaitFor(t, "the isolating policy's model", func() bool { return a.Generation() == 2 })
+	if v := a.Verdict(ctx, k); v == nil || !v.Denied || v.Ingress.Name != "db-deny-all" {
+		t.Errorf("client → db with db isolated: %+v", v)
 	}
 }

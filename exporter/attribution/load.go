@@ -6,9 +6,6 @@ import (
 	"fmt"
 	"time"
 
-	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/kubernetes"
-
 	"sluice/traceflow/cluster"
 	"sluice/traceflow/cluster/kube"
 	"sluice/traceflow/pipeline"
@@ -23,11 +20,13 @@ func FileSource(path string) Source {
 	return func(ctx context.Context) ([]cluster.Object, error) { return cluster.ReadPath(ctx, path) }
 }
 
-// KubeSource lists the live cluster's objects (Pods, Services, Nodes,
-// NetworkPolicies, Antrea's policies, groups and Egresses).
-func KubeSource(client kubernetes.Interface, dyn dynamic.Interface) Source {
-	return func(ctx context.Context) ([]cluster.Object, error) {
-		objs, probs, err := kube.Load(ctx, client, dyn, kube.Options{})
+// WatchSource is the live cluster as w follows it with informers (Pods,
+// Services, Nodes, NetworkPolicies, Antrea's policies, groups and
+// Egresses): the informers' caches, with no request to the API server.
+// Run w, and the Loader with Follow(ctx, w.Changed(), …).
+func WatchSource(w *kube.Watcher) Source {
+	return func(context.Context) ([]cluster.Object, error) {
+		objs, probs, err := w.Objects()
 		if err != nil {
 			return nil, err
 		}
@@ -60,6 +59,7 @@ func NewLoader(a *Attributor, src Source, cfg pipeline.Config) *Loader {
 func (l *Loader) Load(ctx context.Context) (changed bool, err error) {
 	objs, err := l.src(ctx)
 	if err != nil {
+		l.a.loadErrors.Add(1)
 		return false, fmt.Errorf("attribution: %w", err)
 	}
 	h := sha256.New()
@@ -76,10 +76,12 @@ func (l *Loader) Load(ctx context.Context) (changed bool, err error) {
 	}
 	st, probs := cluster.Build(objs)
 	if err := probs.Err(); err != nil {
+		l.a.loadErrors.Add(1)
 		return false, fmt.Errorf("attribution: %w", err)
 	}
 	m, _, err := pipeline.Build(ctx, st, l.cfg)
 	if err != nil {
+		l.a.loadErrors.Add(1)
 		return false, fmt.Errorf("attribution: the datapath model: %w", err)
 	}
 	l.hash = sum
@@ -102,6 +104,41 @@ func (l *Loader) Run(ctx context.Context, interval time.Duration) {
 		}
 		if _, err := l.Load(ctx); err != nil && ctx.Err() == nil {
 			l.a.o.Log.Warn("cannot reload the policy attribution model; keeping the previous one", "err", err)
+		}
+	}
+}
+
+// Follow loads at each signal of changed (a kube.Watcher's Changed), at
+// most once per minInterval (changes meanwhile are loaded together), until
+// ctx ends; failures are logged (a warning while the cluster state is not
+// listed yet is logged once) and the previous model stays in use. A load
+// whose objects did not change starts no generation.
+func (l *Loader) Follow(ctx context.Context, changed <-chan struct{}, minInterval time.Duration) {
+	var last time.Time
+	lastErr := ""
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-changed:
+		}
+		if wait := minInterval - time.Since(last); wait > 0 {
+			t := time.NewTimer(wait)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return
+			case <-t.C:
+			}
+		}
+		last = time.Now()
+		_, err := l.Load(ctx)
+		switch {
+		case err != nil && ctx.Err() == nil && err.Error() != lastErr:
+			l.a.o.Log.Warn("cannot load the policy attribution model; keeping the previous one", "err", err)
+			lastErr = err.Error()
+		case err == nil && lastErr != "":
+			lastErr = ""
 		}
 	}
 }

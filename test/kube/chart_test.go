@@ -1,6 +1,7 @@
 package kube_test
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
@@ -123,7 +124,7 @@ func chartVariants() []chartVariant {
 			}
 			args := strings.Join(ec.Args, " ")
 			if !strings.Contains(args, "--collector=flow-aggregator/flow-aggregator:14739:grpc") || strings.Contains(args, "--pod-cidr") ||
-				!strings.Contains(args, "--tls-from-namespace=flow-aggregator") {
+				!strings.Contains(args, "--tls-from-namespace=flow-aggregator") || strings.Contains(args, "--in-cluster") {
 				t.Errorf("exporter args %q", args)
 			}
 			if _, ok := r["HorizontalPodAutoscaler/flow-aggregator"]; ok {
@@ -147,6 +148,13 @@ func chartVariants() []chartVariant {
 			want := map[string]int32{"UDP/ipfix-udp": 4739, "TCP/ipfix-tcp": 4739, "TCP/grpc": 14739, "TCP/flowstream-grpc": 14740, "TCP/api": 10348, "TCP/ui": 9090}
 			if got := servicePorts(t, r); !equalMaps(got, want) {
 				t.Errorf("Service ports %v, want %v", got, want)
+			}
+		}},
+		{name: "attribution", set: []string{"exporter.attribution.enable=true"}, check: func(t *testing.T, r rendered) {
+			var ds appsv1.DaemonSet
+			r.get(t, "DaemonSet", "flow-aggregator-exporter", &ds)
+			if args := ds.Spec.Template.Spec.Containers[0].Args; !slices.Contains(args, "--in-cluster") {
+				t.Errorf("exporter args %q: no --in-cluster", args)
 			}
 		}},
 		{name: "no-traceflow", set: []string{"sluice.traceflow.enable=false"}, check: func(t *testing.T, r rendered) {

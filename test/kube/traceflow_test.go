@@ -70,6 +70,11 @@ func createFixture(t *testing.T, ctx context.Context, dyn dynamic.Interface) {
 			if o.Namespace != "" {
 				ri = dyn.Resource(gvr).Namespace(o.Namespace)
 			}
+			// Left by an earlier test (a Service's create would fail on its
+			// ClusterIP before its name).
+			if _, err := ri.Get(ctx, u.GetName(), metav1.GetOptions{}); err == nil {
+				continue
+			}
 			created, err := ri.Create(ctx, u, metav1.CreateOptions{})
 			if apierrors.IsAlreadyExists(err) {
 				continue

@@ -1,0 +1,505 @@
+package kube
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/dynamic/dynamicinformer"
+	"k8s.io/client-go/informers"
+	coreinformers "k8s.io/client-go/informers/core/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+
+	"sluice/traceflow/cluster"
+	"sluice/traceflow/crd"
+)
+
+// WatchOptions configures a Watcher. The zero value gives the defaults.
+type WatchOptions struct {
+	// Logger receives start-up, sync and watch events, client-go's own
+	// messages included; slog.Default() if nil.
+	Logger *slog.Logger
+	// Rediscover is how often discovery is asked again, while an Antrea
+	// resource is not served, whether it is now; DefaultRediscover if
+	// zero or negative.
+	Rediscover time.Duration
+}
+
+// DefaultRediscover is how often a Watcher looks for Antrea CRDs installed
+// after it started.
+const DefaultRediscover = time.Minute
+
+// Watcher follows, through informers, the objects Load lists: the typed
+// clientset's Namespaces, Nodes, Pods (not finished ones), Services,
+// EndpointSlices and NetworkPolicies, and the Antrea CRDs the server
+// serves through dynamic informers. Objects returns them as Load does,
+// from the informers' caches; Changed signals every change.
+//
+// The caches hold trimmed objects (no managed fields or annotations, a
+// Pod's and a Node's status cut to the addresses and phase, Antrea
+// policies without status), so a large cluster costs little memory and
+// status churn (Node heartbeats, Pod conditions) does not look like a
+// change of the model's input.
+//
+// A CRD that is not served is a warning of Objects, as with Load, and is
+// watched once discovery (asked again every Rediscover) says it is
+// served; a resource whose list is refused (forbidden) makes Objects
+// fail, naming it, until the informer's retried list succeeds.
+type Watcher struct {
+	client kubernetes.Interface
+	dyn    dynamic.Interface
+	log    *slog.Logger
+	// rediscover: see WatchOptions.Rediscover.
+	rediscover time.Duration
+
+	changed chan struct{} // capacity 1
+
+	mu       sync.Mutex // guards kinds and probs, set once by Run
+	kinds    []*watchKind
+	probs    cluster.Problems
+	started  bool
+	running  atomic.Bool
+	events   atomic.Uint64
+	errCount atomic.Uint64
+}
+
+// watchKind is one watched resource.
+type watchKind struct {
+	resource   string // as errors name it
+	apiVersion string
+	kind       string
+	typed      bool // items lack apiVersion and kind
+	quiet      bool // not served is no warning (see antreaResource)
+	informer   cache.SharedIndexInformer
+	reg        cache.ResourceEventHandlerRegistration
+	lastErr    atomic.Pointer[error]
+}
+
+// WatchStats are a Watcher's counters.
+type WatchStats struct {
+	// Events counts the add, update and delete notifications received.
+	Events uint64
+	// WatchErrors counts failed lists and dropped watches (the informers
+	// retry them).
+	WatchErrors uint64
+	// Objects is the number of objects in the caches now.
+	Objects int
+	// Synced says every watched resource has been listed.
+	Synced bool
+}
+
+// NewWatcher returns a Watcher reading through client and dyn; it holds
+// nothing until Run has listed.
+func NewWatcher(client kubernetes.Interface, dyn dynamic.Interface, o WatchOptions) *Watcher {
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.Rediscover <= 0 {
+		o.Rediscover = DefaultRediscover
+	}
+	return &Watcher{client: client, dyn: dyn, log: o.Logger, rediscover: o.Rediscover, changed: make(chan struct{}, 1)}
+}
+
+// Changed is signalled (capacity one: several changes may come as one)
+// after the caches changed or a resource finished its first list.
+func (w *Watcher) Changed() <-chan struct{} { return w.changed }
+
+func (w *Watcher) signal() {
+	select {
+	case w.changed <- struct{}{}:
+	default:
+	}
+}
+
+// Run asks discovery which Antrea resources are served, starts the
+// informers and follows the cluster until ctx ends, then stops them. It
+// may be called once. Failed lists and watches are counted, logged and
+// retried by the informers; Run returns an error only when called twice
+// or when ctx ends during discovery.
+func (w *Watcher) Run(ctx context.Context) error {
+	if !w.running.CompareAndSwap(false, true) {
+		return errors.New("kube watcher: Run called more than once")
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	ictx := klog.NewContext(ctx, logr.FromSlogHandler(w.log.Handler()))
+
+	served, err := servedAntrea(ctx, w.client)
+	if err != nil {
+		return err
+	}
+	factory := informers.NewSharedInformerFactoryWithOptions(w.client, 0, informers.WithTransform(trimTyped))
+	pods := factory.InformerFor(&corev1.Pod{}, func(c kubernetes.Interface, resync time.Duration) cache.SharedIndexInformer {
+		return coreinformers.NewFilteredPodInformer(c, metav1.NamespaceAll, resync, cache.Indexers{}, func(o *metav1.ListOptions) {
+			// Finished Pods hold no interface; leave them on the server.
+			o.FieldSelector = "status.phase!=Succeeded,status.phase!=Failed"
+		})
+	})
+	kinds := []*watchKind{
+		{resource: "namespaces", apiVersion: "v1", kind: "Namespace", typed: true, informer: factory.Core().V1().Namespaces().Informer()},
+		{resource: "nodes", apiVersion: "v1", kind: "Node", typed: true, informer: factory.Core().V1().Nodes().Informer()},
+		{resource: "pods", apiVersion: "v1", kind: "Pod", typed: true, informer: pods},
+		{resource: "services", apiVersion: "v1", kind: "Service", typed: true, informer: factory.Core().V1().Services().Informer()},
+		{resource: "endpointslices.discovery.k8s.io", apiVersion: "discovery.k8s.io/v1", kind: "EndpointSlice", typed: true,
+			informer: factory.Discovery().V1().EndpointSlices().Informer()},
+		{resource: "networkpolicies.networking.k8s.io", apiVersion: "networking.k8s.io/v1", kind: "NetworkPolicy", typed: true,
+			informer: factory.Networking().V1().NetworkPolicies().Informer()},
+	}
+	dfactory := dynamicinformer.NewDynamicSharedInformerFactory(w.dyn, 0)
+	var missing []antreaResource // not served at start
+	for _, r := range antreaResources() {
+		if served != nil && !served[r.resource] {
+			missing = append(missing, r)
+			continue
+		}
+		k, err := w.antreaKind(dfactory, r)
+		if err != nil {
+			return err
+		}
+		kinds = append(kinds, k)
+	}
+	for _, k := range kinds {
+		if err := w.register(k); err != nil {
+			return err
+		}
+	}
+	w.mu.Lock()
+	w.kinds, w.probs, w.started = kinds, missingProblems(missing), true
+	w.mu.Unlock()
+
+	w.log.InfoContext(ctx, "kubernetes: watching the cluster state", "resources", len(kinds), "not_served", len(missing))
+	factory.StartWithContext(ictx)
+	dfactory.Start(ictx.Done())
+	// Signal each resource's first list, so that a consumer waiting for
+	// all of them hears of the last.
+	var wg sync.WaitGroup
+	signalSynced := func(k *watchKind) {
+		wg.Go(func() {
+			select {
+			case <-k.reg.HasSyncedChecker().Done():
+				w.signal()
+			case <-ctx.Done():
+			}
+		})
+	}
+	for _, k := range kinds {
+		signalSynced(k)
+	}
+	// Antrea's CRDs installed after the start are watched from the next
+	// discovery on.
+	t := time.NewTicker(w.rediscover)
+	defer t.Stop()
+	for len(missing) > 0 {
+		select {
+		case <-ctx.Done():
+		case <-t.C:
+			added, err := w.addServed(ctx, dfactory, &missing)
+			if err != nil {
+				w.log.WarnContext(ctx, "kubernetes: cannot watch a newly served Antrea resource", "err", err)
+			}
+			if len(added) > 0 {
+				dfactory.Start(ictx.Done())
+				for _, k := range added {
+					signalSynced(k)
+				}
+				w.signal()
+			}
+			continue
+		}
+		break
+	}
+	<-ctx.Done()
+	wg.Wait()
+	factory.Shutdown()
+	dfactory.Shutdown()
+	return nil
+}
+
+// addServed asks discovery again and watches the resources of missing
+// that are served now, removing them from it.
+func (w *Watcher) addServed(ctx context.Context, dfactory dynamicinformer.DynamicSharedInformerFactory, missing *[]antreaResource) ([]*watchKind, error) {
+	served, err := servedAntrea(ctx, w.client)
+	if err != nil || served == nil {
+		return nil, err
+	}
+	var added []*watchKind
+	var still []antreaResource
+	for _, r := range *missing {
+		if !served[r.resource] {
+			still = append(still, r)
+			continue
+		}
+		k, err := w.antreaKind(dfactory, r)
+		if err == nil {
+			err = w.register(k)
+		}
+		if err != nil {
+			return added, err
+		}
+		w.log.InfoContext(ctx, "kubernetes: an Antrea resource is served now; watching it", "resource", k.resource)
+		added = append(added, k)
+	}
+	*missing = still
+	if len(added) > 0 {
+		w.mu.Lock()
+		w.kinds = append(slices.Clip(w.kinds), added...)
+		w.probs = missingProblems(still)
+		w.mu.Unlock()
+	}
+	return added, nil
+}
+
+func missingProblems(missing []antreaResource) cluster.Problems {
+	var probs cluster.Problems
+	for _, r := range missing {
+		if !r.quiet {
+			probs = append(probs, missingCRD(r.resource+"."+antreaGroupVersion.Group, r.kind))
+		}
+	}
+	return probs
+}
+
+// antreaKind makes the dynamic informer of one Antrea resource.
+func (w *Watcher) antreaKind(dfactory dynamicinformer.DynamicSharedInformerFactory, r antreaResource) (*watchKind, error) {
+	name := r.resource + "." + antreaGroupVersion.Group
+	inf := dfactory.ForResource(antreaGroupVersion.WithResource(r.resource)).Informer()
+	if err := inf.SetTransform(trimAntrea(r.kind)); err != nil {
+		return nil, fmt.Errorf("kube watcher: %s informer: %w", name, err)
+	}
+	return &watchKind{resource: name, apiVersion: antreaGroupVersion.String(), kind: r.kind, quiet: r.quiet, informer: inf}, nil
+}
+
+// register sets k's error and event handlers.
+func (w *Watcher) register(k *watchKind) error {
+	if err := k.informer.SetWatchErrorHandlerWithContext(func(ctx context.Context, _ *cache.Reflector, err error) {
+		w.errCount.Add(1)
+		k.lastErr.Store(&err)
+		if apierrors.IsNotFound(err) && !k.typed {
+			w.log.DebugContext(ctx, "kubernetes: resource not served", "resource", k.resource)
+		} else {
+			w.log.WarnContext(ctx, "kubernetes: list or watch failed; retrying", "resource", k.resource, "err", err)
+		}
+		w.signal()
+	}); err != nil {
+		return fmt.Errorf("kube watcher: %s informer: %w", k.resource, err)
+	}
+	reg, err := k.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { w.events.Add(1); w.signal() },
+		UpdateFunc: func(any, any) { w.events.Add(1); w.signal() },
+		DeleteFunc: func(any) { w.events.Add(1); w.signal() },
+	})
+	if err != nil {
+		return fmt.Errorf("kube watcher: %s informer: %w", k.resource, err)
+	}
+	k.reg = reg
+	return nil
+}
+
+// Objects returns the cached objects, in a fixed order (by resource, then
+// namespace and name), each encoded as Load encodes it, without its
+// resourceVersion (so that an object's content alone says whether it
+// changed). It fails while a resource has not been listed yet, naming the
+// resources and, for one whose list failed, why (a forbidden list says
+// which permission is missing). A resource that turned out not to be
+// served is left out, with a warning.
+func (w *Watcher) Objects() ([]cluster.Object, cluster.Problems, error) {
+	w.mu.Lock()
+	kinds, probs, started := w.kinds, slices.Clone(w.probs), w.started
+	w.mu.Unlock()
+	if !started {
+		return nil, nil, errors.New("the cluster state is not listed yet (the watch has not started)")
+	}
+	var waiting []string
+	var failed []error
+	for _, k := range kinds {
+		if k.reg.HasSynced() {
+			continue
+		}
+		var last error
+		if p := k.lastErr.Load(); p != nil {
+			last = *p
+		}
+		switch {
+		case last != nil && !k.typed && apierrors.IsNotFound(last):
+			if !k.quiet {
+				probs = append(probs, missingCRD(k.resource, k.kind))
+			}
+		case last != nil && apierrors.IsForbidden(last):
+			failed = append(failed, fmt.Errorf("listing %s: %w (the exporter needs get, list and watch on %s)", k.resource, last, k.resource))
+		case last != nil:
+			failed = append(failed, fmt.Errorf("listing %s: %w", k.resource, last))
+		default:
+			waiting = append(waiting, k.resource)
+		}
+	}
+	if len(failed) > 0 {
+		return nil, probs, errors.Join(failed...)
+	}
+	if len(waiting) > 0 {
+		return nil, probs, fmt.Errorf("the cluster state is not listed yet: waiting for %s", strings.Join(waiting, ", "))
+	}
+	var out []cluster.Object
+	for _, k := range kinds {
+		if !k.reg.HasSynced() {
+			continue // not served
+		}
+		items := k.informer.GetStore().List()
+		objs := make([]cluster.Object, 0, len(items))
+		for _, it := range items {
+			o, err := k.encode(it)
+			if err != nil {
+				return nil, probs, fmt.Errorf("listing %s: %w", k.resource, err)
+			}
+			objs = append(objs, o)
+		}
+		slices.SortFunc(objs, func(a, b cluster.Object) int {
+			if c := strings.Compare(a.Namespace, b.Namespace); c != 0 {
+				return c
+			}
+			return strings.Compare(a.Name, b.Name)
+		})
+		out = append(out, objs...)
+	}
+	return out, probs, nil
+}
+
+// encode turns a cached object into a cluster.Object.
+func (k *watchKind) encode(it any) (cluster.Object, error) {
+	ro, ok := it.(runtime.Object)
+	if !ok {
+		return cluster.Object{}, fmt.Errorf("unexpected cached value %T", it)
+	}
+	ro = ro.DeepCopyObject()
+	m, err := meta.Accessor(ro)
+	if err != nil {
+		return cluster.Object{}, fmt.Errorf("unexpected cached value %T: %w", it, err)
+	}
+	m.SetResourceVersion("")
+	m.SetGeneration(0)
+	var raw []byte
+	if u, ok := ro.(*unstructured.Unstructured); ok {
+		if u.GetAPIVersion() == "" {
+			u.SetAPIVersion(k.apiVersion)
+		}
+		if u.GetKind() == "" {
+			u.SetKind(k.kind)
+		}
+		if u.GetKind() != k.kind {
+			return cluster.Object{}, fmt.Errorf("%s %q has kind %q, want %s", k.resource, u.GetName(), u.GetKind(), k.kind)
+		}
+		raw, err = u.MarshalJSON()
+	} else {
+		raw, err = json.Marshal(ro)
+		if err == nil {
+			raw, err = withTypeMeta(raw, k.apiVersion, k.kind)
+		}
+	}
+	if err != nil {
+		return cluster.Object{}, fmt.Errorf("encoding %s: %w", describe(k.kind, m.GetNamespace(), m.GetName()), err)
+	}
+	return cluster.Object{APIVersion: k.apiVersion, Kind: k.kind, Namespace: m.GetNamespace(), Name: m.GetName(),
+		Source: "live " + k.resource, Raw: raw}, nil
+}
+
+// Stats returns the counters.
+func (w *Watcher) Stats() WatchStats {
+	w.mu.Lock()
+	kinds := w.kinds
+	w.mu.Unlock()
+	s := WatchStats{Events: w.events.Load(), WatchErrors: w.errCount.Load(), Synced: len(kinds) > 0}
+	for _, k := range kinds {
+		s.Objects += len(k.informer.GetStore().ListKeys())
+		if !k.reg.HasSynced() {
+			s.Synced = false
+		}
+	}
+	return s
+}
+
+// trimTyped is the typed informers' transform: it keeps what
+// cluster.Build reads. Idempotent; other values (tombstones) pass.
+func trimTyped(obj any) (any, error) {
+	switch o := obj.(type) {
+	case *corev1.Pod:
+		return &corev1.Pod{
+			ObjectMeta: trimMeta(&o.ObjectMeta),
+			Spec:       corev1.PodSpec{NodeName: o.Spec.NodeName, HostNetwork: o.Spec.HostNetwork},
+			Status:     corev1.PodStatus{Phase: o.Status.Phase, PodIP: o.Status.PodIP, PodIPs: o.Status.PodIPs},
+		}, nil
+	case *corev1.Node:
+		n := &corev1.Node{
+			ObjectMeta: trimMeta(&o.ObjectMeta),
+			Spec:       corev1.NodeSpec{PodCIDR: o.Spec.PodCIDR, PodCIDRs: o.Spec.PodCIDRs},
+		}
+		for _, a := range o.Status.Addresses {
+			if a.Type == corev1.NodeInternalIP {
+				n.Status.Addresses = append(n.Status.Addresses, a)
+			}
+		}
+		return n, nil
+	case *corev1.Namespace:
+		return &corev1.Namespace{ObjectMeta: trimMeta(&o.ObjectMeta)}, nil
+	case *corev1.Service:
+		return &corev1.Service{ObjectMeta: trimMeta(&o.ObjectMeta), Spec: o.Spec,
+			Status: corev1.ServiceStatus{LoadBalancer: o.Status.LoadBalancer}}, nil
+	case *discoveryv1.EndpointSlice:
+		c := *o
+		c.ObjectMeta = trimMeta(&o.ObjectMeta)
+		return &c, nil
+	case *networkingv1.NetworkPolicy:
+		return &networkingv1.NetworkPolicy{ObjectMeta: trimMeta(&o.ObjectMeta), Spec: o.Spec}, nil
+	}
+	return obj, nil
+}
+
+// trimMeta keeps the identity, labels (an EndpointSlice names its Service
+// by label) and the resourceVersion the informers use.
+func trimMeta(m *metav1.ObjectMeta) metav1.ObjectMeta {
+	return metav1.ObjectMeta{
+		Name:              m.Name,
+		Namespace:         m.Namespace,
+		UID:               m.UID,
+		ResourceVersion:   m.ResourceVersion,
+		CreationTimestamp: m.CreationTimestamp,
+		DeletionTimestamp: m.DeletionTimestamp,
+		Labels:            m.Labels,
+	}
+}
+
+// trimAntrea is the dynamic informers' transform: managed fields and
+// annotations go, and the status of policies and groups (realization
+// counts the model does not read); an Egress keeps its status (the IP and
+// the Node that holds it).
+func trimAntrea(kind string) cache.TransformFunc {
+	return func(obj any) (any, error) {
+		u, ok := obj.(*unstructured.Unstructured)
+		if !ok {
+			return obj, nil
+		}
+		u.SetManagedFields(nil)
+		u.SetAnnotations(nil)
+		if kind != crd.KindEgress {
+			unstructured.RemoveNestedField(u.Object, "status")
+		}
+		return u, nil
+	}
+}
