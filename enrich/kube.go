@@ -15,13 +15,14 @@ import (
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
+
+	"sluice/internal/kubemeta"
 )
 
 const (
@@ -773,13 +774,13 @@ func trimObject(obj any) (any, error) {
 	switch o := obj.(type) {
 	case *corev1.Pod:
 		return &corev1.Pod{
-			ObjectMeta: trimMeta(&o.ObjectMeta),
+			ObjectMeta: kubemeta.Trim(&o.ObjectMeta),
 			Spec:       corev1.PodSpec{NodeName: o.Spec.NodeName, HostNetwork: o.Spec.HostNetwork},
 			Status:     corev1.PodStatus{PodIP: o.Status.PodIP, PodIPs: o.Status.PodIPs},
 		}, nil
 	case *corev1.Node:
 		n := &corev1.Node{
-			ObjectMeta: trimMeta(&o.ObjectMeta),
+			ObjectMeta: kubemeta.Trim(&o.ObjectMeta),
 			Spec:       corev1.NodeSpec{PodCIDR: o.Spec.PodCIDR, PodCIDRs: o.Spec.PodCIDRs},
 		}
 		for _, a := range o.Status.Addresses {
@@ -790,23 +791,9 @@ func trimObject(obj any) (any, error) {
 		return n, nil
 	case *corev1.Service:
 		return &corev1.Service{
-			ObjectMeta: trimMeta(&o.ObjectMeta),
+			ObjectMeta: kubemeta.Trim(&o.ObjectMeta),
 			Spec:       corev1.ServiceSpec{ClusterIP: o.Spec.ClusterIP, ClusterIPs: o.Spec.ClusterIPs, Ports: o.Spec.Ports},
 		}, nil
 	}
 	return obj, nil
-}
-
-// trimMeta keeps the identity, labels and the fields the informers use
-// (resourceVersion tells updates from resyncs).
-func trimMeta(m *metav1.ObjectMeta) metav1.ObjectMeta {
-	return metav1.ObjectMeta{
-		Name:              m.Name,
-		Namespace:         m.Namespace,
-		UID:               m.UID,
-		ResourceVersion:   m.ResourceVersion,
-		CreationTimestamp: m.CreationTimestamp,
-		DeletionTimestamp: m.DeletionTimestamp,
-		Labels:            m.Labels,
-	}
 }

@@ -29,6 +29,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
+	"sluice/internal/kubemeta"
 	"sluice/traceflow/cluster"
 	"sluice/traceflow/crd"
 )
@@ -441,13 +442,13 @@ func trimTyped(obj any) (any, error) {
 	switch o := obj.(type) {
 	case *corev1.Pod:
 		return &corev1.Pod{
-			ObjectMeta: trimMeta(&o.ObjectMeta),
+			ObjectMeta: kubemeta.Trim(&o.ObjectMeta),
 			Spec:       corev1.PodSpec{NodeName: o.Spec.NodeName, HostNetwork: o.Spec.HostNetwork},
 			Status:     corev1.PodStatus{Phase: o.Status.Phase, PodIP: o.Status.PodIP, PodIPs: o.Status.PodIPs},
 		}, nil
 	case *corev1.Node:
 		n := &corev1.Node{
-			ObjectMeta: trimMeta(&o.ObjectMeta),
+			ObjectMeta: kubemeta.Trim(&o.ObjectMeta),
 			Spec:       corev1.NodeSpec{PodCIDR: o.Spec.PodCIDR, PodCIDRs: o.Spec.PodCIDRs},
 		}
 		for _, a := range o.Status.Addresses {
@@ -457,32 +458,18 @@ func trimTyped(obj any) (any, error) {
 		}
 		return n, nil
 	case *corev1.Namespace:
-		return &corev1.Namespace{ObjectMeta: trimMeta(&o.ObjectMeta)}, nil
+		return &corev1.Namespace{ObjectMeta: kubemeta.Trim(&o.ObjectMeta)}, nil
 	case *corev1.Service:
-		return &corev1.Service{ObjectMeta: trimMeta(&o.ObjectMeta), Spec: o.Spec,
+		return &corev1.Service{ObjectMeta: kubemeta.Trim(&o.ObjectMeta), Spec: o.Spec,
 			Status: corev1.ServiceStatus{LoadBalancer: o.Status.LoadBalancer}}, nil
 	case *discoveryv1.EndpointSlice:
 		c := *o
-		c.ObjectMeta = trimMeta(&o.ObjectMeta)
+		c.ObjectMeta = kubemeta.Trim(&o.ObjectMeta)
 		return &c, nil
 	case *networkingv1.NetworkPolicy:
-		return &networkingv1.NetworkPolicy{ObjectMeta: trimMeta(&o.ObjectMeta), Spec: o.Spec}, nil
+		return &networkingv1.NetworkPolicy{ObjectMeta: kubemeta.Trim(&o.ObjectMeta), Spec: o.Spec}, nil
 	}
 	return obj, nil
-}
-
-// trimMeta keeps the identity, labels (an EndpointSlice names its Service
-// by label) and the resourceVersion the informers use.
-func trimMeta(m *metav1.ObjectMeta) metav1.ObjectMeta {
-	return metav1.ObjectMeta{
-		Name:              m.Name,
-		Namespace:         m.Namespace,
-		UID:               m.UID,
-		ResourceVersion:   m.ResourceVersion,
-		CreationTimestamp: m.CreationTimestamp,
-		DeletionTimestamp: m.DeletionTimestamp,
-		Labels:            m.Labels,
-	}
 }
 
 // trimAntrea is the dynamic informers' transform: managed fields and
