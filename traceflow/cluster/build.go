@@ -168,6 +168,18 @@ func (b *builder) pod(o Object, p *corev1.Pod) {
 	if pod.Namespace == "" {
 		pod.Namespace = "default"
 	}
+	for _, c := range p.Spec.Containers {
+		for _, cp := range c.Ports {
+			if cp.Name == "" || cp.ContainerPort < 1 || cp.ContainerPort > 65535 {
+				continue
+			}
+			proto := cp.Protocol
+			if proto == "" {
+				proto = corev1.ProtocolTCP
+			}
+			pod.Ports = append(pod.Ports, NamedPort{Name: cp.Name, Protocol: proto, Port: uint16(cp.ContainerPort)})
+		}
+	}
 	ips := []string{}
 	for _, ip := range p.Status.PodIPs {
 		ips = append(ips, ip.IP)
@@ -347,25 +359,16 @@ func (b *builder) k8sPolicy(o Object, np *networkingv1.NetworkPolicy) {
 		return true
 	}
 	for _, r := range np.Spec.Ingress {
-		if !check(r.From) || !b.checkPorts(o, r.Ports) {
+		if !check(r.From) {
 			return
 		}
 	}
 	for _, r := range np.Spec.Egress {
-		if !check(r.To) || !b.checkPorts(o, r.Ports) {
+		if !check(r.To) {
 			return
 		}
 	}
 	b.st.NetworkPolicies = append(b.st.NetworkPolicies, np)
-}
-
-func (b *builder) checkPorts(o Object, ports []networkingv1.NetworkPolicyPort) bool {
-	for _, p := range ports {
-		if p.Port != nil && p.Port.Type != 0 {
-			b.warn(o.Describe(), "named port %q is not modelled; that port matches nothing", p.Port.StrVal)
-		}
-	}
-	return true
 }
 
 func (b *builder) group(o Object, g *crd.AntreaGroup) {

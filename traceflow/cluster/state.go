@@ -37,6 +37,30 @@ type Pod struct {
 	Labels      map[string]string
 	HostNetwork bool
 	Created     metav1.Time
+	// Ports are the containers' named ports; policy rules that name a
+	// port resolve it here, per Pod.
+	Ports []NamedPort
+}
+
+// NamedPort is a container port that has a name.
+type NamedPort struct {
+	Name     string
+	Protocol corev1.Protocol
+	Port     uint16
+}
+
+// NamedPort resolves a port name for protocol proto (TCP if empty) to
+// the Pod's container port, as Kubernetes does for policy rules.
+func (p *Pod) NamedPort(name string, proto corev1.Protocol) (uint16, bool) {
+	if proto == "" {
+		proto = corev1.ProtocolTCP
+	}
+	for _, np := range p.Ports {
+		if np.Name == name && np.Protocol == proto {
+			return np.Port, true
+		}
+	}
+	return 0, false
 }
 
 // Key is "namespace/name".

@@ -9,6 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"sluice/traceflow/cluster"
 	"sluice/traceflow/crd"
@@ -16,9 +17,20 @@ import (
 )
 
 // portMatch is one protocol/port of a rule; a zero port mask is any port.
+// A named port has name set and no port: it is resolved per Pod.
 type portMatch struct {
 	proto uint8
 	port  datapath.Masked
+	name  string
+}
+
+// namedMatch is a named port resolved for one Pod: traffic to ip on
+// proto/port.
+type namedMatch struct {
+	pod   *cluster.Pod
+	ip    netip.Addr
+	proto uint8
+	port  uint16
 }
 
 // compiledRule is one policy rule resolved against the cluster: which
@@ -34,6 +46,10 @@ type compiledRule struct {
 	peers     []netip.Prefix
 	anyPort   bool
 	ports     []portMatch
+	// named holds the rule's named ports resolved, per destination Pod
+	// address: for an ingress rule the Pods it applies to, for an egress
+	// rule the Pods its peers select (every Pod if it has no peers).
+	named []namedMatch
 }
 
 type compiledPolicies struct {
@@ -186,6 +202,18 @@ func (pc *policyCompiler) antreaRule(r apRule, pos int) error {
 		if one.anyPeer, one.peers, err = antreaPeers(pc.st, peers, ns, self); err != nil {
 			return fmt.Errorf("%s %s: %w", typ, r.pol.Name, err)
 		}
+		if hasNamed(one.ports) {
+			dst := one.appliedTo
+			if !r.in {
+				if dst, err = antreaPods(pc.st, peers, ns, self); err != nil {
+					return fmt.Errorf("%s %s: %w", typ, r.pol.Name, err)
+				}
+				if one.anyPeer {
+					dst = pc.st.Pods
+				}
+			}
+			one.named = resolveNamed(one.ports, dst)
+		}
 		pc.out.rules = append(pc.out.rules, &one)
 	}
 	return nil
@@ -212,10 +240,21 @@ func (pc *policyCompiler) k8sPolicy(np *networkingv1.NetworkPolicy) error {
 	add := func(ingress bool, table string, peers []networkingv1.NetworkPolicyPeer, ports []networkingv1.NetworkPolicyPort) error {
 		cr := &compiledRule{id: pc.newID(ref), ingress: ingress, table: table, priority: 200, action: crd.RuleActionAllow, appliedTo: applied}
 		var err error
-		if cr.anyPeer, cr.peers, err = k8sPeers(pc.st, peers, np.Namespace); err != nil {
+		var peerPods []*cluster.Pod
+		if cr.anyPeer, cr.peers, peerPods, err = k8sPeers(pc.st, peers, np.Namespace); err != nil {
 			return err
 		}
 		cr.anyPort, cr.ports = portMatches(ports)
+		if hasNamed(cr.ports) {
+			dst := applied
+			if !ingress {
+				dst = peerPods
+				if cr.anyPeer {
+					dst = pc.st.Pods
+				}
+			}
+			cr.named = resolveNamed(cr.ports, dst)
+		}
 		pc.out.rules = append(pc.out.rules, cr)
 		return nil
 	}
@@ -278,22 +317,26 @@ func podPrefixes(pods []*cluster.Pod) []netip.Prefix {
 	return out
 }
 
-func k8sPeers(st *cluster.State, peers []networkingv1.NetworkPolicyPeer, ns string) (bool, []netip.Prefix, error) {
+// k8sPeers returns whether a rule's peers are any peer, else their
+// addresses and, of those, the Pods its selectors select.
+func k8sPeers(st *cluster.State, peers []networkingv1.NetworkPolicyPeer, ns string) (bool, []netip.Prefix, []*cluster.Pod, error) {
 	if len(peers) == 0 {
-		return true, nil, nil
+		return true, nil, nil, nil
 	}
 	var out []netip.Prefix
+	var selected []*cluster.Pod
+	seen := map[*cluster.Pod]bool{}
 	for _, p := range peers {
 		if p.IPBlock != nil {
 			cidr, err := netip.ParsePrefix(p.IPBlock.CIDR)
 			if err != nil {
-				return false, nil, fmt.Errorf("ipBlock %q: %w", p.IPBlock.CIDR, err)
+				return false, nil, nil, fmt.Errorf("ipBlock %q: %w", p.IPBlock.CIDR, err)
 			}
 			var except []netip.Prefix
 			for _, e := range p.IPBlock.Except {
 				ep, err := netip.ParsePrefix(e)
 				if err != nil {
-					return false, nil, fmt.Errorf("ipBlock except %q: %w", e, err)
+					return false, nil, nil, fmt.Errorf("ipBlock except %q: %w", e, err)
 				}
 				except = append(except, ep.Masked())
 			}
@@ -309,11 +352,17 @@ func k8sPeers(st *cluster.State, peers []networkingv1.NetworkPolicyPeer, ns stri
 		}
 		pods, err := st.SelectPods(sel, p.NamespaceSelector, ns)
 		if err != nil {
-			return false, nil, err
+			return false, nil, nil, err
 		}
 		out = append(out, podPrefixes(pods)...)
+		for _, q := range pods {
+			if !seen[q] {
+				seen[q] = true
+				selected = append(selected, q)
+			}
+		}
 	}
-	return false, out, nil
+	return false, out, selected, nil
 }
 
 // antreaPods selects the Pods of peers in namespace ns (cluster-wide for
@@ -396,14 +445,14 @@ func rangeMatches(proto uint8, lo, hi int32) []portMatch {
 	}
 	var out []portMatch
 	for _, m := range datapath.PortRange(uint16(lo), uint16(hi)) {
-		out = append(out, portMatch{proto, m})
+		out = append(out, portMatch{proto: proto, port: m})
 	}
 	return out
 }
 
 // portMatches turns a rule's ports (Kubernetes or, converted,
-// Antrea-native) into matches; no ports is any port. Named ports and
-// unmodelled protocols match nothing.
+// Antrea-native) into matches; no ports is any port. Named ports are
+// kept by name for resolveNamed; unmodelled protocols match nothing.
 func portMatches(ports []networkingv1.NetworkPolicyPort) (bool, []portMatch) {
 	if len(ports) == 0 {
 		return true, nil
@@ -421,6 +470,10 @@ func portMatches(ports []networkingv1.NetworkPolicyPort) (bool, []portMatch) {
 		switch {
 		case p.Port == nil:
 			out = append(out, portMatch{proto: n})
+		case p.Port.Type == intstr.String:
+			if p.Port.StrVal != "" {
+				out = append(out, portMatch{proto: n, name: p.Port.StrVal})
+			}
 		case p.Port.Type == 0:
 			hi := p.Port.IntVal
 			if p.EndPort != nil {
@@ -430,6 +483,52 @@ func portMatches(ports []networkingv1.NetworkPolicyPort) (bool, []portMatch) {
 		}
 	}
 	return false, out
+}
+
+func hasNamed(ports []portMatch) bool {
+	for _, pm := range ports {
+		if pm.name != "" {
+			return true
+		}
+	}
+	return false
+}
+
+// resolveNamed resolves the named ports among ports against each Pod in
+// dst: a Pod whose container declares the name for the protocol is
+// matched on that port at each of its addresses; other Pods are not.
+func resolveNamed(ports []portMatch, dst []*cluster.Pod) []namedMatch {
+	var out []namedMatch
+	seen := map[namedMatch]bool{}
+	for _, pm := range ports {
+		if pm.name == "" {
+			continue
+		}
+		for _, p := range dst {
+			port, ok := p.NamedPort(pm.name, protoName(pm.proto))
+			if !ok {
+				continue
+			}
+			for _, ip := range p.IPs {
+				m := namedMatch{pod: p, ip: ip, proto: pm.proto, port: port}
+				if !seen[m] {
+					seen[m] = true
+					out = append(out, m)
+				}
+			}
+		}
+	}
+	return out
+}
+
+func protoName(n uint8) corev1.Protocol {
+	switch n {
+	case datapath.ProtoUDP:
+		return corev1.ProtocolUDP
+	case datapath.ProtoSCTP:
+		return corev1.ProtocolSCTP
+	}
+	return corev1.ProtocolTCP
 }
 
 // antreaToK8sPorts converts Antrea-native rule ports, which have the same

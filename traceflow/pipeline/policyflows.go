@@ -108,9 +108,21 @@ func (g *gen) rule(r *compiledRule) {
 	}
 	if !r.anyPort {
 		for _, pm := range r.ports {
+			if pm.name != "" {
+				continue // resolved per Pod below
+			}
 			for _, eth := range families {
 				g.add(r.table, r.priority, M{EthType: eth, IPProto: pm.proto, TpDst: pm.port}, conj(3))
 			}
+		}
+		// A named port matches the resolved port at the destination
+		// Pod's address (of an ingress rule, only this Node's Pods).
+		for _, nm := range r.named {
+			if _, local := g.nm.PodPort[nm.pod.Key()]; r.ingress && !local {
+				continue
+			}
+			m := M{EthType: ethOf(nm.ip), IPProto: nm.proto, NwDst: host(nm.ip), TpDst: datapath.Masked{Value: uint32(nm.port), Mask: 0xffff}}
+			g.add(r.table, r.priority, m, conj(3))
 		}
 	}
 	g.add(r.table, r.priority, M{ConjID: r.id}, acts...)
