@@ -779,16 +779,7 @@ func trimObject(obj any) (any, error) {
 			Status:     corev1.PodStatus{PodIP: o.Status.PodIP, PodIPs: o.Status.PodIPs},
 		}, nil
 	case *corev1.Node:
-		n := &corev1.Node{
-			ObjectMeta: kubemeta.Trim(&o.ObjectMeta),
-			Spec:       corev1.NodeSpec{PodCIDR: o.Spec.PodCIDR, PodCIDRs: o.Spec.PodCIDRs},
-		}
-		for _, a := range o.Status.Addresses {
-			if a.Type == corev1.NodeInternalIP {
-				n.Status.Addresses = append(n.Status.Addresses, a)
-			}
-		}
-		return n, nil
+		return kubemeta.Node(o), nil
 	case *corev1.Service:
 		return &corev1.Service{
 			ObjectMeta: kubemeta.Trim(&o.ObjectMeta),

@@ -2,7 +2,10 @@
 // and of the attribution model (traceflow/cluster/kube) share.
 package kubemeta
 
-import metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+import (
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
 
 // Trim keeps of an object's metadata its identity, labels (an
 // EndpointSlice names its Service by label, selectors read Pods') and what
@@ -19,4 +22,20 @@ func Trim(m *metav1.ObjectMeta) metav1.ObjectMeta {
 		DeletionTimestamp: m.DeletionTimestamp,
 		Labels:            m.Labels,
 	}
+}
+
+// Node keeps of a Node what both caches read: its Pod CIDRs and its
+// InternalIP addresses (not the heartbeat status that changes every few
+// seconds).
+func Node(o *corev1.Node) *corev1.Node {
+	n := &corev1.Node{
+		ObjectMeta: Trim(&o.ObjectMeta),
+		Spec:       corev1.NodeSpec{PodCIDR: o.Spec.PodCIDR, PodCIDRs: o.Spec.PodCIDRs},
+	}
+	for _, a := range o.Status.Addresses {
+		if a.Type == corev1.NodeInternalIP {
+			n.Status.Addresses = append(n.Status.Addresses, a)
+		}
+	}
+	return n
 }

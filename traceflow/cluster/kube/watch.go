@@ -443,20 +443,12 @@ func trimTyped(obj any) (any, error) {
 	case *corev1.Pod:
 		return &corev1.Pod{
 			ObjectMeta: kubemeta.Trim(&o.ObjectMeta),
-			Spec:       corev1.PodSpec{NodeName: o.Spec.NodeName, HostNetwork: o.Spec.HostNetwork},
-			Status:     corev1.PodStatus{Phase: o.Status.Phase, PodIP: o.Status.PodIP, PodIPs: o.Status.PodIPs},
+			Spec: corev1.PodSpec{NodeName: o.Spec.NodeName, HostNetwork: o.Spec.HostNetwork,
+				Containers: namedPorts(o.Spec.Containers)},
+			Status: corev1.PodStatus{Phase: o.Status.Phase, PodIP: o.Status.PodIP, PodIPs: o.Status.PodIPs},
 		}, nil
 	case *corev1.Node:
-		n := &corev1.Node{
-			ObjectMeta: kubemeta.Trim(&o.ObjectMeta),
-			Spec:       corev1.NodeSpec{PodCIDR: o.Spec.PodCIDR, PodCIDRs: o.Spec.PodCIDRs},
-		}
-		for _, a := range o.Status.Addresses {
-			if a.Type == corev1.NodeInternalIP {
-				n.Status.Addresses = append(n.Status.Addresses, a)
-			}
-		}
-		return n, nil
+		return kubemeta.Node(o), nil
 	case *corev1.Namespace:
 		return &corev1.Namespace{ObjectMeta: kubemeta.Trim(&o.ObjectMeta)}, nil
 	case *corev1.Service:
@@ -470,6 +462,24 @@ func trimTyped(obj any) (any, error) {
 		return &networkingv1.NetworkPolicy{ObjectMeta: kubemeta.Trim(&o.ObjectMeta), Spec: o.Spec}, nil
 	}
 	return obj, nil
+}
+
+// namedPorts keeps of a Pod's containers only their named ports, which
+// policy rules can name (cluster.Build reads them); nil when none has one.
+func namedPorts(cs []corev1.Container) []corev1.Container {
+	var out []corev1.Container
+	for _, c := range cs {
+		var ports []corev1.ContainerPort
+		for _, p := range c.Ports {
+			if p.Name != "" {
+				ports = append(ports, corev1.ContainerPort{Name: p.Name, ContainerPort: p.ContainerPort, Protocol: p.Protocol})
+			}
+		}
+		if len(ports) > 0 {
+			out = append(out, corev1.Container{Name: c.Name, Ports: ports})
+		}
+	}
+	return out
 }
 
 // trimAntrea is the dynamic informers' transform: managed fields and

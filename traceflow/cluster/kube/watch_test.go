@@ -245,3 +245,30 @@ func TestObjectsBeforeRun(t *testing.T) {
 		t.Error("Objects before Run: no error")
 	}
 }
+
+// TestWatchKeepsNamedPorts: the watcher's trimmed Pods keep their named
+// container ports, which policy rules can name: the state built from the
+// watched objects resolves them as the files' state does.
+func TestWatchKeepsNamedPorts(t *testing.T) {
+	files := fileObjectsWith(t, "k8s-named-port.yaml")
+	client, dyn := fakes(t, files, allAntrea)
+	w := runWatcher(t, client, dyn)
+	live, _ := synced(t, w)
+	ports := func(objs []cluster.Object) map[string][]cluster.NamedPort {
+		st, _ := cluster.Build(objs)
+		out := map[string][]cluster.NamedPort{}
+		for _, p := range st.Pods {
+			if len(p.Ports) > 0 {
+				out[p.Namespace+"/"+p.Name] = p.Ports
+			}
+		}
+		return out
+	}
+	want := ports(files)
+	if len(want) == 0 {
+		t.Fatal("the fixture declares no named port")
+	}
+	if got := ports(live); !reflect.DeepEqual(got, want) {
+		t.Errorf("named ports of the watched Pods %v, want %v", got, want)
+	}
+}
