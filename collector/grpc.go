@@ -1,6 +1,7 @@
 package collector
 
 import (
+	"bufio"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -8,26 +9,19 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"net/netip"
 	"slices"
 	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials"
-	"google.golang.org/grpc/encoding"
-	protoenc "google.golang.org/grpc/encoding/proto"
-	"google.golang.org/grpc/keepalive"
-	"google.golang.org/grpc/mem"
-	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 
 	"sluice/flow"
 	"sluice/flow/flowpb"
 	"sluice/flow/flowproto"
-	"sluice/grpcserve"
 )
 
 // GRPCOptions tunes the gRPC collector.
@@ -84,65 +78,69 @@ func (s *Server) ServeGRPC(ctx context.Context, ln net.Listener, tlsConfig *tls.
 	}
 	o := &s.o
 	log := o.Log.With("transport", "grpc")
-	creds := &countingCreds{
-		TransportCredentials: credentials.NewTLS(tlsConfig),
-		handshakeRefused:     o.Metrics.Refused.WithLabelValues("grpc", "tls-handshake"),
-		metrics:              o.Metrics,
-		log:                  log,
-	}
+	handshakeRefused := o.Metrics.Refused.WithLabelValues("grpc", "tls-handshake")
 	ln = &slotListener{Listener: ln, s: s, log: log,
 		limitRefused: o.Metrics.Refused.WithLabelValues("grpc", "session-limit"),
 		sessions:     o.Metrics.Sessions.WithLabelValues("grpc")}
-	srv := grpc.NewServer(
-		grpc.Creds(creds),
-		grpc.MaxRecvMsgSize(o.GRPC.MaxMessageSize),
-		grpc.MaxConcurrentStreams(o.GRPC.MaxStreams),
-		grpc.ConnectionTimeout(o.HandshakeTimeout),
-		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
-		grpc.WaitForHandlers(true),
-		grpc.ForceServerCodecV2(rawCodec{proto: encoding.GetCodecV2(protoenc.Name)}),
-	)
-	flowpb.RegisterFlowExportServiceServer(srv, &exportService{s: s, ctx: ctx})
-	// Handlers see ctx and return, so the graceful stop is quick; the
-	// timeout is the bound.
-	err := grpcserve.Serve(ctx, srv, ln, o.GRPC.StopTimeout, func() {
-		o.Log.Warn("gRPC collector did not stop gracefully in time; closing its connections", "timeout", o.GRPC.StopTimeout.String())
+	hl := newHandshakeListener(ln, withH2(tlsConfig), o.HandshakeTimeout, func(raw net.Conn, err error) {
+		handshakeFailed(o.Metrics, handshakeRefused, log.With("peer", raw.RemoteAddr().String()), "grpc", "gRPC connection", err)
 	})
-	if err != nil {
+	svc := &exportService{s: s, ctx: ctx}
+	var handlers handlerCount
+	srv := &http.Server{
+		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if !handlers.enter() {
+				writeStatus(w, status.New(codes.Unavailable, "the aggregator is shutting down"))
+				return
+			}
+			defer handlers.leave()
+			svc.serve(w, r)
+		}),
+		// HTTP/2's own complaints (a bad preface, a reset) are the
+		// client's business; kept for debugging.
+		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelDebug),
+		HTTP2: &http.HTTP2Config{
+			MaxConcurrentStreams: int(o.GRPC.MaxStreams),
+			// What a connection may have sent and the collector not
+			// read yet (the pipeline is full): bounded per connection.
+			MaxReceiveBufferPerConnection: grpcConnWindow,
+			MaxReceiveBufferPerStream:     grpcStreamWindow,
+			// Keeps a dead peer from holding its streams forever, as
+			// grpc-go's keepalive would.
+			SendPingTimeout: 2 * time.Hour,
+			PingTimeout:     20 * time.Second,
+		},
+	}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(hl) }()
+	var err error
+	select {
+	case err = <-served:
+		srv.Close()
+	case <-ctx.Done():
+		// Handlers see ctx and return, so the graceful stop is quick;
+		// the timeout is the bound.
+		sctx, cancel := context.WithTimeout(context.Background(), o.GRPC.StopTimeout)
+		if srv.Shutdown(sctx) != nil {
+			o.Log.Warn("gRPC collector did not stop gracefully in time; closing its connections", "timeout", o.GRPC.StopTimeout.String())
+			srv.Close()
+		}
+		cancel()
+		<-served
+	}
+	hl.Close()
+	handlers.closeAndWait()
+	if err != nil && !errors.Is(err, http.ErrServerClosed) {
 		return fmt.Errorf("collector: grpc: %w", err)
 	}
 	return nil
 }
 
-// countingCreds is the server's TLS with the collector's accounting of
-// failed handshakes (no or bad client certificate), counted and logged.
-type countingCreds struct {
-	credentials.TransportCredentials
-	handshakeRefused prometheus.Counter
-	metrics          *Metrics
-	log              *slog.Logger
-}
-
-func (c *countingCreds) ServerHandshake(raw net.Conn) (net.Conn, credentials.AuthInfo, error) {
-	conn, info, err := c.TransportCredentials.ServerHandshake(raw)
-	if err != nil {
-		handshakeFailed(c.metrics, c.handshakeRefused, c.log.With("peer", raw.RemoteAddr().String()), "grpc", "gRPC connection", err)
-		return nil, nil, err
-	}
-	return conn, info, nil
-}
-
-func (c *countingCreds) Clone() credentials.TransportCredentials {
-	d := *c
-	d.TransportCredentials = c.TransportCredentials.Clone()
-	return &d
-}
-
 // slotListener gives each accepted connection a session slot, shared
 // with the IPFIX TCP sessions, or closes it at once when none is free. The
-// slot is taken on the raw connection, which gRPC closes on every path
-// (a failed handshake, a failed transport setup, the end of the
-// connection), so it always comes back.
+// slot is taken on the raw connection, which is closed on every path
+// (a failed handshake, the end of the connection), so it always comes
+// back.
 type slotListener struct {
 	net.Listener
 	s            *Server
@@ -183,36 +181,9 @@ func (c *slotConn) Close() error {
 }
 
 type exportService struct {
-	flowpb.UnimplementedFlowExportServiceServer
 	s   *Server
 	ctx context.Context // the collector's run
 }
-
-// rawRequest is an ExportRequest as it came off the wire: rawCodec hands
-// its bytes over undecoded, and flowproto.Decoder reads the flows from
-// them. One per stream, reused for each message.
-type rawRequest struct{ b []byte }
-
-// rawCodec is the collector server's codec: Protobuf, except that a
-// rawRequest receives the message's bytes. It is forced on the
-// collector's own server only (which serves FlowExportService alone).
-type rawCodec struct{ proto encoding.CodecV2 }
-
-func (c rawCodec) Marshal(v any) (mem.BufferSlice, error) { return c.proto.Marshal(v) }
-
-func (c rawCodec) Unmarshal(data mem.BufferSlice, v any) error {
-	r, ok := v.(*rawRequest)
-	if !ok {
-		return c.proto.Unmarshal(data, v)
-	}
-	// Copied: gRPC frees data when Unmarshal returns.
-	n := data.Len()
-	r.b = slices.Grow(r.b[:0], n)[:n]
-	data.CopyTo(r.b)
-	return nil
-}
-
-func (rawCodec) Name() string { return "proto" }
 
 // maxKeptRequestBuffer is the largest message buffer a stream keeps
 // between messages; a larger one (a rare large request) is let go.
@@ -227,22 +198,53 @@ type streamEnd struct {
 	n, bad  uint64
 }
 
-// Export receives one exporter's stream. Receiving, decoding and handing
+// serve answers one HTTP/2 request: an Export call or a refusal.
+func (e *exportService) serve(w http.ResponseWriter, r *http.Request) {
+	if grpcRequestError(w, r, flowpb.FlowExportService_Export_FullMethodName) {
+		return
+	}
+	sctx := r.Context()
+	if v := r.Header.Get("Grpc-Timeout"); v != "" {
+		if d, ok := grpcTimeout(v); ok {
+			var cancel context.CancelFunc
+			sctx, cancel = context.WithTimeout(sctx, d)
+			defer cancel()
+		}
+	}
+	if err := e.export(sctx, r); err != nil {
+		writeStatus(w, status.Convert(err))
+		return
+	}
+	// An ExportResponse has no fields: its encoding is empty.
+	writeResponse(w, nil)
+}
+
+// export receives one exporter's stream. Receiving, decoding and handing
 // on run in their own goroutine so that the handler can end the stream
 // when the collector stops, even while the exporter is idle.
-func (e *exportService) Export(stream flowpb.FlowExportService_ExportServer) error {
+func (e *exportService) export(sctx context.Context, r *http.Request) error {
 	s, o := e.s, &e.s.o
-	sctx := stream.Context()
 	var exporter netip.Addr
-	if p, ok := peer.FromContext(sctx); ok && p.Addr != nil {
-		exporter = addrOf(p.Addr)
+	if ap, err := netip.ParseAddrPort(r.RemoteAddr); err == nil {
+		exporter = ap.Addr().Unmap()
 	}
 	s.hold(exporter)
 	defer s.release(exporter)
 	log := o.Log.With("transport", "grpc", "peer", exporter.String())
 	done := make(chan streamEnd, 1)
 	pending := make(chan []*flow.Flow, 1)
-	go func() { done <- e.receive(stream, exporter, log, pending) }()
+	go func() { done <- e.receive(sctx, r.Body, exporter, log, pending) }()
+	// A read waits for the client; the call's end (a reset, its
+	// deadline) ends the read.
+	defer context.AfterFunc(sctx, func() { r.Body.Close() })()
+	received := false
+	defer func() {
+		if !received {
+			// Unblocks the receiver's read; it ends at once.
+			r.Body.Close()
+			<-done
+		}
+	}()
 	log.Info("gRPC export stream opened")
 	for {
 		var end streamEnd
@@ -253,6 +255,7 @@ func (e *exportService) Export(stream flowpb.FlowExportService_ExportServer) err
 			}
 			continue
 		case end = <-done:
+			received = true
 		case <-e.ctx.Done():
 			return status.Error(codes.Unavailable, "the aggregator is shutting down")
 		}
@@ -273,7 +276,7 @@ func (e *exportService) Export(stream flowpb.FlowExportService_ExportServer) err
 				}
 			}
 			log.Info("gRPC export stream closed", "records", end.n, "invalid", end.bad)
-			return stream.SendAndClose(&flowpb.ExportResponse{})
+			return nil
 		case end.counted:
 			return end.err
 		}
@@ -329,7 +332,7 @@ func (e *exportService) awaitWritten(sctx context.Context) error {
 // takes it from there into the pipeline. While the pipeline is busy, the
 // records of the messages that arrive meanwhile join the waiting batch
 // (up to grpcBatch), so that one-flow messages travel in batches.
-func (e *exportService) receive(stream flowpb.FlowExportService_ExportServer, exporter netip.Addr, log *slog.Logger, pending chan []*flow.Flow) streamEnd {
+func (e *exportService) receive(sctx context.Context, body io.Reader, exporter netip.Addr, log *slog.Logger, pending chan []*flow.Flow) streamEnd {
 	o := &e.s.o
 	addr := exporter.String()
 	records := o.Metrics.Records.WithLabelValues("grpc", addr)
@@ -339,35 +342,72 @@ func (e *exportService) receive(stream flowpb.FlowExportService_ExportServer, ex
 	messages := o.Metrics.Messages.WithLabelValues("grpc")
 
 	dec := flowproto.NewDecoder()
+	br, _ := e.s.readers.Get().(*bufio.Reader)
+	if br == nil {
+		br = bufio.NewReaderSize(body, grpcReadBuffer)
+	} else {
+		br.Reset(body)
+	}
+	defer func() { br.Reset(nil); e.s.readers.Put(br) }()
+	mr := messageReader{br: br, max: o.GRPC.MaxMessageSize}
 	var (
-		req     rawRequest
 		spans   [][]byte
-		decoded []*flow.Flow
+		decoded []*flow.Flow // the records of whole messages, not handed on yet
 		slab    []flow.Flow
 		n, bad  uint64
 	)
+	// flush hands on what decoded holds, in batches of at most grpcBatch
+	// records.
+	flush := func() bool {
+		for rest := decoded; len(rest) > 0; {
+			k := min(len(rest), grpcBatch)
+			n += uint64(k)
+			records.Add(float64(k))
+			if !handOn(e.ctx, pending, rest[:k]) {
+				return false
+			}
+			rest = rest[k:]
+		}
+		clear(decoded) // the pipeline owns the records now
+		decoded = decoded[:0]
+		return true
+	}
+	// end hands on the records of the messages before the one that ended
+	// the stream, then says how it ended.
+	end := func(err error, counted bool) streamEnd {
+		if !flush() {
+			return streamEnd{err: status.Error(codes.Unavailable, "the aggregator is shutting down"), counted: true, n: n, bad: bad}
+		}
+		return streamEnd{err: err, counted: counted, n: n, bad: bad}
+	}
 	for {
-		if err := stream.RecvMsg(&req); err != nil {
+		msg, err := mr.next()
+		if err != nil {
 			if errors.Is(err, io.EOF) {
 				err = nil
+			} else if _, ok := status.FromError(err); !ok {
+				// The client reset the stream or went away.
+				err = status.FromContextError(context.Canceled).Err()
+				if sctx.Err() != nil {
+					err = status.FromContextError(sctx.Err()).Err()
+				}
 			}
-			return streamEnd{err: err, n: n, bad: bad}
+			return end(err, false)
 		}
 		messages.Inc()
-		var err error
-		spans, err = flowproto.RequestFlows(req.b, spans[:0])
+		spans, err = flowproto.RequestFlows(msg, spans[:0])
 		if err != nil {
-			return streamEnd{err: status.Errorf(codes.Internal, "grpc: failed to unmarshal the received message: %v", err), n: n, bad: bad}
+			return end(status.Errorf(codes.Internal, "grpc: failed to unmarshal the received message: %v", err), false)
 		}
 		if len(spans) > o.GRPC.MaxFlows {
 			tooMany.Add(float64(len(spans)))
 			log.Warn("ending gRPC export stream: too many flows in one request", "flows", len(spans), "limit", o.GRPC.MaxFlows)
-			return streamEnd{err: status.Errorf(codes.ResourceExhausted, "%d flows in one request, more than %d", len(spans), o.GRPC.MaxFlows), counted: true, n: n, bad: bad}
+			return end(status.Errorf(codes.ResourceExhausted, "%d flows in one request, more than %d", len(spans), o.GRPC.MaxFlows), true)
 		}
 		// The whole request is decoded before any of it is handed on:
 		// a request that does not decode ends the stream with none of
 		// its records taken, as when gRPC decoded it.
-		decoded = decoded[:0]
+		mark := len(decoded)
 		var unknown, invalidHere int
 		var firstInvalid error
 		for _, sp := range spans {
@@ -378,7 +418,11 @@ func (e *exportService) receive(stream flowpb.FlowExportService_ExportServer, ex
 			u, err := dec.Decode(sp, f)
 			if errors.Is(err, flowproto.ErrMalformed) {
 				*f = flow.Flow{}
-				return streamEnd{err: status.Errorf(codes.Internal, "grpc: failed to unmarshal the received message: %v", err), n: n, bad: bad}
+				// This message's records are dropped (the slab's
+				// entries they took are not reused: rare).
+				clear(decoded[mark:])
+				decoded = decoded[:mark]
+				return end(status.Errorf(codes.Internal, "grpc: failed to unmarshal the received message: %v", err), false)
 			}
 			if err == nil && !f.SourceIP.IsValid() && !f.DestinationIP.IsValid() {
 				err = errNoAddress
@@ -396,6 +440,7 @@ func (e *exportService) receive(stream flowpb.FlowExportService_ExportServer, ex
 			f.Origin.Transport = "grpc"
 			decoded = append(decoded, f)
 		}
+		clear(spans) // nor keep the message's buffer
 		if invalidHere > 0 {
 			if bad == 0 {
 				log.Warn("dropping gRPC records with invalid values (further ones on this stream are only counted)", "err", firstInvalid)
@@ -406,20 +451,17 @@ func (e *exportService) receive(stream flowpb.FlowExportService_ExportServer, ex
 		if unknown > 0 {
 			skew.Add(float64(unknown))
 		}
-		// Handed on in batches of at most grpcBatch records.
-		for rest := decoded; len(rest) > 0; {
-			k := min(len(rest), grpcBatch)
-			n += uint64(k)
-			records.Add(float64(k))
-			if !handOn(e.ctx, pending, rest[:k]) {
-				return streamEnd{err: status.Error(codes.Unavailable, "the aggregator is shutting down"), counted: true, n: n, bad: bad}
-			}
-			rest = rest[k:]
+		if cap(mr.buf) > maxKeptRequestBuffer {
+			mr.buf = nil
 		}
-		clear(decoded) // the pipeline owns the records now
-		clear(spans)   // nor keep the message's buffer
-		if cap(req.b) > maxKeptRequestBuffer {
-			req.b = nil
+		// While the next message is already read whole, the records
+		// wait for it: one-Flow messages travel together, with one
+		// hand-off.
+		if len(decoded) < grpcBatch && mr.buffered() {
+			continue
+		}
+		if !flush() {
+			return streamEnd{err: status.Error(codes.Unavailable, "the aggregator is shutting down"), counted: true, n: n, bad: bad}
 		}
 	}
 }

@@ -32,6 +32,9 @@ type Server struct {
 	gen  map[netip.Addr]uint64
 	// arenas hold the forwarded records of every session (Options.Forwarder).
 	arenas ipfix.ArenaPool
+	// readers are the gRPC streams' body readers (a stream lasts as
+	// long as an exporter's acknowledgement interval).
+	readers sync.Pool
 }
 
 // New returns a server with o (defaults filled in).
