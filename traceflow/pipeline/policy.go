@@ -227,7 +227,7 @@ func (pc *policyCompiler) antreaRule(r apRule, pos int) error {
 				byNS[p.Namespace] = append(byNS[p.Namespace], p)
 			}
 		}
-		for _, self := range sortedKeys(byNS) {
+		for _, self := range sortedMapKeys(byNS) {
 			one := *cr
 			one.appliedTo = byNS[self]
 			if err := emit(one, main, self); err != nil {
@@ -252,7 +252,8 @@ func (pc *policyCompiler) antreaRule(r apRule, pos int) error {
 	return nil
 }
 
-func sortedKeys[V any](m map[string]V) []string {
+// sortedMapKeys lists a map's keys in order, for reproducible rule IDs.
+func sortedMapKeys[V any](m map[string]V) []string {
 	out := make([]string, 0, len(m))
 	for k := range m {
 		out = append(out, k)
@@ -331,7 +332,7 @@ func sameLabelsGroups(st *cluster.State, applied []crd.PolicyPeer, labelled []cr
 			groups[key.String()] = append(groups[key.String()], ns)
 			values[key.String()] = vals
 		}
-		for _, k := range sortedKeys(groups) {
+		for _, k := range sortedMapKeys(groups) {
 			var pods []*cluster.Pod
 			sort.Strings(groups[k])
 			for _, ns := range groups[k] {
