@@ -10,6 +10,7 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
 
 	"sluice/traceflow/crd"
 )
@@ -420,8 +421,31 @@ func (b *builder) antreaPolicy(o Object, ap *crd.AntreaPolicy) {
 					return false
 				}
 			}
-			if p.Namespaces != nil && !p.IsSelf() {
-				b.warn(o.Describe(), "%s: namespaces.match %q is not modelled (only Self is); that peer matches nothing", where, p.Namespaces.Match)
+			if p.Namespaces != nil {
+				if p.NamespaceSelector != nil {
+					b.fail(o.Describe(), "%s: namespaces and namespaceSelector cannot be set together in one peer", where)
+					return false
+				}
+				if p.Namespaces.Match != "" && p.Namespaces.Match != crd.NamespaceMatchSelf {
+					b.fail(o.Describe(), "%s: namespaces.match %q is not Self", where, p.Namespaces.Match)
+					return false
+				}
+				if p.Namespaces.Match != "" && len(p.Namespaces.SameLabels) > 0 {
+					b.fail(o.Describe(), "%s: namespaces sets both match and sameLabels", where)
+					return false
+				}
+				for _, k := range p.Namespaces.SameLabels {
+					if errs := validation.IsQualifiedName(k); len(errs) > 0 {
+						b.fail(o.Describe(), "%s: sameLabels key %q: %s", where, k, strings.Join(errs, "; "))
+						return false
+					}
+				}
+				switch {
+				case ap.Kind == crd.KindAntreaNetworkPolicy:
+					b.warn(o.Describe(), "%s: a namespaced NetworkPolicy has no namespaces field upstream (the API server drops it); the peer selects in the policy's namespace", where)
+				case p.Namespaces.Match == "" && len(p.Namespaces.SameLabels) == 0:
+					b.warn(o.Describe(), "%s: namespaces selects by neither match nor sameLabels; upstream leaves that peer out of the rule", where)
+				}
 			}
 			for _, sel := range []*metav1.LabelSelector{p.PodSelector, p.NamespaceSelector} {
 				if sel == nil {
@@ -454,8 +478,18 @@ func (b *builder) antreaPolicy(o Object, ap *crd.AntreaPolicy) {
 				b.fail(o.Describe(), "%s: no appliedTo in the spec or the rule", where)
 				return
 			}
-			if len(r.Protocols) > 0 {
-				b.warn(o.Describe(), "%s: protocols (ICMP, IGMP) are not modelled; only the rule's ports match (none if it has none)", where)
+			for _, pr := range r.Protocols {
+				if pr.ICMP != nil {
+					for _, v := range []*int32{pr.ICMP.ICMPType, pr.ICMP.ICMPCode} {
+						if v != nil && (*v < 0 || *v > 255) {
+							b.fail(o.Describe(), "%s: icmp type or code %d is not in 0..255", where, *v)
+							return
+						}
+					}
+				}
+				if pr.IGMP != nil {
+					b.warn(o.Describe(), "%s: igmp is not modelled (that entry matches nothing): upstream's Traceflow cannot trace IGMP, its agent failing to build a protocol-2 packet, which has no IGMP body", where)
+				}
 			}
 			if len(r.L7Protocols) > 0 {
 				b.warn(o.Describe(), "%s: l7Protocols are not modelled; the rule is traced as its layer-4 part (upstream redirects the traffic it allows to the L7 engine, and its trace times out)", where)

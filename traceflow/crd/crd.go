@@ -277,10 +277,30 @@ type AntreaPolicyRule struct {
 	To        []PolicyPeer `json:"to,omitempty"`
 	Ports     []PolicyPort `json:"ports,omitempty"`
 	AppliedTo []PolicyPeer `json:"appliedTo,omitempty"`
-	// Protocols (ICMP and IGMP matches) and L7Protocols are read only to
-	// be warned about: neither is modelled.
-	Protocols   []json.RawMessage `json:"protocols,omitempty"`
+	// Protocols are ICMP matches (modelled) and IGMP matches (warned
+	// about: upstream's Traceflow cannot send IGMP); L7Protocols are read
+	// only to be warned about.
+	Protocols   []PolicyProtocol  `json:"protocols,omitempty"`
 	L7Protocols []json.RawMessage `json:"l7Protocols,omitempty"`
+}
+
+// PolicyProtocol is one entry of a rule's protocols: ICMP or IGMP.
+type PolicyProtocol struct {
+	ICMP *ICMPProtocol `json:"icmp,omitempty"`
+	IGMP *IGMPProtocol `json:"igmp,omitempty"`
+}
+
+// ICMPProtocol matches ICMP (ICMPv6 for IPv6 traffic) by type and code;
+// an unset field matches any value.
+type ICMPProtocol struct {
+	ICMPType *int32 `json:"icmpType,omitempty"`
+	ICMPCode *int32 `json:"icmpCode,omitempty"`
+}
+
+// IGMPProtocol matches IGMP messages by type and multicast group.
+type IGMPProtocol struct {
+	IGMPType     *int32 `json:"igmpType,omitempty"`
+	GroupAddress string `json:"groupAddress,omitempty"`
 }
 
 // PolicyPeer selects Pods or an IP block.
@@ -293,9 +313,11 @@ type PolicyPeer struct {
 }
 
 // PeerNamespaces selects namespaces relative to the Pod a rule applies
-// to; match Self is its own namespace.
+// to: match Self is its own namespace; sameLabels the namespaces whose
+// values for those label keys equal those of its own.
 type PeerNamespaces struct {
-	Match string `json:"match,omitempty"`
+	Match      string   `json:"match,omitempty"`
+	SameLabels []string `json:"sameLabels,omitempty"`
 }
 
 // NamespaceMatchSelf is the namespaces.match value for the applied-to
@@ -306,6 +328,12 @@ const NamespaceMatchSelf = "Self"
 // namespace.
 func (p *PolicyPeer) IsSelf() bool {
 	return p.Namespaces != nil && p.Namespaces.Match == NamespaceMatchSelf
+}
+
+// IsSameLabels reports whether the peer selects namespaces by the label
+// values of the applied-to Pod's namespace.
+func (p *PolicyPeer) IsSameLabels() bool {
+	return p.Namespaces != nil && p.Namespaces.Match == "" && len(p.Namespaces.SameLabels) > 0
 }
 
 // IPBlock is a CIDR (Antrea-native blocks have no except list).

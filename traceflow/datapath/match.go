@@ -84,6 +84,11 @@ type Match struct {
 	DSCP    uint8
 	HasDSCP bool
 	ConjID  uint32
+
+	// ICMPType and ICMPCode match ICMP or ICMPv6 (by IPProto); a zero
+	// mask is any value.
+	ICMPType Masked
+	ICMPCode Masked
 }
 
 func (m *Match) matches(p *Packet, md *Metadata) bool {
@@ -136,6 +141,14 @@ func (m *Match) matches(p *Packet, md *Metadata) bool {
 		}
 		if !m.TpSrc.matches(uint32(p.SrcPort)) || !m.TpDst.matches(uint32(p.DstPort)) {
 			return false
+		}
+		if m.ICMPType.Mask != 0 || m.ICMPCode.Mask != 0 {
+			if p.Proto != ProtoICMP && p.Proto != ProtoICMPv6 {
+				return false
+			}
+			if !m.ICMPType.matches(uint32(p.ICMPType)) || !m.ICMPCode.matches(uint32(p.ICMPCode)) {
+				return false
+			}
 		}
 	}
 	return true
@@ -214,6 +227,13 @@ func (m *Match) String() string {
 	}
 	if m.TpDst.Mask != 0 {
 		add("tp_dst=%s", portString(m.TpDst))
+	}
+	// OVS prints these names for ICMPv6 too.
+	if m.ICMPType.Mask != 0 {
+		add("icmp_type=%d", m.ICMPType.Value)
+	}
+	if m.ICMPCode.Mask != 0 {
+		add("icmp_code=%d", m.ICMPCode.Value)
 	}
 	return strings.Join(parts, ",")
 }

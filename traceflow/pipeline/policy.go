@@ -9,6 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"sluice/traceflow/cluster"
@@ -22,6 +23,9 @@ type portMatch struct {
 	proto uint8
 	port  datapath.Masked
 	name  string
+	// An ICMP match (proto ICMP) stands for ICMPv6 in IPv6 too, as
+	// upstream's does; a zero mask is any type or code.
+	icmpType, icmpCode datapath.Masked
 }
 
 // namedMatch is a named port resolved for one Pod: traffic to ip on
@@ -178,27 +182,20 @@ func (pc *policyCompiler) antreaRule(r apRule, pos int) error {
 	}
 	cr.anyPort, cr.ports = portMatches(antreaToK8sPorts(r.rule.Ports))
 	if len(r.rule.Protocols) > 0 {
-		// ICMP and IGMP matches are not modelled: they match nothing,
-		// rather than every protocol.
-		cr.anyPort = false
-	}
-	// A peer with namespaces.match Self selects in each applied-to Pod's
-	// own namespace: one rule per namespace, each with its own ID.
-	byNS := map[string][]*cluster.Pod{"": cr.appliedTo}
-	if hasSelf(peers) {
-		byNS = map[string][]*cluster.Pod{}
-		for _, p := range cr.appliedTo {
-			byNS[p.Namespace] = append(byNS[p.Namespace], p)
+		// The protocols join the ports as alternatives. IGMP entries
+		// match nothing here: upstream's Traceflow cannot send IGMP. An
+		// entry of neither kind is no match at all, as upstream.
+		for _, p := range r.rule.Protocols {
+			if p.ICMP != nil || p.IGMP != nil {
+				cr.anyPort = false
+			}
 		}
+		cr.ports = append(cr.ports, icmpMatches(r.rule.Protocols)...)
 	}
-	namespaces := make([]string, 0, len(byNS))
-	for n := range byNS {
-		namespaces = append(namespaces, n)
-	}
-	sort.Strings(namespaces)
-	for _, self := range namespaces {
-		one := *cr
-		one.id, one.appliedTo = pc.newID(ref), byNS[self]
+	main, labelled := splitPeers(r.pol, peers)
+	emit := func(one compiledRule, peers []crd.PolicyPeer, self string) error {
+		one.id = pc.newID(ref)
+		var err error
 		if one.anyPeer, one.peers, err = antreaPeers(pc.st, peers, ns, self); err != nil {
 			return fmt.Errorf("%s %s: %w", typ, r.pol.Name, err)
 		}
@@ -215,8 +212,195 @@ func (pc *policyCompiler) antreaRule(r apRule, pos int) error {
 			one.named = resolveNamed(one.ports, dst)
 		}
 		pc.out.rules = append(pc.out.rules, &one)
+		return nil
+	}
+	// Upstream compiles a rule whose peers all select by sameLabels into
+	// those peers' rules only; otherwise the other peers form one rule
+	// (all addresses if there are none).
+	if len(main) > 0 || len(labelled) == 0 {
+		// A peer with namespaces.match Self selects in each applied-to
+		// Pod's own namespace: one rule per namespace, each with its own ID.
+		byNS := map[string][]*cluster.Pod{"": cr.appliedTo}
+		if hasSelf(main) {
+			byNS = map[string][]*cluster.Pod{}
+			for _, p := range cr.appliedTo {
+				byNS[p.Namespace] = append(byNS[p.Namespace], p)
+			}
+		}
+		for _, self := range sortedMapKeys(byNS) {
+			one := *cr
+			one.appliedTo = byNS[self]
+			if err := emit(one, main, self); err != nil {
+				return err
+			}
+		}
+	}
+	if len(labelled) == 0 {
+		return nil
+	}
+	groups, err := sameLabelsGroups(pc.st, applied, labelled)
+	if err != nil {
+		return fmt.Errorf("%s %s: appliedTo: %w", typ, r.pol.Name, err)
+	}
+	for _, g := range groups {
+		one := *cr
+		one.appliedTo = g.appliedTo
+		if err := emit(one, []crd.PolicyPeer{g.peer}, ""); err != nil {
+			return err
+		}
 	}
 	return nil
+}
+
+// sortedMapKeys lists a map's keys in order, for reproducible rule IDs.
+func sortedMapKeys[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// splitPeers separates a rule's peers that select namespaces by
+// sameLabels (of a ClusterNetworkPolicy) from the others. A namespaced
+// policy has no namespaces field upstream (the API server prunes it), so
+// there such a peer selects by its podSelector in the policy's namespace,
+// as Self does. A cluster policy's peer with namespaces but neither Self
+// nor any sameLabels key is left out of the rule, as upstream does.
+func splitPeers(pol *crd.AntreaPolicy, peers []crd.PolicyPeer) (main, labelled []crd.PolicyPeer) {
+	for _, p := range peers {
+		switch {
+		case p.Namespaces == nil || p.IsSelf():
+			main = append(main, p)
+		case pol.Kind != crd.KindAntreaClusterPolicy:
+			p.Namespaces = &crd.PeerNamespaces{Match: crd.NamespaceMatchSelf}
+			main = append(main, p)
+		case p.IsSameLabels():
+			labelled = append(labelled, p)
+		}
+	}
+	return main, labelled
+}
+
+// labelGroup is one rule compiled from a sameLabels peer: the applied-to
+// Pods of the namespaces sharing one set of values for the peer's keys,
+// and the peer rewritten to select the Pods of every namespace with those
+// values.
+type labelGroup struct {
+	appliedTo []*cluster.Pod
+	peer      crd.PolicyPeer
+}
+
+// sameLabelsGroups compiles sameLabels peers as upstream does. It takes
+// the namespaces of the appliedTo entries one after another, each list
+// replacing the previous one, so only the last entry counts; an entry
+// naming a group stands for every Pod of the group's namespaces. The
+// namespaces are grouped by their values for the peer's label keys; a
+// namespace missing any key is in no group, so the peer never applies to
+// its Pods. Each group's Pods may reach (or be reached by) the Pods the
+// peer's podSelector selects in every namespace with the same values.
+func sameLabelsGroups(st *cluster.State, applied []crd.PolicyPeer, labelled []crd.PolicyPeer) ([]labelGroup, error) {
+	if len(applied) == 0 {
+		return nil, nil
+	}
+	byNS, err := perNamespaceAppliedTo(st, applied[len(applied)-1])
+	if err != nil {
+		return nil, err
+	}
+	var out []labelGroup
+	for _, p := range labelled {
+		keys := p.Namespaces.SameLabels
+		groups := map[string][]string{}
+		values := map[string]map[string]string{}
+		for ns := range byNS {
+			nsLabels := st.Namespaces[ns]
+			vals := map[string]string{}
+			var key strings.Builder
+			for _, k := range keys {
+				v, ok := nsLabels[k]
+				if !ok {
+					vals = nil
+					break
+				}
+				vals[k] = v
+				key.WriteString(k + "=" + v + "\x00")
+			}
+			if vals == nil {
+				continue
+			}
+			groups[key.String()] = append(groups[key.String()], ns)
+			values[key.String()] = vals
+		}
+		for _, k := range sortedMapKeys(groups) {
+			var pods []*cluster.Pod
+			sort.Strings(groups[k])
+			for _, ns := range groups[k] {
+				pods = append(pods, byNS[ns]...)
+			}
+			peer := crd.PolicyPeer{PodSelector: p.PodSelector, NamespaceSelector: &metav1.LabelSelector{MatchLabels: values[k]}}
+			out = append(out, labelGroup{appliedTo: pods, peer: peer})
+		}
+	}
+	return out, nil
+}
+
+// perNamespaceAppliedTo lists, per namespace the appliedTo entry at
+// covers, the Pods upstream applies a per-namespace rule to: those its
+// podSelector selects there or, for an entry naming a group, every Pod.
+// The namespaces are those of its namespaceSelector (all without one);
+// for a group, those of the group's namespaceSelector when it selects
+// Pods by label, else all.
+func perNamespaceAppliedTo(st *cluster.State, at crd.PolicyPeer) (map[string][]*cluster.Pod, error) {
+	nsSel, podSel := at.NamespaceSelector, at.PodSelector
+	if at.Group != "" {
+		podSel = nil
+		if g := st.Groups["/"+at.Group]; g != nil && (g.Spec.NamespaceSelector != nil || g.Spec.PodSelector != nil) {
+			nsSel = g.Spec.NamespaceSelector
+		} else if g == nil {
+			return nil, nil // a missing group was warned about; it covers nothing
+		}
+	}
+	sel := labels.Everything()
+	if nsSel != nil {
+		var err error
+		if sel, err = metav1.LabelSelectorAsSelector(nsSel); err != nil {
+			return nil, fmt.Errorf("namespace selector: %w", err)
+		}
+	}
+	out := map[string][]*cluster.Pod{}
+	for ns, nsLabels := range st.Namespaces {
+		if !sel.Matches(labels.Set(nsLabels)) {
+			continue
+		}
+		pods, err := st.SelectPods(podSel, nil, ns)
+		if err != nil {
+			return nil, err
+		}
+		out[ns] = pods
+	}
+	return out, nil
+}
+
+// icmpMatches turns a rule's ICMP protocols into matches on ICMP (ICMPv6
+// for IPv6 traffic, with the same numbers) and its type and code when
+// given.
+func icmpMatches(protocols []crd.PolicyProtocol) []portMatch {
+	var out []portMatch
+	for _, p := range protocols {
+		if p.ICMP == nil {
+			continue
+		}
+		m := portMatch{proto: datapath.ProtoICMP}
+		if p.ICMP.ICMPType != nil {
+			m.icmpType = datapath.Masked{Value: uint32(*p.ICMP.ICMPType), Mask: 0xff}
+		}
+		if p.ICMP.ICMPCode != nil {
+			m.icmpCode = datapath.Masked{Value: uint32(*p.ICMP.ICMPCode), Mask: 0xff}
+		}
+		out = append(out, m)
+	}
+	return out
 }
 
 func hasSelf(peers []crd.PolicyPeer) bool {

@@ -112,7 +112,15 @@ func (g *gen) rule(r *compiledRule) {
 				continue // resolved per Pod below
 			}
 			for _, eth := range families {
-				g.add(r.table, r.priority, M{EthType: eth, IPProto: pm.proto, TpDst: pm.port}, conj(3))
+				m := M{EthType: eth, IPProto: pm.proto, TpDst: pm.port}
+				if pm.proto == datapath.ProtoICMP {
+					// The same type and code numbers, in ICMPv6 for IPv6.
+					if eth == datapath.EthIPv6 {
+						m.IPProto = datapath.ProtoICMPv6
+					}
+					m.ICMPType, m.ICMPCode = pm.icmpType, pm.icmpCode
+				}
+				g.add(r.table, r.priority, m, conj(3))
 			}
 		}
 		// A named port matches the resolved port at the destination
