@@ -35,9 +35,10 @@ const (
 	grpcReadBuffer = 64 << 10
 	// HTTP/2 flow-control windows: what an exporter may send ahead of
 	// the collector's reading, per stream and per connection. With the
-	// read buffers, a connection holds at most about 1 MiB.
-	grpcStreamWindow = 256 << 10
-	grpcConnWindow   = 512 << 10
+	// read buffers, a connection holds at most about 1.3 MiB. (256 KiB
+	// windows cost a fifth of the throughput with 100 Flows per request.)
+	grpcStreamWindow = 1 << 20
+	grpcConnWindow   = 1 << 20
 )
 
 // handlerCount tracks running handlers so that the collector returns
