@@ -258,6 +258,13 @@ func (s *Store[M]) emit() {
 
 // touch applies a snapshot's c to its entry e.
 func (s *Store[M]) touch(e *entry[M], c *source.Conn, k key, ns int64) {
+	if e.seen == s.gen {
+		// The same tuple twice in one dump (zones): the first wins,
+		// whatever the second's ID. Checked before the ID, or each would
+		// end the other on every poll (END_OF_FLOW records of live
+		// connections, two identical ones if both were new).
+		return
+	}
 	if e.id != c.ID && e.id != 0 && c.ID != 0 {
 		// The tuple names a new conntrack entry: the old connection
 		// ended with its last counters.
@@ -266,9 +273,6 @@ func (s *Store[M]) touch(e *entry[M], c *source.Conn, k key, ns int64) {
 		}
 		s.init(e, c, k, ns)
 		return
-	}
-	if e.seen == s.gen {
-		return // the same tuple twice in one dump (zones): first wins
 	}
 	s.update(e, c, ns)
 }

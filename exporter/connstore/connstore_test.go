@@ -204,6 +204,40 @@ func TestNewEntryOnSameTupleEndsTheOld(t *testing.T) {
 	}
 }
 
+// TestSameTupleTwiceInOneDump: a dump that lists one tuple twice (two
+// conntrack entries, in different zones, say) keeps the first: the second
+// neither ends it nor is tracked. Taking the second for a new connection
+// made each end the other on every poll, with END_OF_FLOW records of live
+// connections; two entries seen first in the same poll even gave two
+// identical records (no counts, started and ended at that poll).
+func TestSameTupleTwiceInOneDump(t *testing.T) {
+	r := newRun(t, Options[string]{ActiveTimeout: 2 * time.Second, IdleTimeout: 2 * time.Second})
+	a := tcp(1, "10.0.1.2:40000", "10.0.2.3:80", 0, 0, 0, 0, source.TCPEstablished)
+	b := tcp(2, "10.0.1.2:40000", "10.0.2.3:80", 0, 0, 0, 0, source.TCPEstablished)
+	var all []flow.Flow
+	for i := range 6 {
+		at := time.Duration(i) * time.Second
+		a.Packets, a.Bytes = uint64(10*i), uint64(1000*i)
+		b.Packets, b.Bytes = uint64(3*i), uint64(300*i)
+		all = append(all, r.poll(at, a, b)...)
+	}
+	// The first entry's: active records at 2 s and 4 s.
+	r.expect(5*time.Second, all, ReasonActive, ReasonActive)
+	for _, f := range all {
+		if f.Stats.OctetTotalCount != f.Stats.PacketTotalCount*100 {
+			t.Errorf("a record of the second entry: %+v", f.Stats)
+		}
+	}
+	// The first ends and leaves: its end record, then the second is
+	// taken up as a new connection.
+	r.expect(6*time.Second, r.poll(6*time.Second, b), ReasonEnd)
+	got := r.poll(8*time.Second, b)
+	r.expect(8*time.Second, got, ReasonActive)
+	if got[0].Stats.OctetDeltaCount != 1500 || !got[0].StartTime.Equal(t0.Add(6*time.Second)) {
+		t.Errorf("the second entry's first record %+v (start %v)", got[0].Stats, got[0].StartTime)
+	}
+}
+
 func TestCapKeepFilterAndMetadata(t *testing.T) {
 	described := 0
 	r := newRun(t, Options[string]{MaxConnections: 2, ActiveTimeout: time.Second,

@@ -168,6 +168,17 @@ func (c *Collector) Errors() []error {
 	return append([]error(nil), c.errs...)
 }
 
+// Open is how many connections are being read. It is 0 once every
+// sender closed its connection and all it sent was read: a snapshot taken
+// then holds everything that will ever arrive. A connection just accepted
+// is counted only once its reading starts, so ask after records arrived
+// through it.
+func (c *Collector) Open() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.conns)
+}
+
 // Addr is the collector's address, host:port.
 func (c *Collector) Addr() string { return c.ln.Addr().String() }
 
