@@ -31,12 +31,16 @@ type Settings struct {
 	EgressExceptCIDRs []string
 	// ProxyAll is the agents' antreaProxy.proxyAll.
 	ProxyAll bool
+	// TrafficEncryptionMode is the agents' trafficEncryptionMode: none
+	// (or empty) or wireGuard (encap mode only).
+	TrafficEncryptionMode string
 }
 
 // DefaultSettings are encap over Geneve with kubeadm's Service CIDR, as
 // pipeline.DefaultConfig.
 func DefaultSettings() Settings {
-	return Settings{TrafficMode: "encap", TunnelType: "geneve", ServiceCIDRs: []string{crd.ServiceCIDRDefault}}
+	return Settings{TrafficMode: "encap", TunnelType: "geneve", ServiceCIDRs: []string{crd.ServiceCIDRDefault},
+		TrafficEncryptionMode: string(pipeline.EncryptionNone)}
 }
 
 // SettingError is a setting that cannot be used; Field names it as the
@@ -60,6 +64,13 @@ func (s Settings) Config(tag uint8) (pipeline.Config, error) {
 	}
 	if cfg.TunnelType, err = pipeline.ParseTunnelType(s.TunnelType); err != nil {
 		return cfg, &SettingError{"TunnelType", err}
+	}
+	if cfg.Encryption, err = pipeline.ParseEncryptionMode(s.TrafficEncryptionMode); err != nil {
+		return cfg, &SettingError{"TrafficEncryptionMode", err}
+	}
+	if cfg.Encryption == pipeline.WireGuard && cfg.TrafficMode != pipeline.Encap {
+		// As the reference's agent, which refuses to start.
+		return cfg, &SettingError{"TrafficEncryptionMode", fmt.Errorf("WireGuard is not applicable to the %s mode (only to encap)", cfg.TrafficMode)}
 	}
 	parse := func(field string, in []string) ([]netip.Prefix, error) {
 		var out []netip.Prefix
