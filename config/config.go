@@ -347,7 +347,8 @@ func (s Sluice) UIListenAddress() string {
 // datapath model of the cluster, as `sluice traceflow --kubeconfig` does.
 // The model settings take the CLI's flag values (--traffic-mode,
 // --tunnel-type, --service-cidr, --egress-except-cidr, --proxy-all,
-// --traffic-encryption-mode) and are checked when the aggregator starts.
+// --traffic-encryption-mode, --multicast) and are checked when the
+// aggregator starts.
 type TraceflowOptions struct {
 	// Enable runs the controller; it needs Kubernetes (sluice.kubeconfig
 	// or the in-cluster configuration).
@@ -363,6 +364,8 @@ type TraceflowOptions struct {
 	// TrafficEncryptionMode is the agents' trafficEncryptionMode (none or
 	// wireGuard), as the CLI's --traffic-encryption-mode.
 	TrafficEncryptionMode string `yaml:"trafficEncryptionMode"`
+	// Multicast is the agents' multicast.enable, as --multicast.
+	Multicast bool `yaml:"multicast"`
 }
 
 // ServerTLS is the `sluice.tls` section: the certificates of the IPFIX (tls

@@ -33,6 +33,7 @@ type traceflowFlags struct {
 	exceptCIDRs    []string
 	proxyAll       bool
 	encryption     string
+	multicast      bool
 }
 
 func (f *traceflowFlags) register(cmd *cobra.Command) {
@@ -45,6 +46,7 @@ func (f *traceflowFlags) register(cmd *cobra.Command) {
 	fl.StringSliceVar(&f.serviceCIDRs, "service-cidr", []string{crd.ServiceCIDRDefault}, "Service CIDRs (Egress never SNATs traffic to them)")
 	fl.StringSliceVar(&f.exceptCIDRs, "egress-except-cidr", nil, "the agents' egress.exceptCIDRs")
 	fl.StringVar(&f.encryption, "traffic-encryption-mode", "none", "the agents' trafficEncryptionMode: none, or wireGuard (encap mode only: Pod traffic to other Nodes is routed through the gateway)")
+	fl.BoolVar(&f.multicast, "multicast", false, "the agents' multicast.enable: the reference then cannot trace IPv4 multicast destinations (refused); without it they are routed as any outside address")
 	fl.BoolVar(&f.proxyAll, "proxy-all", false, "the agents' antreaProxy.proxyAll: NodePorts of each Node's own addresses are load-balanced in OVS")
 }
 
@@ -59,7 +61,7 @@ var settingFlags = map[string]string{
 func (f *traceflowFlags) config(tag uint8) (pipeline.Config, error) {
 	s := modelrun.Settings{TrafficMode: f.trafficMode, TunnelType: f.tunnelType,
 		ServiceCIDRs: f.serviceCIDRs, EgressExceptCIDRs: f.exceptCIDRs, ProxyAll: f.proxyAll,
-		TrafficEncryptionMode: f.encryption}
+		TrafficEncryptionMode: f.encryption, Multicast: f.multicast}
 	cfg, err := s.Config(tag)
 	var se *modelrun.SettingError
 	if errors.As(err, &se) {

@@ -34,6 +34,8 @@ type Settings struct {
 	// TrafficEncryptionMode is the agents' trafficEncryptionMode: none
 	// (or empty) or wireGuard (encap mode only).
 	TrafficEncryptionMode string
+	// Multicast is the agents' multicast.enable.
+	Multicast bool
 }
 
 // DefaultSettings are encap over Geneve with kubeadm's Service CIDR, as
@@ -89,7 +91,7 @@ func (s Settings) Config(tag uint8) (pipeline.Config, error) {
 	if cfg.EgressExceptCIDRs, err = parse("EgressExceptCIDRs", s.EgressExceptCIDRs); err != nil {
 		return cfg, err
 	}
-	cfg.Tag, cfg.ProxyAll = tag, s.ProxyAll
+	cfg.Tag, cfg.ProxyAll, cfg.Multicast = tag, s.ProxyAll, s.Multicast
 	return cfg, nil
 }
 
@@ -110,7 +112,8 @@ func Model(ctx context.Context, objs []cluster.Object, cfg pipeline.Config) (*pi
 
 // Trace builds the model of objs with the first Traceflow tag and traces
 // tf over it (tf is not modified). Errors are those of Model and of
-// tracer.Run: a *tracer.AdmissionError is a request the reference refuses.
+// tracer.Run: a *tracer.AdmissionError is a request the reference refuses,
+// a *tracer.UntraceableError one it accepts but cannot trace.
 func Trace(ctx context.Context, objs []cluster.Object, s Settings, tf *crd.Traceflow, opts tracer.Options) (*tracer.Trace, cluster.Problems, error) {
 	cfg, err := s.Config(crd.FirstTraceflowTag)
 	if err != nil {

@@ -92,6 +92,11 @@ type Config struct {
 	// through the WireGuard device rather than the OVS tunnel; Egress
 	// traffic to a remote Egress Node still takes the tunnel.
 	Encryption EncryptionMode
+	// Multicast is the agents' multicast.enable: IPv4 multicast then
+	// forks to the multicast tables, which the model does not hold and
+	// where the reference has no Traceflow flow (the tracer refuses such
+	// destinations). Without it multicast is routed as any outside address.
+	Multicast bool
 }
 
 // WireGuard reports whether inter-Node Pod traffic goes through WireGuard.
@@ -313,6 +318,7 @@ func Build(ctx context.Context, st *cluster.State, cfg Config) (*Model, cluster.
 				Message: fmt.Sprintf("Egress works only in encap or hybrid mode; ignored in %s mode", cfg.TrafficMode)})
 		}
 	}
+	probs = append(probs, flexibleIPAMWarnings(st)...)
 	for _, n := range st.Nodes {
 		nm := &NodeModel{Node: n, Bridge: datapath.NewBridge(n.Name, cfg.tables()), GatewayMAC: gatewayMAC(n.Name),
 			PodPort: map[string]uint32{}, PortPod: map[uint32]*cluster.Pod{}, MarkIP: map[uint32]netip.Addr{}}
@@ -361,6 +367,33 @@ func Build(ctx context.Context, st *cluster.State, cfg Config) (*Model, cluster.
 		}
 	}
 	return m, probs, nil
+}
+
+// flexibleIPAMWarnings flags Pods whose IP lies outside their Node's
+// PodCIDRs: AntreaIPAM (FlexibleIPAM) Pods, most likely, whose bridged
+// uplink path (uplink and host ports, VLANs) the model does not hold; it
+// gives them the per-Node IPAM path instead.
+func flexibleIPAMWarnings(st *cluster.State) cluster.Problems {
+	var probs cluster.Problems
+	for _, p := range st.Pods {
+		n := st.Node(p.Node)
+		if p.HostNetwork || n == nil || len(n.PodCIDRs) == 0 {
+			continue
+		}
+		for _, ip := range p.IPs {
+			in := false
+			for _, c := range n.PodCIDRs {
+				in = in || c.Contains(ip)
+			}
+			if !in {
+				probs = append(probs, cluster.Problem{Severity: cluster.Warning, Object: "Pod " + p.Key(),
+					Message: fmt.Sprintf("IP %s is outside Node %s's PodCIDRs (an AntreaIPAM/FlexibleIPAM Pod?): "+
+						"FlexibleIPAM's bridged uplink path is not modelled; traced as a per-Node IPAM Pod", ip, n.Name)})
+				break
+			}
+		}
+	}
+	return probs
 }
 
 func sortedNodeNames(m *Model) []string {
