@@ -14,6 +14,7 @@ import (
 var traceflowSettingKeys = map[string]string{
 	"TrafficMode": "sluice.traceflow.trafficMode", "TunnelType": "sluice.traceflow.tunnelType",
 	"ServiceCIDRs": "sluice.traceflow.serviceCIDRs", "EgressExceptCIDRs": "sluice.traceflow.egressExceptCIDRs",
+	"TrafficEncryptionMode": "sluice.traceflow.trafficEncryptionMode",
 }
 
 // setupTraceflow prepares the Traceflow controller when
@@ -40,8 +41,7 @@ func (a *Aggregator) setupTraceflow() error {
 		return a.cfg.KeyError("sluice.kubeconfig", err)
 	}
 	ctl, err := controller.New(client, dyn, controller.Options{
-		Settings: modelrun.Settings{TrafficMode: tc.TrafficMode, TunnelType: tc.TunnelType,
-			ServiceCIDRs: tc.ServiceCIDRs, EgressExceptCIDRs: tc.EgressExceptCIDRs, ProxyAll: tc.ProxyAll},
+		Settings:    a.traceSettings(),
 		DeleteAfter: tc.DeleteAfter.Duration,
 		Registerer:  a.reg,
 		Log:         a.log,

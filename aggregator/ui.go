@@ -91,5 +91,6 @@ func (a *Aggregator) UIURL() string {
 func (a *Aggregator) traceSettings() modelrun.Settings {
 	tc := a.cfg.Sluice.Traceflow
 	return modelrun.Settings{TrafficMode: tc.TrafficMode, TunnelType: tc.TunnelType,
-		ServiceCIDRs: tc.ServiceCIDRs, EgressExceptCIDRs: tc.EgressExceptCIDRs, ProxyAll: tc.ProxyAll}
+		ServiceCIDRs: tc.ServiceCIDRs, EgressExceptCIDRs: tc.EgressExceptCIDRs, ProxyAll: tc.ProxyAll,
+		TrafficEncryptionMode: tc.TrafficEncryptionMode, Multicast: tc.Multicast}
 }

@@ -346,8 +346,9 @@ func (s Sluice) UIListenAddress() string {
 // answers Traceflow objects (traceflows.sluice.io) by tracing them on the
 // datapath model of the cluster, as `sluice traceflow --kubeconfig` does.
 // The model settings take the CLI's flag values (--traffic-mode,
-// --tunnel-type, --service-cidr, --egress-except-cidr, --proxy-all) and
-// are checked when the aggregator starts.
+// --tunnel-type, --service-cidr, --egress-except-cidr, --proxy-all,
+// --traffic-encryption-mode, --multicast) and are checked when the
+// aggregator starts.
 type TraceflowOptions struct {
 	// Enable runs the controller; it needs Kubernetes (sluice.kubeconfig
 	// or the in-cluster configuration).
@@ -360,6 +361,11 @@ type TraceflowOptions struct {
 	ServiceCIDRs      []string `yaml:"serviceCIDRs"`
 	EgressExceptCIDRs []string `yaml:"egressExceptCIDRs"`
 	ProxyAll          bool     `yaml:"proxyAll"`
+	// TrafficEncryptionMode is the agents' trafficEncryptionMode (none or
+	// wireGuard), as the CLI's --traffic-encryption-mode.
+	TrafficEncryptionMode string `yaml:"trafficEncryptionMode"`
+	// Multicast is the agents' multicast.enable, as --multicast.
+	Multicast bool `yaml:"multicast"`
 }
 
 // ServerTLS is the `sluice.tls` section: the certificates of the IPFIX (tls
@@ -459,7 +465,7 @@ func Default() *Aggregator {
 			DrainTimeout:      Duration{10 * time.Second},
 			TLS:               ServerTLS{ReloadInterval: Duration{10 * time.Second}},
 			Traceflow: TraceflowOptions{TrafficMode: "encap", TunnelType: "geneve",
-				ServiceCIDRs: []string{"10.96.0.0/12"}},
+				ServiceCIDRs: []string{"10.96.0.0/12"}, TrafficEncryptionMode: "none"},
 		},
 	}
 }
@@ -516,6 +522,7 @@ func (a *Aggregator) applyDefaults() {
 	}
 	setString(&a.Sluice.Traceflow.TrafficMode, d.Sluice.Traceflow.TrafficMode)
 	setString(&a.Sluice.Traceflow.TunnelType, d.Sluice.Traceflow.TunnelType)
+	setString(&a.Sluice.Traceflow.TrafficEncryptionMode, d.Sluice.Traceflow.TrafficEncryptionMode)
 }
 
 // atLeastOneSecond rounds a flow record timeout up to 1s, as Antrea does.

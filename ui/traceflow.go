@@ -78,7 +78,8 @@ func Trace(ctx context.Context, objs []cluster.Object, settings modelrun.Setting
 	}
 	tr, err := tracer.Run(ctx, m, tf, tracer.Options{})
 	var ae *tracer.AdmissionError
-	if errors.As(err, &ae) {
+	var ue *tracer.UntraceableError
+	if errors.As(err, &ae) || errors.As(err, &ue) {
 		return nil, invalid(err)
 	}
 	if err != nil {

@@ -32,6 +32,8 @@ type traceflowFlags struct {
 	serviceCIDRs   []string
 	exceptCIDRs    []string
 	proxyAll       bool
+	encryption     string
+	multicast      bool
 }
 
 func (f *traceflowFlags) register(cmd *cobra.Command) {
@@ -43,6 +45,8 @@ func (f *traceflowFlags) register(cmd *cobra.Command) {
 	fl.StringVar(&f.tunnelType, "tunnel-type", "geneve", "tunnel type in encap and hybrid modes: geneve or vxlan")
 	fl.StringSliceVar(&f.serviceCIDRs, "service-cidr", []string{crd.ServiceCIDRDefault}, "Service CIDRs (Egress never SNATs traffic to them)")
 	fl.StringSliceVar(&f.exceptCIDRs, "egress-except-cidr", nil, "the agents' egress.exceptCIDRs")
+	fl.StringVar(&f.encryption, "traffic-encryption-mode", "none", "the agents' trafficEncryptionMode: none, or wireGuard (encap mode only: Pod traffic to other Nodes is routed through the gateway)")
+	fl.BoolVar(&f.multicast, "multicast", false, "the agents' multicast.enable: the reference then cannot trace IPv4 multicast destinations (refused); without it they are routed as any outside address")
 	fl.BoolVar(&f.proxyAll, "proxy-all", false, "the agents' antreaProxy.proxyAll: NodePorts of each Node's own addresses are load-balanced in OVS")
 }
 
@@ -50,12 +54,14 @@ func (f *traceflowFlags) register(cmd *cobra.Command) {
 var settingFlags = map[string]string{
 	"TrafficMode": "--traffic-mode", "TunnelType": "--tunnel-type",
 	"ServiceCIDRs": "--service-cidr", "EgressExceptCIDRs": "--egress-except-cidr",
+	"TrafficEncryptionMode": "--traffic-encryption-mode",
 }
 
 // config turns the flags into a pipeline configuration.
 func (f *traceflowFlags) config(tag uint8) (pipeline.Config, error) {
 	s := modelrun.Settings{TrafficMode: f.trafficMode, TunnelType: f.tunnelType,
-		ServiceCIDRs: f.serviceCIDRs, EgressExceptCIDRs: f.exceptCIDRs, ProxyAll: f.proxyAll}
+		ServiceCIDRs: f.serviceCIDRs, EgressExceptCIDRs: f.exceptCIDRs, ProxyAll: f.proxyAll,
+		TrafficEncryptionMode: f.encryption, Multicast: f.multicast}
 	cfg, err := s.Config(tag)
 	var se *modelrun.SettingError
 	if errors.As(err, &se) {

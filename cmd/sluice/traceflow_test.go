@@ -61,6 +61,11 @@ func TestTraceflowBadInput(t *testing.T) {
 		{[]string{"traceflow", "-S", "client", "-D", "db", "--cluster", tfCluster, "-f", "tcp,bogus"}, `unknown token "bogus"`},
 		{[]string{"traceflow", "-S", "client", "-D", "db", "--cluster", tfCluster, "--tunnel-type", "gre"}, `tunnel type "gre"`},
 		{[]string{"traceflow", "-S", "client", "-D", "db", "--cluster", tfCluster, "-o", "xml"}, `-o "xml"`},
+		{[]string{"traceflow", "-S", "client", "-D", "db", "--cluster", tfCluster, "--traffic-encryption-mode", "wireGuard", "--traffic-mode", "noEncap"},
+			"--traffic-encryption-mode: WireGuard is not applicable to the noEncap mode"},
+		{[]string{"traceflow", "-S", "client", "-D", "db", "--cluster", tfCluster, "--traffic-encryption-mode", "ipsec"}, `"ipsec" is not modelled`},
+		{[]string{"traceflow", "-S", "client", "-D", "239.1.2.3", "--cluster", tfCluster, "--multicast"}, "the reference cannot trace this"},
+		{[]string{"traceflow", "-S", "client", "-D", "ff05::1", "-f", "ipv6", "--cluster", tfCluster}, "IPv6 multicast address"},
 		{[]string{"traceflow", "-S", "client", "-D", "db", "--cluster", tfCluster, "--diff"}, "--diff needs --with"},
 		{[]string{"traceflow", "-S", "client", "-D", "db", "--cluster", "/nonexistent"}, "no such file"},
 		{[]string{"traceflow", "pipeline", "--node", "x", "--cluster", tfCluster}, `node "x" is not in the cluster state`},
@@ -171,5 +176,34 @@ func TestTraceflowPipelineOVSScript(t *testing.T) {
 	all, _, code := runSluice(t, "traceflow", "pipeline", "--node", "k8s-node-3", "--cluster", tfCluster, "--proxy-all")
 	if code != 0 || all == plain || !strings.Contains(all, "NodePortMark") {
 		t.Errorf("--proxy-all changed nothing in the pipeline (exit %d)", code)
+	}
+}
+
+// TestTraceflowWireGuard: --traffic-encryption-mode reaches the model's
+// flows (the script routes peer PodCIDRs to the gateway, not the tunnel)
+// and the trace (Forwarded out of the gateway, to the peer Node's IP).
+func TestTraceflowWireGuard(t *testing.T) {
+	peerFlow := func(script string) string {
+		for _, l := range strings.Split(script, "\n") {
+			if strings.Contains(l, "nw_dst=10.10.1.0/24 ") {
+				return l
+			}
+		}
+		return ""
+	}
+	plain, _, code := runSluice(t, "traceflow", "pipeline", "--node", "k8s-node-3", "--cluster", tfCluster, "--ovs-script")
+	if f := peerFlow(plain); code != 0 || !strings.Contains(f, "tun_dst") {
+		t.Errorf("encap: flow to the peer PodCIDR %q (exit %d), want it through the tunnel", f, code)
+	}
+	wg, _, code := runSluice(t, "traceflow", "pipeline", "--node", "k8s-node-3", "--cluster", tfCluster, "--ovs-script",
+		"--traffic-encryption-mode", "wireGuard")
+	if f := peerFlow(wg); code != 0 || f == "" || strings.Contains(f, "tun_dst") {
+		t.Errorf("WireGuard: flow to the peer PodCIDR %q (exit %d), want it to the gateway", f, code)
+	}
+	out, _, code := runSluice(t, "traceflow", "-S", "default/client", "-D", "default/db", "--cluster", tfCluster,
+		"--traffic-encryption-mode", "WireGuard")
+	want := "          componentInfo: Output\n          action: Forwarded\n          tunnelDstIP: 192.168.77.102\n"
+	if code != 0 || !strings.Contains(out, want) || !strings.Contains(out, "    - node: k8s-node-2\n") {
+		t.Errorf("exit %d, output lacks %q or k8s-node-2:\n%s", code, want, out)
 	}
 }

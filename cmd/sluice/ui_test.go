@@ -116,7 +116,8 @@ func TestUITraceflowMatchesCLI(t *testing.T) {
 	}
 	// What the command refuses, the API refuses as the request's fault.
 	for _, req := range []ui.TraceRequest{{Source: "", Destination: "db"}, {Source: "client", Destination: "db", Flow: "tcp,bogus=1"},
-		{Source: "client", Destination: "db", With: "kind: [unclosed"}} {
+		{Source: "client", Destination: "db", With: "kind: [unclosed"},
+		{Source: "client", Destination: "ff05::1", Flow: "ipv6"}} { // the reference cannot trace it
 		if _, status, body := postTrace(t, hs.URL, req); status != http.StatusUnprocessableEntity {
 			t.Errorf("%+v: HTTP %d, want 422: %s", req, status, body)
 		}

@@ -19,16 +19,18 @@ import (
 
 // Case is one trace and what it must report.
 type Case struct {
-	Name     string           `json:"name"`
-	Mode     string           `json:"mode,omitempty"` // traffic mode; encap if empty
-	Src      string           `json:"src"`            // antctl's -S
-	Dst      string           `json:"dst"`            // antctl's -D
-	Flow     string           `json:"flow,omitempty"` // antctl's -f
-	Overlays []string         `json:"overlays,omitempty"`
-	ProxyAll bool             `json:"proxyAll,omitempty"` // the agents' antreaProxy.proxyAll
-	Phase    crd.Phase        `json:"phase"`
-	Reason   string           `json:"reason,omitempty"`
-	Results  []crd.NodeResult `json:"results,omitempty"` // timestamps left out
+	Name     string   `json:"name"`
+	Mode     string   `json:"mode,omitempty"` // traffic mode; encap if empty
+	Src      string   `json:"src"`            // antctl's -S
+	Dst      string   `json:"dst"`            // antctl's -D
+	Flow     string   `json:"flow,omitempty"` // antctl's -f
+	Overlays []string `json:"overlays,omitempty"`
+	ProxyAll bool     `json:"proxyAll,omitempty"` // the agents' antreaProxy.proxyAll
+	// TrafficEncryptionMode is the agents' trafficEncryptionMode; none if empty.
+	TrafficEncryptionMode string           `json:"trafficEncryptionMode,omitempty"`
+	Phase                 crd.Phase        `json:"phase"`
+	Reason                string           `json:"reason,omitempty"`
+	Results               []crd.NodeResult `json:"results,omitempty"` // timestamps left out
 }
 
 // Tag is the dataplane tag the corpus's models carry.
@@ -76,6 +78,9 @@ func (c *Case) Model(ctx context.Context, dir string) (*pipeline.Model, error) {
 	}
 	cfg := pipeline.DefaultConfig()
 	cfg.TrafficMode, cfg.Tag, cfg.ProxyAll = c.TrafficMode(), Tag, c.ProxyAll
+	if cfg.Encryption, err = pipeline.ParseEncryptionMode(c.TrafficEncryptionMode); err != nil {
+		return nil, fmt.Errorf("corpus case %q: %w", c.Name, err)
+	}
 	m, _, err := pipeline.Build(ctx, st, cfg)
 	return m, err
 }

@@ -31,12 +31,18 @@ type Settings struct {
 	EgressExceptCIDRs []string
 	// ProxyAll is the agents' antreaProxy.proxyAll.
 	ProxyAll bool
+	// TrafficEncryptionMode is the agents' trafficEncryptionMode: none
+	// (or empty) or wireGuard (encap mode only).
+	TrafficEncryptionMode string
+	// Multicast is the agents' multicast.enable.
+	Multicast bool
 }
 
 // DefaultSettings are encap over Geneve with kubeadm's Service CIDR, as
 // pipeline.DefaultConfig.
 func DefaultSettings() Settings {
-	return Settings{TrafficMode: "encap", TunnelType: "geneve", ServiceCIDRs: []string{crd.ServiceCIDRDefault}}
+	return Settings{TrafficMode: "encap", TunnelType: "geneve", ServiceCIDRs: []string{crd.ServiceCIDRDefault},
+		TrafficEncryptionMode: string(pipeline.EncryptionNone)}
 }
 
 // SettingError is a setting that cannot be used; Field names it as the
@@ -61,6 +67,13 @@ func (s Settings) Config(tag uint8) (pipeline.Config, error) {
 	if cfg.TunnelType, err = pipeline.ParseTunnelType(s.TunnelType); err != nil {
 		return cfg, &SettingError{"TunnelType", err}
 	}
+	if cfg.Encryption, err = pipeline.ParseEncryptionMode(s.TrafficEncryptionMode); err != nil {
+		return cfg, &SettingError{"TrafficEncryptionMode", err}
+	}
+	if cfg.Encryption == pipeline.WireGuard && cfg.TrafficMode != pipeline.Encap {
+		// As the reference's agent, which refuses to start.
+		return cfg, &SettingError{"TrafficEncryptionMode", fmt.Errorf("WireGuard is not applicable to the %s mode (only to encap)", cfg.TrafficMode)}
+	}
 	parse := func(field string, in []string) ([]netip.Prefix, error) {
 		var out []netip.Prefix
 		for _, v := range in {
@@ -78,7 +91,7 @@ func (s Settings) Config(tag uint8) (pipeline.Config, error) {
 	if cfg.EgressExceptCIDRs, err = parse("EgressExceptCIDRs", s.EgressExceptCIDRs); err != nil {
 		return cfg, err
 	}
-	cfg.Tag, cfg.ProxyAll = tag, s.ProxyAll
+	cfg.Tag, cfg.ProxyAll, cfg.Multicast = tag, s.ProxyAll, s.Multicast
 	return cfg, nil
 }
 
@@ -99,7 +112,8 @@ func Model(ctx context.Context, objs []cluster.Object, cfg pipeline.Config) (*pi
 
 // Trace builds the model of objs with the first Traceflow tag and traces
 // tf over it (tf is not modified). Errors are those of Model and of
-// tracer.Run: a *tracer.AdmissionError is a request the reference refuses.
+// tracer.Run: a *tracer.AdmissionError is a request the reference refuses,
+// a *tracer.UntraceableError one it accepts but cannot trace.
 func Trace(ctx context.Context, objs []cluster.Object, s Settings, tf *crd.Traceflow, opts tracer.Options) (*tracer.Trace, cluster.Problems, error) {
 	cfg, err := s.Config(crd.FirstTraceflowTag)
 	if err != nil {

@@ -36,3 +36,35 @@ func TestSettingsConfig(t *testing.T) {
 		}
 	}
 }
+
+// trafficEncryptionMode is read without regard to case, as the reference
+// reads it; WireGuard outside encap mode and IPsec are refused, naming the
+// setting.
+func TestSettingsEncryption(t *testing.T) {
+	for _, v := range []string{"", "none", "None"} {
+		s := DefaultSettings()
+		s.TrafficEncryptionMode = v
+		if cfg, err := s.Config(7); err != nil || cfg.WireGuard() {
+			t.Errorf("%q: WireGuard %v, error %v; want neither", v, cfg.WireGuard(), err)
+		}
+	}
+	for _, v := range []string{"wireGuard", "WireGuard", "wireguard"} {
+		s := DefaultSettings()
+		s.TrafficEncryptionMode = v
+		if cfg, err := s.Config(7); err != nil || !cfg.WireGuard() {
+			t.Errorf("%q: WireGuard %v, error %v; want WireGuard", v, cfg.WireGuard(), err)
+		}
+	}
+	for _, s := range []Settings{
+		{TrafficMode: "noEncap", TunnelType: "geneve", TrafficEncryptionMode: "wireGuard"},
+		{TrafficMode: "hybrid", TunnelType: "geneve", TrafficEncryptionMode: "wireGuard"},
+		{TrafficMode: "encap", TunnelType: "geneve", TrafficEncryptionMode: "ipsec"},
+		{TrafficMode: "encap", TunnelType: "geneve", TrafficEncryptionMode: "tls"},
+	} {
+		_, err := s.Config(7)
+		var se *SettingError
+		if !errors.As(err, &se) || se.Field != "TrafficEncryptionMode" {
+			t.Errorf("%s with %s: error %v, want a SettingError naming TrafficEncryptionMode", s.TrafficMode, s.TrafficEncryptionMode, err)
+		}
+	}
+}

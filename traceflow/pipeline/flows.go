@@ -312,8 +312,7 @@ func (g *gen) l3Forwarding() {
 		}
 		for _, cidr := range peer.PodCIDRs {
 			m := M{EthType: ethOf(cidr.Addr()), NwDst: cidr}
-			tunnel := mode == Encap || (mode == Hybrid && !sameSubnet(g.nm.Node.TransportIP, peer.TransportIP))
-			if tunnel {
+			if g.m.Config.tunnelsToPeer(g.nm.Node.TransportIP, peer.TransportIP) {
 				dst := peer.TransportIP
 				if cidr.Addr().Is6() && peer.TransportV6.IsValid() {
 					dst = peer.TransportV6
@@ -487,10 +486,11 @@ func (g *gen) output() {
 	for _, ip := range g.nm.GatewayIPs {
 		g.tagged(TOutput, 203, M{Regs: []datapath.RegMatch{toPort, reg1(GatewayPort)}, NwDst: host(ip)}, tf)
 	}
-	if mode == Encap {
+	if mode == Encap && !g.m.Config.WireGuard() {
 		g.tagged(TOutput, 202, M{Regs: []datapath.RegMatch{toPort, reg1(GatewayPort)}}, tf)
 	} else {
-		// Direct routing: the host carries the packet on to the peer Node.
+		// Direct routing (WireGuard included): the host carries the packet
+		// on to the peer Node.
 		g.tagged(TOutput, 202, M{Regs: []datapath.RegMatch{toPort, reg1(GatewayPort)}}, datapath.OutputReg{Reg: 1}, tf)
 	}
 	// Below the gateway flow so the more specific one always wins.

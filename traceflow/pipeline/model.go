@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"net/netip"
 	"sort"
+	"strings"
 
 	"sluice/traceflow/cluster"
 	"sluice/traceflow/crd"
@@ -49,6 +50,30 @@ func ParseTunnelType(s string) (datapath.TunnelType, error) {
 // Encapsulates reports whether the mode uses the tunnel for some traffic.
 func (m TrafficMode) Encapsulates() bool { return m == Encap || m == Hybrid }
 
+// EncryptionMode is the agents' trafficEncryptionMode.
+type EncryptionMode string
+
+// Encryption modes (the reference's spelling; parsed without regard to case).
+const (
+	EncryptionNone EncryptionMode = "none"
+	WireGuard      EncryptionMode = "wireGuard"
+)
+
+// ParseEncryptionMode accepts none (or empty) and wireGuard in any case,
+// as the reference does; ipsec, which the reference also accepts, is not
+// modelled (it adds one tunnel port per peer Node).
+func ParseEncryptionMode(s string) (EncryptionMode, error) {
+	switch strings.ToLower(s) {
+	case "", "none":
+		return EncryptionNone, nil
+	case "wireguard":
+		return WireGuard, nil
+	case "ipsec":
+		return "", fmt.Errorf("traffic encryption mode %q is not modelled (only none and wireGuard are)", s)
+	}
+	return "", fmt.Errorf("traffic encryption mode %q is not one of none, ipsec, wireGuard", s)
+}
+
 // Config is the cluster-wide agent configuration the model depends on.
 type Config struct {
 	TrafficMode       TrafficMode
@@ -62,11 +87,33 @@ type Config struct {
 	// load-balanced in OVS (NodePortMark marks the Node's own addresses)
 	// rather than by kube-proxy behind the gateway.
 	ProxyAll bool
+	// Encryption is the agents' trafficEncryptionMode. With WireGuard
+	// (encap mode only) Pod traffic to other Nodes is routed by the host
+	// through the WireGuard device rather than the OVS tunnel; Egress
+	// traffic to a remote Egress Node still takes the tunnel.
+	Encryption EncryptionMode
+	// Multicast is the agents' multicast.enable: IPv4 multicast then
+	// forks to the multicast tables, which the model does not hold and
+	// where the reference has no Traceflow flow (the tracer refuses such
+	// destinations). Without it multicast is routed as any outside address.
+	Multicast bool
+}
+
+// WireGuard reports whether inter-Node Pod traffic goes through WireGuard.
+func (c Config) WireGuard() bool { return c.Encryption == WireGuard }
+
+// tunnelsToPeer reports whether Pod traffic from a Node at local to one
+// at peer is encapsulated by the OVS tunnel rather than routed by the host.
+func (c Config) tunnelsToPeer(local, peer netip.Addr) bool {
+	if c.WireGuard() {
+		return false
+	}
+	return c.TrafficMode == Encap || (c.TrafficMode == Hybrid && !sameSubnet(local, peer))
 }
 
 // DefaultConfig is encap over Geneve with kubeadm's Service CIDR.
 func DefaultConfig() Config {
-	return Config{TrafficMode: Encap, TunnelType: datapath.Geneve,
+	return Config{TrafficMode: Encap, TunnelType: datapath.Geneve, Encryption: EncryptionNone,
 		ServiceCIDRs: []netip.Prefix{netip.MustParsePrefix(crd.ServiceCIDRDefault)}}
 }
 
@@ -256,6 +303,13 @@ func Build(ctx context.Context, st *cluster.State, cfg Config) (*Model, cluster.
 	if cfg.TunnelType == "" {
 		cfg.TunnelType = datapath.Geneve
 	}
+	if cfg.Encryption == "" {
+		cfg.Encryption = EncryptionNone
+	}
+	if cfg.WireGuard() && cfg.TrafficMode != Encap {
+		// The reference's agent refuses to start with this combination.
+		return nil, nil, fmt.Errorf("WireGuard is not applicable to the %s mode (only to encap)", cfg.TrafficMode)
+	}
 	m := &Model{Config: cfg, State: st, Nodes: map[string]*NodeModel{}, Rules: map[uint32]RuleRef{}}
 	var probs cluster.Problems
 	if !cfg.TrafficMode.Encapsulates() {
@@ -264,6 +318,7 @@ func Build(ctx context.Context, st *cluster.State, cfg Config) (*Model, cluster.
 				Message: fmt.Sprintf("Egress works only in encap or hybrid mode; ignored in %s mode", cfg.TrafficMode)})
 		}
 	}
+	probs = append(probs, flexibleIPAMWarnings(st)...)
 	for _, n := range st.Nodes {
 		nm := &NodeModel{Node: n, Bridge: datapath.NewBridge(n.Name, cfg.tables()), GatewayMAC: gatewayMAC(n.Name),
 			PodPort: map[string]uint32{}, PortPod: map[uint32]*cluster.Pod{}, MarkIP: map[uint32]netip.Addr{}}
@@ -314,6 +369,33 @@ func Build(ctx context.Context, st *cluster.State, cfg Config) (*Model, cluster.
 	return m, probs, nil
 }
 
+// flexibleIPAMWarnings flags Pods whose IP lies outside their Node's
+// PodCIDRs: AntreaIPAM (FlexibleIPAM) Pods, most likely, whose bridged
+// uplink path (uplink and host ports, VLANs) the model does not hold; it
+// gives them the per-Node IPAM path instead.
+func flexibleIPAMWarnings(st *cluster.State) cluster.Problems {
+	var probs cluster.Problems
+	for _, p := range st.Pods {
+		n := st.Node(p.Node)
+		if p.HostNetwork || n == nil || len(n.PodCIDRs) == 0 {
+			continue
+		}
+		for _, ip := range p.IPs {
+			in := false
+			for _, c := range n.PodCIDRs {
+				in = in || c.Contains(ip)
+			}
+			if !in {
+				probs = append(probs, cluster.Problem{Severity: cluster.Warning, Object: "Pod " + p.Key(),
+					Message: fmt.Sprintf("IP %s is outside Node %s's PodCIDRs (an AntreaIPAM/FlexibleIPAM Pod?): "+
+						"FlexibleIPAM's bridged uplink path is not modelled; traced as a per-Node IPAM Pod", ip, n.Name)})
+				break
+			}
+		}
+	}
+	return probs
+}
+
 func sortedNodeNames(m *Model) []string {
 	names := make([]string, 0, len(m.Nodes))
 	for n := range m.Nodes {
@@ -345,6 +427,21 @@ func (m *Model) OwnerOfTunnelIP(ip netip.Addr) *NodeModel {
 		return m.Nodes[n.Name]
 	}
 	return nil
+}
+
+// PeerNodeIPForPodIP is the transport address, of ip's family, of the
+// Node other than nm whose PodCIDR holds ip: what the reference's agent
+// reports as tunnelDstIP for WireGuard traffic. ok is false when ip is in
+// no other Node's PodCIDR or that Node has no address of ip's family.
+func (m *Model) PeerNodeIPForPodIP(nm *NodeModel, ip netip.Addr) (netip.Addr, bool) {
+	n := m.State.NodeForPodIP(ip)
+	if n == nil || n.Name == nm.Node.Name {
+		return netip.Addr{}, false
+	}
+	if ip.Is6() {
+		return n.TransportV6, n.TransportV6.IsValid()
+	}
+	return n.TransportIP, n.TransportIP.Is4()
 }
 
 // InAnyPodCIDR reports whether ip is inside some Node's PodCIDR.

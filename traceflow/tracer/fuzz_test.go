@@ -141,6 +141,9 @@ func traceRandom(t *testing.T, seed uint64, flow string, mode uint8, seen map[st
 	if mode&4 != 0 {
 		cfg.TunnelType = "vxlan"
 	}
+	if mode&8 != 0 && cfg.TrafficMode == pipeline.Encap {
+		cfg.Encryption = pipeline.WireGuard
+	}
 	m, _, err := pipeline.Build(context.Background(), st, cfg)
 	if err != nil {
 		t.Fatalf("pipeline: %v", err)

@@ -133,11 +133,20 @@ func outputObservations(m *pipeline.Model, nm *pipeline.NodeModel, src *cluster.
 			}
 			obs = append(obs, o)
 		}
-		a := crd.ActionForwardedOutOfNetwork
-		if mark == 0 && mode == pipeline.Hybrid && m.InAnyPodCIDR(pkt.Dst) {
-			a = crd.ActionForwarded
+		o := fwd(crd.ActionForwardedOutOfNetwork)
+		switch {
+		case mark != 0:
+		case m.Config.WireGuard():
+			// WireGuard routes Pod traffic to other Nodes through the
+			// gateway: the agent tells it from traffic leaving the
+			// cluster by the peer Node whose PodCIDR holds ip_dst.
+			if peer, ok := m.PeerNodeIPForPodIP(nm, pkt.Dst); ok {
+				o.Action, o.TunnelDstIP = crd.ActionForwarded, peer.String()
+			}
+		case mode == pipeline.Hybrid && m.InAnyPodCIDR(pkt.Dst):
+			o.Action = crd.ActionForwarded
 		}
-		return append(obs, fwd(a)), nil
+		return append(obs, o), nil
 	case (mode == pipeline.NetworkPolicyOnly || mode == pipeline.NoEncap) && outPort == pipeline.GatewayPort:
 		if m.InAnyPodCIDR(pkt.Dst) {
 			return []crd.Observation{fwd(crd.ActionForwarded)}, nil

@@ -55,6 +55,34 @@ func (e *AdmissionError) Error() string {
 	return `admission webhook "traceflowvalidator.antrea.io" denied the request: ` + e.Msg
 }
 
+// UntraceableError is a Traceflow the reference accepts but cannot trace:
+// its packet takes a path with no Traceflow flow, so no agent reports and
+// the trace times out. Sluice refuses it, saying why, rather than report
+// a path the reference would not.
+type UntraceableError struct{ Msg string }
+
+func (e *UntraceableError) Error() string {
+	return "the reference cannot trace this (its trace would time out): " + e.Msg
+}
+
+// untraceable refuses destinations the reference's pipeline hands to
+// flows without a Traceflow packet-in.
+func untraceable(m *pipeline.Model, tf *crd.Traceflow) error {
+	ip, err := netip.ParseAddr(tf.Spec.Destination.IP)
+	if err != nil || !ip.IsMulticast() {
+		return nil
+	}
+	if ip.Is6() {
+		return &UntraceableError{fmt.Sprintf("%s is an IPv6 multicast address, which the agent's IPv6 table "+
+			"switches with OVS's normal action, before any table with Traceflow flows", ip)}
+	}
+	if m.Config.Multicast {
+		return &UntraceableError{fmt.Sprintf("%s is a multicast address, which, with the agents' multicast.enable, "+
+			"goes through the multicast tables, which have no Traceflow flows", ip)}
+	}
+	return nil
+}
+
 // agentError is a check the sender's agent fails; it ends the trace as
 // Failed with "Node: <node>, error: <msg>".
 type agentError struct{ msg string }
@@ -83,6 +111,9 @@ func Run(ctx context.Context, m *pipeline.Model, tf *crd.Traceflow, opts Options
 	out.Status = crd.TraceflowStatus{StartTime: &start}
 	src, err := admit(m.State, tf)
 	if err != nil {
+		return nil, err
+	}
+	if err := untraceable(m, tf); err != nil {
 		return nil, err
 	}
 	t := &Trace{Traceflow: out}
