@@ -65,3 +65,18 @@ func (a *Aggregator) collectorTLS(b *certs.Bundle, nextProtos ...string) *tls.Co
 	cfg.NextProtos = nextProtos
 	return cfg
 }
+
+// serverTLS is sink.Env.ServerTLS: a configuration that follows the
+// certificate reloader when there is one.
+func (a *Aggregator) serverTLS(requireClientCert bool, nextProtos ...string) (*tls.Config, error) {
+	b, err := a.serverCerts()
+	if err != nil {
+		return nil, err
+	}
+	if a.certReloader != nil {
+		return a.certReloader.ServerTLS(requireClientCert, nextProtos...), nil
+	}
+	cfg := b.ServerTLS(requireClientCert)
+	cfg.NextProtos = nextProtos
+	return cfg, nil
+}

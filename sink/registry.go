@@ -2,6 +2,7 @@ package sink
 
 import (
 	"context"
+	"crypto/tls"
 	"log/slog"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -45,6 +46,11 @@ type Env struct {
 	// ServerCerts returns the aggregator's server certificates, made or
 	// loaded once and shared with the collectors.
 	ServerCerts func() (*certs.Bundle, error)
+	// ServerTLS returns a server configuration with those certificates
+	// that follows their renewal (sluice.tls.reloadInterval): it reads
+	// the current ones at each handshake. nextProtos are the ALPN
+	// protocols offered.
+	ServerTLS func(requireClientCert bool, nextProtos ...string) (*tls.Config, error)
 }
 
 // Closer is a sink that holds what New took (a listener, a file) until Run

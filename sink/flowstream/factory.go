@@ -26,11 +26,13 @@ type service struct {
 
 func newFromConfig(env sink.Env) (sink.Sink, error) {
 	cfg := env.Config
-	bundle, err := env.ServerCerts()
+	// Renewed certificates (sluice.tls.reloadInterval) serve new
+	// connections, as on the collectors.
+	tlsConfig, err := env.ServerTLS(false)
 	if err != nil {
 		return nil, err
 	}
-	srv, err := New(Options{Buffer: env.Buffer, TLS: bundle.ServerTLS(false), Log: env.Log, Metrics: NewMetrics(env.Registry)})
+	srv, err := New(Options{Buffer: env.Buffer, TLS: tlsConfig, Log: env.Log, Metrics: NewMetrics(env.Registry)})
 	if err != nil {
 		return nil, cfg.KeyError("flowStreamService.enable", err)
 	}
