@@ -22,6 +22,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protowire"
 
+	"sluice/certs"
 	"sluice/collector"
 	"sluice/flow"
 	"sluice/flow/flowpb"
@@ -31,17 +32,25 @@ import (
 	"sluice/ipfix"
 )
 
+// dialCollector is a gRPC client of the collector at addr, closed with
+// the test.
+func dialCollector(t *testing.T, addr string, b *certs.Bundle) *grpc.ClientConn {
+	t.Helper()
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(credentials.NewTLS(b.ClientTLS("localhost"))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return conn
+}
+
 // TestGRPCWireRefusals: what the collector's gRPC endpoint refuses, it
 // refuses as grpc-go's server would, and the next call still works.
 func TestGRPCWireRefusals(t *testing.T) {
 	h := newHarness(t, 16)
 	b := bundle(t)
 	addr, _ := h.grpcServer(t, b)
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(credentials.NewTLS(b.ClientTLS("localhost"))))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+	conn := dialCollector(t, addr, b)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	one := flowtest.Wire(flowtest.Full(1, false), nil, nil)
@@ -137,11 +146,7 @@ func TestGRPCWireClientGoesAway(t *testing.T) {
 	t.Cleanup(h.wg.Wait)
 	b := bundle(t)
 	addr, _ := h.grpcServer(t, b)
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(credentials.NewTLS(b.ClientTLS("localhost"))))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+	conn := dialCollector(t, addr, b)
 	ctx, cancel := context.WithCancel(context.Background())
 	st, err := conn.NewStream(ctx, &grpc.StreamDesc{ClientStreams: true}, flowpb.FlowExportService_Export_FullMethodName, grpc.ForceCodec(rawCodec{}))
 	if err != nil {
