@@ -17,6 +17,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"slices"
@@ -306,6 +307,9 @@ func grpcTimeout(v string) (time.Duration, bool) {
 		unit = time.Nanosecond
 	default:
 		return 0, false
+	}
+	if n > math.MaxInt64/int64(unit) {
+		return 0, false // beyond any deadline: none
 	}
 	return time.Duration(n) * unit, true
 }
