@@ -7,6 +7,7 @@ package collector
 
 import (
 	"context"
+	"crypto/tls"
 	"log/slog"
 	"net/netip"
 	"time"
@@ -91,6 +92,9 @@ type Metrics struct {
 	// ConfirmsWaiting are the gRPC streams whose response waits for the
 	// sinks to write their records (GRPCOptions.ConfirmWritten).
 	ConfirmsWaiting prometheus.Gauge
+	// CertsExpiredClosed counts connections closed because the client
+	// certificate they were accepted with expired while they were open.
+	CertsExpiredClosed *prometheus.CounterVec // transport
 }
 
 // NewMetrics creates the collector's series and registers them with reg
@@ -123,12 +127,40 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "TLS handshakes refused for the client's certificate: cert-expired, cert-not-yet-valid, cert-unknown-authority, cert-missing, cert-invalid."}, []string{"transport", "reason"}),
 		ConfirmsWaiting: prometheus.NewGauge(prometheus.GaugeOpts{Name: "sluice_collector_grpc_confirms_waiting",
 			Help: "gRPC export streams whose confirmation waits for the sinks to write their records (Proxy mode)."}),
+		CertsExpiredClosed: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_collector_connections_closed_certificate_expired_total",
+			Help: "Connections closed because the client certificate they were accepted with expired while they were open."}, []string{"transport"}),
 	}
 	if reg != nil {
 		reg.MustRegister(m.Records, m.Messages, m.DecodeErrors, m.Sessions, m.Refused, m.Dropped,
-			m.UnknownSets, m.SkewUnknown, m.SkewMissing, m.TemplatesTotal, m.UDPKernelDrops, m.CertsRefused, m.ConfirmsWaiting)
+			m.UnknownSets, m.SkewUnknown, m.SkewMissing, m.TemplatesTotal, m.UDPKernelDrops, m.CertsRefused, m.ConfirmsWaiting, m.CertsExpiredClosed)
 	}
 	return m
+}
+
+// closeAtExpiry closes tc when the client certificate it was accepted
+// with expires (the earliest NotAfter of its verified chain): TLS checks
+// certificates only at the handshake, and exporters keep their
+// connections for days. The returned func cancels it; call it when the
+// connection ends.
+func closeAtExpiry(m *Metrics, tc *tls.Conn, log *slog.Logger, transport string) (stop func()) {
+	st := tc.ConnectionState()
+	if len(st.VerifiedChains) == 0 {
+		return func() {}
+	}
+	var expiry time.Time
+	for _, c := range st.VerifiedChains[0] {
+		if expiry.IsZero() || c.NotAfter.Before(expiry) {
+			expiry = c.NotAfter
+		}
+	}
+	leaf := st.VerifiedChains[0][0]
+	t := time.AfterFunc(time.Until(expiry), func() {
+		m.CertsExpiredClosed.WithLabelValues(transport).Inc()
+		log.Warn("closing connection: the client certificate it was accepted with has expired",
+			"certificate", leaf.Subject.String(), "serial", leaf.SerialNumber.String(), "not_after", expiry.UTC().Format(time.RFC3339))
+		tc.Close()
+	})
+	return func() { t.Stop() }
 }
 
 // handshakeFailed counts and logs a refused TLS handshake, naming the

@@ -117,6 +117,9 @@ type handshakeListener struct {
 	cfg     *tls.Config
 	timeout time.Duration
 	failed  func(raw net.Conn, err error)
+	// expiring, if set, watches an accepted connection's certificate;
+	// it returns what stops watching.
+	expiring func(*tls.Conn) (stop func())
 
 	ctx       context.Context // cancelled by Close: ends handshakes
 	cancel    context.CancelFunc
@@ -126,9 +129,9 @@ type handshakeListener struct {
 	wg        sync.WaitGroup // the accept loop and handshakes in flight
 }
 
-func newHandshakeListener(inner net.Listener, cfg *tls.Config, timeout time.Duration, failed func(net.Conn, error)) *handshakeListener {
+func newHandshakeListener(inner net.Listener, cfg *tls.Config, timeout time.Duration, failed func(net.Conn, error), expiring func(*tls.Conn) func()) *handshakeListener {
 	ctx, cancel := context.WithCancel(context.Background())
-	l := &handshakeListener{inner: inner, cfg: cfg, timeout: timeout, failed: failed,
+	l := &handshakeListener{inner: inner, cfg: cfg, timeout: timeout, failed: failed, expiring: expiring,
 		ctx: ctx, cancel: cancel, conns: make(chan net.Conn), acceptErr: make(chan error, 1)}
 	l.wg.Go(l.acceptLoop)
 	return l
@@ -146,7 +149,8 @@ func (l *handshakeListener) acceptLoop() {
 }
 
 func (l *handshakeListener) handshake(raw net.Conn) {
-	tc := tls.Server(raw, l.cfg)
+	hc := &hookConn{Conn: raw}
+	tc := tls.Server(hc, l.cfg)
 	ctx, cancel := context.WithTimeout(l.ctx, l.timeout)
 	err := tc.HandshakeContext(ctx)
 	cancel()
@@ -162,11 +166,47 @@ func (l *handshakeListener) handshake(raw net.Conn) {
 		tc.Close()
 		return
 	}
+	if l.expiring != nil {
+		hc.setOnClose(l.expiring(tc))
+	}
 	select {
 	case l.conns <- tc:
 	case <-l.ctx.Done():
 		tc.Close()
 	}
+}
+
+// hookConn runs onClose when it closes: what watches the connection
+// stops with it. (The TLS connection above it must stay a *tls.Conn for
+// the HTTP server to find HTTP/2.)
+type hookConn struct {
+	net.Conn
+	mu      sync.Mutex
+	onClose func()
+	closed  bool
+}
+
+func (c *hookConn) Close() error {
+	c.mu.Lock()
+	f := c.onClose
+	c.onClose, c.closed = nil, true
+	c.mu.Unlock()
+	if f != nil {
+		f()
+	}
+	return c.Conn.Close()
+}
+
+// setOnClose sets what Close runs, running it now if Close came first.
+func (c *hookConn) setOnClose(f func()) {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		f()
+		return
+	}
+	c.onClose = f
+	c.mu.Unlock()
 }
 
 func (l *handshakeListener) Accept() (net.Conn, error) {

@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"encoding/binary"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"strconv"
 	"strings"
@@ -29,6 +31,7 @@ import (
 	"sluice/flow/flowtest"
 	"sluice/flow/ipfixmap"
 	"sluice/internal/testkit"
+	"sluice/internal/testkit/testcerts"
 	"sluice/ipfix"
 )
 
@@ -237,4 +240,76 @@ func FuzzGRPCMessages(f *testing.F) {
 			t.Fatalf("answer %s, grpc-status %q", resp.Status, st)
 		}
 	})
+}
+
+// TestExpiredClientCertificateClosesConnection: a connection accepted
+// with a client certificate is closed when that certificate expires, over
+// gRPC and IPFIX/TLS alike, and counted; TLS alone would check it again
+// only at the next handshake.
+func TestExpiredClientCertificateClosesConnection(t *testing.T) {
+	h := newHarness(t, 64)
+	b := bundle(t)
+	addr, _ := h.grpcServer(t, b)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	h.wg.Add(1)
+	go func() { defer h.wg.Done(); h.srv.ServeTCP(ctx, ln, b.ServerTLS(true)) }()
+
+	now := time.Now()
+	short := testcerts.Client(t, b.Paths.Dir, now.Add(-time.Minute), now.Add(3*time.Second))
+	cfg := b.ClientTLS("localhost")
+	cfg.Certificates = []tls.Certificate{short}
+
+	// gRPC: a stream opened with the certificate works until it expires.
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(credentials.NewTLS(cfg)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	st, err := conn.NewStream(ctx, &grpc.StreamDesc{ClientStreams: true}, flowpb.FlowExportService_Export_FullMethodName, grpc.ForceCodec(rawCodec{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	one := flowtest.Wire(flowtest.Full(1, false), nil, nil)
+	if err := st.SendMsg(protowire.AppendBytes(protowire.AppendTag(nil, 1, protowire.BytesType), one)); err != nil {
+		t.Fatal(err)
+	}
+	// IPFIX over TLS: a session opened with it delivers too.
+	tc, err := tls.Dial("tcp", ln.Addr().String(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tc.Close()
+	for _, m := range antrea(t, 1, 0, 1400) {
+		if _, err := tc.Write(m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h.collect(t, 2)
+
+	testkit.WaitFor(t, "both connections closed at the certificate's expiry", func() bool {
+		return testutil.ToFloat64(h.m.CertsExpiredClosed.WithLabelValues("grpc")) == 1 &&
+			testutil.ToFloat64(h.m.CertsExpiredClosed.WithLabelValues("tls")) == 1
+	})
+	leaf, err := x509.ParseCertificate(short.Certificate[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if time.Now().Before(leaf.NotAfter) { // whole seconds, as certificates have them
+		t.Errorf("closed before the certificate expired at %v", leaf.NotAfter)
+	}
+	// The closed session's reader sees the end.
+	tc.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if _, err := tc.Read(make([]byte, 1)); err == nil {
+		t.Error("the IPFIX/TLS connection is still open")
+	}
+	var resp []byte
+	st.CloseSend()
+	if err := st.RecvMsg(&resp); err == nil {
+		t.Error("the gRPC stream ended well after its connection was closed")
+	}
 }

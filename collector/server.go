@@ -152,6 +152,7 @@ func (s *Server) serveConn(ctx context.Context, c net.Conn, transport string, tl
 			handshakeFailed(s.o.Metrics, s.o.Metrics.Refused.WithLabelValues(transport, "tls-handshake"), log, transport, "IPFIX session", err)
 			return
 		}
+		defer closeAtExpiry(s.o.Metrics, tc, log, transport)()
 		c = tc
 	}
 	gauge := s.o.Metrics.Sessions.WithLabelValues(transport)

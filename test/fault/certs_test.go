@@ -2,16 +2,9 @@ package fault
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"fmt"
 	"io"
-	"math/big"
 	"net"
 	"os"
 	"path/filepath"
@@ -27,44 +20,8 @@ import (
 	"sluice/certs"
 	"sluice/flow/flowpb"
 	"sluice/internal/testkit"
+	"sluice/internal/testkit/testcerts"
 )
-
-// issueClient issues a client certificate valid from notBefore to
-// notAfter, signed by the CA of dir (ca.crt, ca.key).
-func issueClient(t *testing.T, dir string, notBefore, notAfter time.Time) tls.Certificate {
-	t.Helper()
-	read := func(name string) *pem.Block {
-		data, err := os.ReadFile(filepath.Join(dir, name))
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, _ := pem.Decode(data)
-		if b == nil {
-			t.Fatalf("%s: no PEM block", name)
-		}
-		return b
-	}
-	ca, err := x509.ParseCertificate(read(certs.CACertFile).Bytes)
-	if err != nil {
-		t.Fatal(err)
-	}
-	caKey, err := x509.ParsePKCS8PrivateKey(read(certs.CAKeyFile).Bytes)
-	if err != nil {
-		t.Fatal(err)
-	}
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(time.Now().UnixNano()), Subject: pkix.Name{CommonName: "test-exporter"},
-		NotBefore: notBefore, NotAfter: notAfter, KeyUsage: x509.KeyUsageDigitalSignature,
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
-}
 
 // presenting is a client configuration that presents cert whatever CAs
 // the server asks for, trusting the CA of dir.
@@ -198,9 +155,9 @@ func TestCertificates(t *testing.T) {
 		t.Fatal(err)
 	}
 	bad := map[string]tls.Certificate{
-		"cert-expired":           issueClient(t, p.certDir, now.Add(-48*time.Hour), now.Add(-24*time.Hour)),
-		"cert-not-yet-valid":     issueClient(t, p.certDir, now.Add(24*time.Hour), now.Add(48*time.Hour)),
-		"cert-unknown-authority": issueClient(t, stranger, now.Add(-time.Hour), now.Add(time.Hour)),
+		"cert-expired":           testcerts.Client(t, p.certDir, now.Add(-48*time.Hour), now.Add(-24*time.Hour)),
+		"cert-not-yet-valid":     testcerts.Client(t, p.certDir, now.Add(24*time.Hour), now.Add(48*time.Hour)),
+		"cert-unknown-authority": testcerts.Client(t, stranger, now.Add(-time.Hour), now.Add(time.Hour)),
 	}
 	for reason, cert := range bad {
 		if err := tryIPFIX(t, p.ipfix, presenting(t, cert, p.certDir)); err == nil {
@@ -216,7 +173,7 @@ func TestCertificates(t *testing.T) {
 				"grpc": "refusing gRPC connection: client certificate refused"}[transport], map[string]any{"reason": reason})
 		}
 	}
-	good := issueClient(t, p.certDir, now.Add(-time.Hour), now.Add(time.Hour))
+	good := testcerts.Client(t, p.certDir, now.Add(-time.Hour), now.Add(time.Hour))
 	if err := tryIPFIX(t, p.ipfix, presenting(t, good, p.certDir)); err != nil {
 		t.Fatalf("IPFIX/TLS with a good client certificate: %v", err)
 	}
