@@ -93,7 +93,7 @@ type loader struct {
 
 // bridgeKey names the bridge a case's hop on node needs.
 func bridgeKey(c *corpus.Case, node string) string {
-	return fmt.Sprintf("%s|%s|%v|%s|%s", c.Mode, c.TrafficEncryptionMode, c.ProxyAll, strings.Join(c.Overlays, ","), node)
+	return fmt.Sprintf("%s|%s|%v|%v|%s|%s", c.Mode, c.TrafficEncryptionMode, c.ProxyAll, c.EnableBridgingMode, strings.Join(c.Overlays, ","), node)
 }
 
 func (l *loader) load(ctx context.Context, c *corpus.Case, m *pipeline.Model, node string) (*Bridge, error) {

@@ -107,15 +107,33 @@ func (g *gen) classify() {
 			reg0(0, 3, SourceTunnel), reg0(RewriteMACBit, RewriteMACBit, 1), goTo(TUnSNAT))
 	}
 	g.add(TClassifier, 200, M{InPort: GatewayPort}, reg0(0, 3, SourceGateway), goTo(TSpoofGuard))
+	if g.m.Config.BridgingMode {
+		// The host's own traffic crosses the bridge between the uplink
+		// and the host interface that took over the uplink's address.
+		g.add(TClassifier, 200, M{InPort: UplinkPort}, datapath.OutputPort{Port: HostPort})
+		g.add(TClassifier, 200, M{InPort: HostPort}, datapath.OutputPort{Port: UplinkPort})
+	}
 	for _, p := range g.localPods() {
-		g.add(TClassifier, 190, M{InPort: g.port(p)}, reg0(0, 3, SourcePod), goTo(TSpoofGuard))
+		acts := []A{reg0(0, 3, SourcePod)}
+		if g.m.AntreaIPAM(p) {
+			// An AntreaIPAM Pod's gateway is the IPPool's, beyond the
+			// uplink: its packets are marked, and MACs rewritten when routed.
+			acts = append(acts, datapath.LoadReg{Reg: 4, Lo: FlexibleIPAMBit, Hi: FlexibleIPAMBit, Value: 1},
+				reg0(RewriteMACBit, RewriteMACBit, 1))
+		}
+		g.add(TClassifier, 190, M{InPort: g.port(p)}, append(acts, goTo(TSpoofGuard))...)
 	}
 	g.add(TClassifier, 0, M{}, datapath.Drop{})
 
 	g.add(TSpoofGuard, 200, M{InPort: GatewayPort}, goTo(TUnSNAT))
 	for _, p := range g.localPods() {
 		for _, ip := range p.IPs {
-			g.add(TSpoofGuard, 200, M{EthType: ethOf(ip), InPort: g.port(p), EthSrc: PodMAC(p), NwSrc: host(ip)}, goTo(TUnSNAT))
+			var acts []A
+			if g.m.Config.BridgingMode {
+				// Every Pod's packets carry their VLAN ID (0: untagged).
+				acts = append(acts, datapath.LoadReg{Reg: VLANReg, Lo: 0, Hi: 11, Value: uint32(g.m.VLAN(p))})
+			}
+			g.add(TSpoofGuard, 200, M{EthType: ethOf(ip), InPort: g.port(p), EthSrc: PodMAC(p), NwSrc: host(ip)}, append(acts, goTo(TUnSNAT))...)
 		}
 	}
 	g.add(TSpoofGuard, 0, M{}, datapath.Drop{})
@@ -299,12 +317,28 @@ func (g *gen) l3Forwarding() {
 		g.add(TL3Forwarding, 210, M{EthType: ethOf(ip), NwDst: host(ip)},
 			datapath.SetEthDst{MAC: gw}, reg0(4, 7, DestGateway), goTo(TL3DecTTL))
 	}
+	bridging := g.m.Config.BridgingMode
+	vlan := func(id uint16) []datapath.RegMatch {
+		return []datapath.RegMatch{{Reg: VLANReg, Masked: datapath.Masked{Value: uint32(id), Mask: 0xfff}}}
+	}
 	for _, p := range g.localPods() {
 		for _, ip := range p.IPs {
-			g.add(TL3Forwarding, 200, M{EthType: ethOf(ip), NwDst: host(ip)},
-				datapath.SetEthSrc{MAC: gw}, datapath.SetEthDst{MAC: PodMAC(p)}, goTo(TL3DecTTL))
+			m := M{EthType: ethOf(ip), NwDst: host(ip)}
+			if g.m.AntreaIPAM(p) {
+				// Reached only from its own VLAN, and bridged: the
+				// source MAC is left alone.
+				m.Regs = vlan(g.m.VLAN(p))
+				g.add(TL3Forwarding, 200, m, datapath.SetEthDst{MAC: PodMAC(p)}, goTo(TL3DecTTL))
+				continue
+			}
+			if bridging {
+				m.Regs = vlan(0) // untagged traffic only
+			}
+			g.add(TL3Forwarding, 200, m, datapath.SetEthSrc{MAC: gw}, datapath.SetEthDst{MAC: PodMAC(p)}, goTo(TL3DecTTL))
 		}
 	}
+	flexible := datapath.RegMatch{Reg: 4, Masked: datapath.Masked{Value: 1 << FlexibleIPAMBit, Mask: 1 << FlexibleIPAMBit}}
+	notFlexible := datapath.RegMatch{Reg: 4, Masked: datapath.Masked{Value: 0, Mask: 1 << FlexibleIPAMBit}}
 	mode := g.m.Config.TrafficMode
 	for _, peer := range g.m.State.Nodes {
 		if peer.Name == g.nm.Node.Name {
@@ -321,6 +355,14 @@ func (g *gen) l3Forwarding() {
 					datapath.SetTunDst{IP: dst}, reg0(4, 7, DestTunnel), goTo(TL3DecTTL))
 			} else {
 				// Direct routing: the host routes it to the peer.
+				if bridging {
+					// AntreaIPAM Pods' traffic is bridged instead: out of
+					// the uplink, to the peer's gateway MAC.
+					fm := m
+					fm.Regs = append(vlan(0), flexible)
+					g.add(TL3Forwarding, 200, fm, datapath.SetEthDst{MAC: gatewayMAC(peer.Name)}, reg0(4, 7, DestUplink), goTo(TL3DecTTL))
+					m.Regs = []datapath.RegMatch{notFlexible}
+				}
 				g.add(TL3Forwarding, 200, m, datapath.SetEthDst{MAC: gw}, reg0(4, 7, DestGateway), goTo(TL3DecTTL))
 			}
 		}
@@ -332,6 +374,14 @@ func (g *gen) l3Forwarding() {
 			g.add(TL3Forwarding, 190, M{CtState: datapath.CtStateMatch{Set: datapath.CtTrk, Clear: datapath.CtRpl}, EthType: eth,
 				Regs: []datapath.RegMatch{reg0Match(0, 3, SourceTunnel)}}, datapath.SetEthDst{MAC: gw}, goTo(TEgressMark))
 		}
+	}
+	if bridging {
+		// As the reference's miss flow: the destination MAC is left as
+		// it is, so that a packet to a local Pod that no flow above
+		// routes (from an AntreaIPAM Pod of another VLAN, say) is still
+		// switched to it; the rest goes to the gateway.
+		g.add(TL3Forwarding, 0, M{}, reg0(4, 7, DestGateway), goTo(TL2ForwardingCalc))
+		return
 	}
 	g.add(TL3Forwarding, 0, M{}, datapath.SetEthDst{MAC: gw}, reg0(4, 7, DestGateway), goTo(TL3DecTTL))
 }
@@ -454,12 +504,21 @@ func (g *gen) l2AndIngress() {
 	if g.m.Config.TrafficMode.Encapsulates() {
 		g.add(TL2ForwardingCalc, 200, M{EthDst: GlobalVirtualMAC}, out(TunnelPort)...)
 	}
+	if g.m.Config.BridgingMode {
+		// What an AntreaIPAM Pod sends to a MAC the bridge does not own
+		// leaves through the uplink, past ingress policy.
+		g.add(TL2ForwardingCalc, 190, M{Regs: []datapath.RegMatch{{Reg: 4, Masked: datapath.Masked{Value: 1 << FlexibleIPAMBit, Mask: 1 << FlexibleIPAMBit}}}},
+			datapath.LoadReg{Reg: 1, Lo: 0, Hi: 31, Value: UplinkPort}, reg0(21, 22, OutputToPortMode), goTo(TConntrackCommit))
+	}
 	g.add(TL2ForwardingCalc, 0, M{}, goTo(TIngressSecurityClassifier))
 
 	// Traffic leaving the Node (gateway, tunnel) skips ingress policy.
 	g.add(TIngressSecurityClassifier, 210, M{CtMark: datapath.Masked{Value: HairpinCTMark, Mask: HairpinCTMark}}, goTo(TConntrackCommit))
 	g.add(TIngressSecurityClassifier, 200, M{Regs: []datapath.RegMatch{reg0Match(4, 7, DestGateway)}}, goTo(TIngressMetric))
 	g.add(TIngressSecurityClassifier, 200, M{Regs: []datapath.RegMatch{reg0Match(4, 7, DestTunnel)}}, goTo(TIngressMetric))
+	if g.m.Config.BridgingMode {
+		g.add(TIngressSecurityClassifier, 200, M{Regs: []datapath.RegMatch{reg0Match(4, 7, DestUplink)}}, goTo(TIngressMetric))
+	}
 	g.add(TIngressSecurityClassifier, 0, M{}, goTo(TAntreaPolicyIngressRule))
 
 	for _, eth := range families {

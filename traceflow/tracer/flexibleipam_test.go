@@ -1,0 +1,65 @@
+package tracer
+
+import (
+	"context"
+	"testing"
+
+	"sluice/traceflow/corpus"
+	"sluice/traceflow/crd"
+	"sluice/traceflow/pipeline"
+)
+
+// TestFlexibleIPAMPorts: with enableBridgingMode an AntreaIPAM Pod's
+// packet to another Node's PodCIDR leaves by the uplink (reported
+// Delivered, nothing output, so the trace ends there), to a local Pod by
+// that Pod's port, and elsewhere by the gateway; the same traces without
+// the bridging mode take the gateway.
+func TestFlexibleIPAMPorts(t *testing.T) {
+	ctx := context.Background()
+	model := func(bridging bool) *pipeline.Model {
+		c := corpus.Case{Mode: string(pipeline.NoEncap), EnableBridgingMode: bridging, Overlays: []string{"flexible-ipam.yaml"}}
+		m, err := c.Model(ctx, "../testdata")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	on, off := model(true), model(false)
+	port := func(m *pipeline.Model, src, dst string) (uint32, crd.Action, int) {
+		s, d, err := Endpoints(m.State, src, dst)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tf := &crd.Traceflow{Spec: crd.TraceflowSpec{Source: s, Destination: d}}
+		tf.Name = "t"
+		tr, err := Run(ctx, m, tf, Options{Now: fixedNow})
+		if err != nil {
+			t.Fatal(err)
+		}
+		h := tr.Hops[0]
+		if h.Result == nil || len(h.Result.PacketIns) == 0 {
+			t.Fatalf("%s -> %s: no packet-in on %s", src, dst, h.Node)
+		}
+		obs := tr.Traceflow.Status.Results[0].Observations
+		return h.Result.PacketIns[len(h.Result.PacketIns)-1].Meta.Regs[1], obs[len(obs)-1].Action, len(h.Result.Outputs)
+	}
+	front := on.Nodes["k8s-node-1"].PodPort["bridged/front"]
+	for _, c := range []struct {
+		m        *pipeline.Model
+		src, dst string
+		port     uint32
+		action   crd.Action
+		outputs  int
+	}{
+		{on, "bridged/front", "default/db", pipeline.UplinkPort, crd.ActionDelivered, 0},
+		{on, "default/vlan-app", "default/db", pipeline.GatewayPort, crd.ActionForwarded, 1}, // VLAN 20: no uplink flow to PodCIDRs
+		{on, "default/vlan-app", "bridged/front", front, crd.ActionDelivered, 0},
+		{on, "bridged/front", "8.8.8.8", pipeline.GatewayPort, crd.ActionForwardedOutOfNetwork, 1},
+		{off, "bridged/front", "default/db", pipeline.GatewayPort, crd.ActionForwarded, 1},
+	} {
+		p, a, n := port(c.m, c.src, c.dst)
+		if p != c.port || a != c.action || n != c.outputs {
+			t.Errorf("bridging %v, %s -> %s: port %d %s with %d outputs, want %d %s with %d", c.m.Config.BridgingMode, c.src, c.dst, p, a, n, c.port, c.action, c.outputs)
+		}
+	}
+}
