@@ -339,6 +339,16 @@ func (g *gen) l3Forwarding() {
 	}
 	flexible := datapath.RegMatch{Reg: 4, Masked: datapath.Masked{Value: 1 << FlexibleIPAMBit, Mask: 1 << FlexibleIPAMBit}}
 	notFlexible := datapath.RegMatch{Reg: 4, Masked: datapath.Masked{Value: 0, Mask: 1 << FlexibleIPAMBit}}
+	if bridging {
+		// An untagged AntreaIPAM Pod reaches its own Node through the
+		// host interface, which took over the uplink's MAC.
+		for _, ip := range []netip.Addr{g.nm.Node.TransportIP, g.nm.Node.TransportV6} {
+			if ip.IsValid() {
+				g.add(TL3Forwarding, 210, M{EthType: ethOf(ip), NwDst: host(ip), Regs: append(vlan(0), flexible)},
+					datapath.SetEthDst{MAC: UplinkMAC(g.nm.Node.Name)}, goTo(TL2ForwardingCalc))
+			}
+		}
+	}
 	mode := g.m.Config.TrafficMode
 	for _, peer := range g.m.State.Nodes {
 		if peer.Name == g.nm.Node.Name {
@@ -505,6 +515,8 @@ func (g *gen) l2AndIngress() {
 		g.add(TL2ForwardingCalc, 200, M{EthDst: GlobalVirtualMAC}, out(TunnelPort)...)
 	}
 	if g.m.Config.BridgingMode {
+		g.add(TL2ForwardingCalc, 200, M{EthDst: UplinkMAC(g.nm.Node.Name)},
+			datapath.LoadReg{Reg: 1, Lo: 0, Hi: 31, Value: HostPort}, reg0(21, 22, OutputToPortMode), goTo(TConntrackCommit))
 		// What an AntreaIPAM Pod sends to a MAC the bridge does not own
 		// leaves through the uplink, past ingress policy.
 		g.add(TL2ForwardingCalc, 190, M{Regs: []datapath.RegMatch{{Reg: 4, Masked: datapath.Masked{Value: 1 << FlexibleIPAMBit, Mask: 1 << FlexibleIPAMBit}}}},
@@ -538,6 +550,12 @@ func (g *gen) output() {
 
 	g.tagged(TOutput, 212, M{CtMark: hairpin}, tf)
 	g.add(TOutput, 210, M{CtMark: hairpin}, datapath.OutputInPort{})
+	if g.m.Config.BridgingMode {
+		// Above the Traceflow flows, as upstream's (which has no Traceflow
+		// flow for the host interface yet): a trace to the Node's own
+		// address from an AntreaIPAM Pod gets no packet-in.
+		g.add(TOutput, 210, M{EthType: datapath.EthIPv4, Regs: []datapath.RegMatch{toPort, reg1(HostPort)}}, datapath.OutputPort{Port: HostPort})
+	}
 	if mode.Encapsulates() {
 		// The tunnel copy goes out too, tag kept, so the next Node traces it.
 		g.tagged(TOutput, 203, M{Regs: []datapath.RegMatch{toPort, reg1(TunnelPort)}}, datapath.OutputReg{Reg: 1}, tf)

@@ -2,7 +2,11 @@ package tracer
 
 import (
 	"context"
+	"errors"
+	"net/netip"
 	"testing"
+
+	"sluice/traceflow/datapath"
 
 	"sluice/traceflow/corpus"
 	"sluice/traceflow/crd"
@@ -61,5 +65,57 @@ func TestFlexibleIPAMPorts(t *testing.T) {
 		if p != c.port || a != c.action || n != c.outputs {
 			t.Errorf("bridging %v, %s -> %s: port %d %s with %d outputs, want %d %s with %d", c.m.Config.BridgingMode, c.src, c.dst, p, a, n, c.port, c.action, c.outputs)
 		}
+	}
+}
+
+// TestFlexibleIPAMOwnNode: an untagged AntreaIPAM Pod's packet to its own
+// Node's address is output to the host interface by a flow above the
+// Traceflow flows, with no packet-in: the trace is refused as the
+// reference's would time out. A VLAN Pod's, or one to another Node, is
+// traced.
+func TestFlexibleIPAMOwnNode(t *testing.T) {
+	ctx := context.Background()
+	c := corpus.Case{Mode: string(pipeline.NoEncap), EnableBridgingMode: true, Overlays: []string{"flexible-ipam.yaml"}}
+	m, err := c.Model(ctx, "../testdata")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range []struct {
+		src, dst string
+		refused  bool
+	}{
+		{"bridged/front", "192.168.77.101", true},
+		{"default/vlan-app", "192.168.77.101", false},
+		{"bridged/front", "192.168.77.102", false},
+		{"default/client", "192.168.77.101", false},
+	} {
+		s, d, err := Endpoints(m.State, r.src, r.dst)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tf := &crd.Traceflow{Spec: crd.TraceflowSpec{Source: s, Destination: d}}
+		tf.Name = "t"
+		_, err = Run(ctx, m, tf, Options{Now: fixedNow})
+		var ue *UntraceableError
+		if errors.As(err, &ue) != r.refused || (!r.refused && err != nil) {
+			t.Errorf("%s -> %s: error %v, refused want %v", r.src, r.dst, err, r.refused)
+		}
+	}
+	// The bridge itself: out of the host port, no packet-in.
+	front := m.State.Pod("bridged", "front")
+	nm := m.Nodes["k8s-node-1"]
+	p := datapath.Packet{EthSrc: pipeline.PodMAC(front), EthDst: nm.GatewayMAC, Src: netip.MustParseAddr("192.168.77.201"),
+		Dst: netip.MustParseAddr("192.168.77.101"), Proto: datapath.ProtoTCP, SrcPort: 1000, DstPort: 80, TCPFlags: 2,
+		DSCP: m.Config.Tag, TTL: 64, Length: 40}
+	frame, err := p.Serialize()
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := nm.Bridge.Run(ctx, frame, datapath.Entry{InPort: nm.PodPort[front.Key()]}, datapath.NewConntrack())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.PacketIns) != 0 || len(res.Outputs) != 1 || res.Outputs[0].Port != pipeline.HostPort {
+		t.Errorf("to its own Node: %d packet-ins, outputs %+v; want none and the host port", len(res.PacketIns), res.Outputs)
 	}
 }
