@@ -305,3 +305,11 @@ func (a OutputPort) apply(x *execution) error {
 	}
 	return x.output(a.Port)
 }
+
+// PushVLAN tags the frame with an 802.1Q header carrying VLAN ID VID.
+type PushVLAN struct{ VID uint16 }
+
+func (a PushVLAN) String() string {
+	return fmt.Sprintf("push_vlan:0x8100,set_field:%d->vlan_vid", 0x1000|uint32(a.VID&0xfff))
+}
+func (a PushVLAN) apply(x *execution) error { x.pkt.VLAN = a.VID & 0xfff; return nil }

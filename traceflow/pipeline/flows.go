@@ -536,9 +536,19 @@ func (g *gen) l2AndIngress() {
 	for _, eth := range families {
 		g.add(TConntrackCommit, 200, M{CtState: datapath.CtStateMatch{Set: datapath.CtNew | datapath.CtTrk},
 			CtMark: datapath.Masked{Value: 0, Mask: ServiceCTMark}, EthType: eth},
-			datapath.Ct{Commit: true, Zone: ctZone(eth), Table: TOutput})
+			datapath.Ct{Commit: true, Zone: ctZone(eth), Table: g.m.Config.postCommit()})
 	}
-	g.add(TConntrackCommit, 0, M{}, goTo(TOutput))
+	g.add(TConntrackCommit, 0, M{}, goTo(g.m.Config.postCommit()))
+	if g.m.Config.BridgingMode {
+		// A VLAN Pod's packets leave by the uplink tagged with its pool's VLAN.
+		for _, p := range g.localPods() {
+			if vid := g.m.VLAN(p); vid != 0 {
+				g.add(TVLAN, 50, M{InPort: g.port(p), Regs: []datapath.RegMatch{{Reg: 1, Masked: datapath.Exact(UplinkPort)}}},
+					datapath.PushVLAN{VID: vid}, goTo(TOutput))
+			}
+		}
+		g.add(TVLAN, 0, M{}, goTo(TOutput))
+	}
 }
 
 func (g *gen) output() {

@@ -210,6 +210,7 @@ const (
 	TIngressDefaultRule        = "IngressDefaultRule"
 	TIngressMetric             = "IngressMetric"
 	TConntrackCommit           = "ConntrackCommit"
+	TVLAN                      = "VLAN" // BridgingMode only
 	TOutput                    = "Output"
 )
 
@@ -219,19 +220,28 @@ var tableOrder = []string{
 	TPreRoutingClassifier, TNodePortMark, TSessionAffinity, TServiceLB, TEndpointDNAT, TAntreaPolicyEgressRule, TEgressRule,
 	TEgressDefaultRule, TEgressMetric, TL3Forwarding, TEgressMark, TL3DecTTL, TSNATMark, TSNAT,
 	TL2ForwardingCalc, TIngressSecurityClassifier, TAntreaPolicyIngressRule, TIngressRule,
-	TIngressDefaultRule, TIngressMetric, TConntrackCommit, TOutput,
+	TIngressDefaultRule, TIngressMetric, TConntrackCommit, TVLAN, TOutput,
 }
 
 // tables is the pipeline order of this configuration: NodePortMark exists
-// only with proxyAll, as in Antrea.
+// only with proxyAll, VLAN only with the bridging mode, as in Antrea.
 func (c Config) tables() []string {
 	var out []string
 	for _, t := range tableOrder {
-		if t != TNodePortMark || c.ProxyAll {
+		if (t != TNodePortMark || c.ProxyAll) && (t != TVLAN || c.BridgingMode) {
 			out = append(out, t)
 		}
 	}
 	return out
+}
+
+// postCommit is the table after ConntrackCommit: the first of the output
+// stage.
+func (c Config) postCommit() string {
+	if c.BridgingMode {
+		return TVLAN
+	}
+	return TOutput
 }
 
 // RuleRef names the policy rule behind a conjunction ID.

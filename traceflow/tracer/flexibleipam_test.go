@@ -119,3 +119,37 @@ func TestFlexibleIPAMOwnNode(t *testing.T) {
 		t.Errorf("to its own Node: %d packet-ins, outputs %+v; want none and the host port", len(res.PacketIns), res.Outputs)
 	}
 }
+
+// TestFlexibleIPAMVLANTag: what a VLAN Pod sends to the underlay (a MAC
+// the bridge does not own: its pool's router) leaves by the uplink tagged
+// with the pool's VLAN; an untagged pool's Pod's leaves untagged.
+func TestFlexibleIPAMVLANTag(t *testing.T) {
+	ctx := context.Background()
+	c := corpus.Case{Mode: string(pipeline.NoEncap), EnableBridgingMode: true, Overlays: []string{"flexible-ipam.yaml"}}
+	m, err := c.Model(ctx, "../testdata")
+	if err != nil {
+		t.Fatal(err)
+	}
+	nm := m.Nodes["k8s-node-1"]
+	router := datapath.MAC{0x02, 0xaa, 0, 0, 0, 1}
+	for _, r := range []struct {
+		pod  string
+		ip   string
+		vlan uint16
+	}{{"default/vlan-app", "172.20.0.17", 20}, {"bridged/front", "192.168.77.201", 0}} {
+		pod := m.State.PodByIP(netip.MustParseAddr(r.ip))
+		p := datapath.Packet{EthSrc: pipeline.PodMAC(pod), EthDst: router, Src: netip.MustParseAddr(r.ip),
+			Dst: netip.MustParseAddr("8.8.8.8"), Proto: datapath.ProtoUDP, SrcPort: 1000, DstPort: 53, TTL: 64}
+		frame, err := p.Serialize()
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := nm.Bridge.Run(ctx, frame, datapath.Entry{InPort: nm.PodPort[pod.Key()]}, datapath.NewConntrack())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(res.Outputs) != 1 || res.Outputs[0].Port != pipeline.UplinkPort || res.Outputs[0].Packet.VLAN != r.vlan {
+			t.Errorf("%s: outputs %+v, want the uplink with VLAN %d", r.pod, res.Outputs, r.vlan)
+		}
+	}
+}
