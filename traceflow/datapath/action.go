@@ -313,3 +313,9 @@ func (a PushVLAN) String() string {
 	return fmt.Sprintf("push_vlan:0x8100,set_field:%d->vlan_vid", 0x1000|uint32(a.VID&0xfff))
 }
 func (a PushVLAN) apply(x *execution) error { x.pkt.VLAN = a.VID & 0xfff; return nil }
+
+// PopVLAN removes the frame's 802.1Q header.
+type PopVLAN struct{}
+
+func (PopVLAN) String() string           { return "pop_vlan" }
+func (PopVLAN) apply(x *execution) error { x.pkt.VLAN = 0; return nil }

@@ -112,6 +112,27 @@ func (g *gen) classify() {
 		// and the host interface that took over the uplink's address.
 		g.add(TClassifier, 200, M{InPort: UplinkPort}, datapath.OutputPort{Port: HostPort})
 		g.add(TClassifier, 200, M{InPort: HostPort}, datapath.OutputPort{Port: UplinkPort})
+		// What the underlay sends an AntreaIPAM Pod comes in by the uplink
+		// with its pool's tag (none for VLAN 0), or, untagged, from the
+		// host; it joins the pipeline at conntrack.
+		for _, p := range g.localPods() {
+			if !g.m.AntreaIPAM(p) {
+				continue
+			}
+			vid := g.m.VLAN(p)
+			tci := datapath.Masked{Value: 0, Mask: 0x1fff}
+			if vid != 0 {
+				tci.Value = 0x1000 | uint32(vid)
+			}
+			for _, eth := range families {
+				g.add(TClassifier, 210, M{EthType: eth, InPort: UplinkPort, EthDst: PodMAC(p), VLANTCI: tci},
+					reg0(0, 3, SourceUplink), datapath.LoadReg{Reg: VLANReg, Lo: 0, Hi: 11, Value: uint32(vid)}, goTo(TUnSNAT))
+				if vid == 0 {
+					g.add(TClassifier, 210, M{EthType: eth, InPort: HostPort, EthDst: PodMAC(p), VLANTCI: tci},
+						reg0(0, 3, SourceBridge), goTo(TUnSNAT))
+				}
+			}
+		}
 	}
 	for _, p := range g.localPods() {
 		acts := []A{reg0(0, 3, SourcePod)}
@@ -547,6 +568,8 @@ func (g *gen) l2AndIngress() {
 					datapath.PushVLAN{VID: vid}, goTo(TOutput))
 			}
 		}
+		// Tagged traffic from the uplink loses its tag on the way out.
+		g.add(TVLAN, 50, M{InPort: UplinkPort, VLANTCI: datapath.Masked{Value: 0x1000, Mask: 0x1000}}, datapath.PopVLAN{}, goTo(TOutput))
 		g.add(TVLAN, 0, M{}, goTo(TOutput))
 	}
 }

@@ -151,6 +151,8 @@ const (
 	DestTunnel    = 1
 	DestGateway   = 2
 	DestUplink    = 4 // reg0[4..7], BridgingMode
+	SourceUplink  = 4 // reg0[0..3], BridgingMode
+	SourceBridge  = 5 // reg0[0..3], BridgingMode: from the host interface
 
 	RewriteMACBit    = 9
 	APDenyBit        = 10

@@ -153,3 +153,40 @@ func TestFlexibleIPAMVLANTag(t *testing.T) {
 		}
 	}
 }
+
+// TestFlexibleIPAMFromUplink: the underlay reaches an AntreaIPAM Pod
+// through the uplink on its pool's VLAN, and the tag is gone when the
+// Pod gets the packet; a frame on another VLAN is the host's.
+func TestFlexibleIPAMFromUplink(t *testing.T) {
+	ctx := context.Background()
+	c := corpus.Case{Mode: string(pipeline.NoEncap), EnableBridgingMode: true, Overlays: []string{"flexible-ipam.yaml"}}
+	m, err := c.Model(ctx, "../testdata")
+	if err != nil {
+		t.Fatal(err)
+	}
+	nm := m.Nodes["k8s-node-1"]
+	for _, r := range []struct {
+		dst  string
+		vlan uint16
+		port uint32
+	}{
+		{"172.20.0.17", 20, nm.PodPort["default/vlan-app"]},
+		{"192.168.77.201", 0, nm.PodPort["bridged/front"]},
+		{"192.168.77.201", 20, pipeline.HostPort}, // not front's VLAN
+	} {
+		pod := m.State.PodByIP(netip.MustParseAddr(r.dst))
+		p := datapath.Packet{EthSrc: datapath.MAC{0x02, 0xaa, 0, 0, 0, 1}, EthDst: pipeline.PodMAC(pod), Src: netip.MustParseAddr("203.0.113.9"),
+			Dst: netip.MustParseAddr(r.dst), Proto: datapath.ProtoUDP, SrcPort: 53, DstPort: 1000, TTL: 64, VLAN: r.vlan}
+		frame, err := p.Serialize()
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := nm.Bridge.Run(ctx, frame, datapath.Entry{InPort: pipeline.UplinkPort}, datapath.NewConntrack())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(res.Outputs) != 1 || res.Outputs[0].Port != r.port || (r.port != pipeline.HostPort && res.Outputs[0].Packet.VLAN != 0) {
+			t.Errorf("to %s on VLAN %d: outputs %+v, want port %d untagged", r.dst, r.vlan, res.Outputs, r.port)
+		}
+	}
+}
