@@ -15,6 +15,7 @@ var traceflowSettingKeys = map[string]string{
 	"TrafficMode": "sluice.traceflow.trafficMode", "TunnelType": "sluice.traceflow.tunnelType",
 	"ServiceCIDRs": "sluice.traceflow.serviceCIDRs", "EgressExceptCIDRs": "sluice.traceflow.egressExceptCIDRs",
 	"TrafficEncryptionMode": "sluice.traceflow.trafficEncryptionMode",
+	"EnableBridgingMode":    "sluice.traceflow.enableBridgingMode",
 }
 
 // setupTraceflow prepares the Traceflow controller when

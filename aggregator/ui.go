@@ -92,5 +92,6 @@ func (a *Aggregator) traceSettings() modelrun.Settings {
 	tc := a.cfg.Sluice.Traceflow
 	return modelrun.Settings{TrafficMode: tc.TrafficMode, TunnelType: tc.TunnelType,
 		ServiceCIDRs: tc.ServiceCIDRs, EgressExceptCIDRs: tc.EgressExceptCIDRs, ProxyAll: tc.ProxyAll,
-		TrafficEncryptionMode: tc.TrafficEncryptionMode, Multicast: tc.Multicast}
+		TrafficEncryptionMode: tc.TrafficEncryptionMode, Multicast: tc.Multicast,
+		EnableBridgingMode: tc.EnableBridgingMode}
 }

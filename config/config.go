@@ -347,7 +347,8 @@ func (s Sluice) UIListenAddress() string {
 // datapath model of the cluster, as `sluice traceflow --kubeconfig` does.
 // The model settings take the CLI's flag values (--traffic-mode,
 // --tunnel-type, --service-cidr, --egress-except-cidr, --proxy-all,
-// --traffic-encryption-mode, --multicast) and are checked when the
+// --traffic-encryption-mode, --multicast, --enable-bridging-mode) and are
+// checked when the
 // aggregator starts.
 type TraceflowOptions struct {
 	// Enable runs the controller; it needs Kubernetes (sluice.kubeconfig
@@ -366,6 +367,9 @@ type TraceflowOptions struct {
 	TrafficEncryptionMode string `yaml:"trafficEncryptionMode"`
 	// Multicast is the agents' multicast.enable, as --multicast.
 	Multicast bool `yaml:"multicast"`
+	// EnableBridgingMode is the agents' enableBridgingMode, as
+	// --enable-bridging-mode.
+	EnableBridgingMode bool `yaml:"enableBridgingMode"`
 }
 
 // ServerTLS is the `sluice.tls` section: the certificates of the IPFIX (tls

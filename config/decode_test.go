@@ -118,7 +118,7 @@ func TestDefaultValues(t *testing.T) {
 		{"sluice.aggregate.exportOneSided", a.Sluice.Aggregate.ExportOneSided, true},
 		{"sluice.drainTimeout", a.Sluice.DrainTimeout.Duration, 10 * time.Second},
 		{"sluice.traceflow", a.Sluice.Traceflow, TraceflowOptions{TrafficMode: "encap", TunnelType: "geneve",
-			ServiceCIDRs: []string{"10.96.0.0/12"}, TrafficEncryptionMode: "none", Multicast: false}},
+			ServiceCIDRs: []string{"10.96.0.0/12"}, TrafficEncryptionMode: "none", Multicast: false, EnableBridgingMode: false}},
 	}
 	for _, c := range checks {
 		if !reflect.DeepEqual(c.got, c.want) {

@@ -10,12 +10,12 @@ import (
 // The sluice.traceflow keys decode, a list replaces its default rather
 // than adding to it, and a negative deleteAfter is refused.
 func TestTraceflowKeys(t *testing.T) {
-	a, err := Parse([]byte("sluice:\n  traceflow:\n    enable: true\n    deleteAfter: 5s\n    serviceCIDRs: [10.0.0.0/16]\n    trafficMode: encap\n    trafficEncryptionMode: wireGuard\n    multicast: true\n"), "t.yaml")
+	a, err := Parse([]byte("sluice:\n  traceflow:\n    enable: true\n    deleteAfter: 5s\n    serviceCIDRs: [10.0.0.0/16]\n    trafficMode: encap\n    trafficEncryptionMode: wireGuard\n    multicast: true\n    enableBridgingMode: true\n"), "t.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := TraceflowOptions{Enable: true, DeleteAfter: Duration{5 * time.Second}, TrafficMode: "encap",
-		TunnelType: "geneve", ServiceCIDRs: []string{"10.0.0.0/16"}, TrafficEncryptionMode: "wireGuard", Multicast: true}
+		TunnelType: "geneve", ServiceCIDRs: []string{"10.0.0.0/16"}, TrafficEncryptionMode: "wireGuard", Multicast: true, EnableBridgingMode: true}
 	if !reflect.DeepEqual(a.Sluice.Traceflow, want) {
 		t.Errorf("sluice.traceflow = %+v, want %+v", a.Sluice.Traceflow, want)
 	}

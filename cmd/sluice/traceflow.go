@@ -34,6 +34,7 @@ type traceflowFlags struct {
 	proxyAll       bool
 	encryption     string
 	multicast      bool
+	bridging       bool
 }
 
 func (f *traceflowFlags) register(cmd *cobra.Command) {
@@ -47,6 +48,7 @@ func (f *traceflowFlags) register(cmd *cobra.Command) {
 	fl.StringSliceVar(&f.exceptCIDRs, "egress-except-cidr", nil, "the agents' egress.exceptCIDRs")
 	fl.StringVar(&f.encryption, "traffic-encryption-mode", "none", "the agents' trafficEncryptionMode: none, or wireGuard (encap mode only: Pod traffic to other Nodes is routed through the gateway)")
 	fl.BoolVar(&f.multicast, "multicast", false, "the agents' multicast.enable: the reference then cannot trace IPv4 multicast destinations (refused); without it they are routed as any outside address")
+	fl.BoolVar(&f.bridging, "enable-bridging-mode", false, "the agents' enableBridgingMode (FlexibleIPAM, noEncap mode only): Pods with an IP from an IPPool are bridged to the Node's uplink")
 	fl.BoolVar(&f.proxyAll, "proxy-all", false, "the agents' antreaProxy.proxyAll: NodePorts of each Node's own addresses are load-balanced in OVS")
 }
 
@@ -54,14 +56,14 @@ func (f *traceflowFlags) register(cmd *cobra.Command) {
 var settingFlags = map[string]string{
 	"TrafficMode": "--traffic-mode", "TunnelType": "--tunnel-type",
 	"ServiceCIDRs": "--service-cidr", "EgressExceptCIDRs": "--egress-except-cidr",
-	"TrafficEncryptionMode": "--traffic-encryption-mode",
+	"TrafficEncryptionMode": "--traffic-encryption-mode", "EnableBridgingMode": "--enable-bridging-mode",
 }
 
 // config turns the flags into a pipeline configuration.
 func (f *traceflowFlags) config(tag uint8) (pipeline.Config, error) {
 	s := modelrun.Settings{TrafficMode: f.trafficMode, TunnelType: f.tunnelType,
 		ServiceCIDRs: f.serviceCIDRs, EgressExceptCIDRs: f.exceptCIDRs, ProxyAll: f.proxyAll,
-		TrafficEncryptionMode: f.encryption, Multicast: f.multicast}
+		TrafficEncryptionMode: f.encryption, Multicast: f.multicast, EnableBridgingMode: f.bridging}
 	cfg, err := s.Config(tag)
 	var se *modelrun.SettingError
 	if errors.As(err, &se) {

@@ -64,6 +64,8 @@ func TestTraceflowBadInput(t *testing.T) {
 		{[]string{"traceflow", "-S", "client", "-D", "db", "--cluster", tfCluster, "--traffic-encryption-mode", "wireGuard", "--traffic-mode", "noEncap"},
 			"--traffic-encryption-mode: WireGuard is not applicable to the noEncap mode"},
 		{[]string{"traceflow", "-S", "client", "-D", "db", "--cluster", tfCluster, "--traffic-encryption-mode", "ipsec"}, `"ipsec" is not modelled`},
+		{[]string{"traceflow", "-S", "client", "-D", "db", "--cluster", tfCluster, "--enable-bridging-mode"},
+			"--enable-bridging-mode: bridging mode requires the noEncap traffic mode, not encap"},
 		{[]string{"traceflow", "-S", "client", "-D", "239.1.2.3", "--cluster", tfCluster, "--multicast"}, "the reference cannot trace this"},
 		{[]string{"traceflow", "-S", "client", "-D", "ff05::1", "-f", "ipv6", "--cluster", tfCluster}, "IPv6 multicast address"},
 		{[]string{"traceflow", "-S", "client", "-D", "db", "--cluster", tfCluster, "--diff"}, "--diff needs --with"},

@@ -18,7 +18,8 @@ import (
 // Build converts objects into a State and validates it. The State is nil
 // only when the problems include an error.
 func Build(objs []Object) (*State, Problems) {
-	b := builder{st: &State{Namespaces: map[string]map[string]string{}}}
+	b := builder{st: &State{Namespaces: map[string]map[string]string{},
+		IPPools: map[string]*IPPool{}, NamespacePools: map[string][]string{}}}
 	var slices []*discoveryv1.EndpointSlice
 	for _, o := range objs {
 		group := ""
@@ -35,6 +36,9 @@ func Build(objs []Object) (*State, Problems) {
 			var n corev1.Namespace
 			if b.decode(o, &n) {
 				b.st.Namespaces[n.Name] = withNameLabel(n.Name, n.Labels)
+				if v, ok := n.Annotations[crd.AnnotationIPPools]; ok {
+					b.st.NamespacePools[n.Name] = poolNames(v)
+				}
 			}
 		case group == "" && o.Kind == "Pod":
 			var p corev1.Pod
@@ -66,6 +70,11 @@ func Build(objs []Object) (*State, Problems) {
 			if b.decode(o, &g) {
 				b.group(o, &g)
 			}
+		case group == "crd.antrea.io" && o.Kind == crd.KindIPPool:
+			var ip crd.IPPool
+			if b.decode(o, &ip) {
+				b.ipPool(o, &ip)
+			}
 		case group == "crd.antrea.io" && o.Kind == crd.KindEgress:
 			var e crd.Egress
 			if b.decode(o, &e) {
@@ -76,6 +85,7 @@ func Build(objs []Object) (*State, Problems) {
 		}
 	}
 	b.st.index()
+	b.podPools()
 	for _, s := range slices {
 		b.endpointSlice(s)
 	}
@@ -165,6 +175,9 @@ func (b *builder) pod(o Object, p *corev1.Pod) {
 	pod := &Pod{
 		Namespace: p.Namespace, Name: p.Name, Node: p.Spec.NodeName, Labels: p.Labels,
 		HostNetwork: p.Spec.HostNetwork, Created: p.CreationTimestamp,
+	}
+	if v, ok := p.Annotations[crd.AnnotationIPPools]; ok {
+		pod.poolNames = poolNames(v)
 	}
 	if pod.Namespace == "" {
 		pod.Namespace = "default"
@@ -601,7 +614,9 @@ func (b *builder) crossChecks() {
 			for _, c := range n.PodCIDRs {
 				in = in || c.Contains(ip)
 			}
-			if !in {
+			// An address from the Pod's IPPool is AntreaIPAM's: the
+			// model decides (with the bridging mode) how to trace it.
+			if !in && (p.IPPool == nil || !p.IPPool.Contains(ip)) {
 				b.warn(obj, "IP %s is outside the podCIDRs of its Node %s; traffic to it is routed as if external", ip, n.Name)
 			}
 		}
@@ -642,5 +657,113 @@ func (b *builder) crossChecks() {
 			b.fail("Egress "+e.Name, "egress IP %s is on Node %s but another Egress puts it on Node %s", ip, node, h)
 		}
 		holder[ip] = node
+	}
+}
+
+// poolNames splits an ipam.antrea.io/ippools value (comma-separated,
+// one pool per IP family).
+func poolNames(v string) []string {
+	var out []string
+	for _, n := range strings.Split(v, ",") {
+		if n = strings.TrimSpace(n); n != "" {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+func (b *builder) ipPool(o Object, ip *crd.IPPool) {
+	obj := o.Describe()
+	gw, err := netip.ParseAddr(ip.Spec.SubnetInfo.Gateway)
+	if err != nil {
+		b.fail(obj, "subnetInfo.gateway %q is not an IP address", ip.Spec.SubnetInfo.Gateway)
+		return
+	}
+	subnet, err := gw.Prefix(int(ip.Spec.SubnetInfo.PrefixLength))
+	if err != nil || ip.Spec.SubnetInfo.PrefixLength <= 0 {
+		b.fail(obj, "subnetInfo.prefixLength %d does not fit gateway %s", ip.Spec.SubnetInfo.PrefixLength, gw)
+		return
+	}
+	if ip.Spec.SubnetInfo.VLAN > 4094 {
+		b.fail(obj, "subnetInfo.vlan %d is not in 0..4094", ip.Spec.SubnetInfo.VLAN)
+		return
+	}
+	pool := &IPPool{Name: ip.Name, Subnet: subnet, Gateway: gw, VLAN: ip.Spec.SubnetInfo.VLAN}
+	for i, r := range ip.Spec.IPRanges {
+		var first, last netip.Addr
+		if r.CIDR != "" {
+			c, err := netip.ParsePrefix(r.CIDR)
+			if err != nil {
+				b.fail(obj, "ipRanges[%d].cidr %q is not a CIDR", i, r.CIDR)
+				return
+			}
+			c = c.Masked()
+			first, last = c.Addr(), lastAddr(c)
+		} else {
+			f, err1 := netip.ParseAddr(r.Start)
+			l, err2 := netip.ParseAddr(r.End)
+			if err1 != nil || err2 != nil || f.BitLen() != l.BitLen() || l.Less(f) {
+				b.fail(obj, "ipRanges[%d] %q-%q is not an address range", i, r.Start, r.End)
+				return
+			}
+			first, last = f, l
+		}
+		if !subnet.Contains(first) || !subnet.Contains(last) {
+			b.fail(obj, "ipRanges[%d] %s-%s is outside the subnet %s", i, first, last, subnet)
+			return
+		}
+		pool.Ranges = append(pool.Ranges, IPRange{First: first, Last: last})
+	}
+	b.st.IPPools[pool.Name] = pool
+}
+
+// lastAddr is the highest address of a masked prefix.
+func lastAddr(p netip.Prefix) netip.Addr {
+	a := p.Addr().AsSlice()
+	for i := p.Bits(); i < len(a)*8; i++ {
+		a[i/8] |= 0x80 >> (i % 8)
+	}
+	out, _ := netip.AddrFromSlice(a)
+	return out
+}
+
+// podPools resolves each Pod's IPPool as the reference's IPAM driver
+// chooses it: the Pod's annotation, else its Namespace's; the pool must
+// be known and hold the Pod's address, else the Pod is warned about and
+// treated as a per-Node IPAM Pod.
+func (b *builder) podPools() {
+	for _, p := range b.st.Pods {
+		names := p.poolNames
+		if len(names) == 0 {
+			names = b.st.NamespacePools[p.Namespace]
+		}
+		if len(names) == 0 || p.HostNetwork {
+			continue
+		}
+		obj := "Pod " + p.Key()
+		for _, ip := range p.IPs {
+			for _, n := range names {
+				pool := b.st.IPPools[n]
+				if pool == nil {
+					continue
+				}
+				if pool.Contains(ip) && p.IPPool == nil && ip.Is4() {
+					p.IPPool = pool
+				}
+			}
+		}
+		if p.IPPool == nil {
+			var known []string
+			for _, n := range names {
+				if b.st.IPPools[n] != nil {
+					known = append(known, n)
+				}
+			}
+			if len(known) == 0 {
+				b.warn(obj, "allocates from IPPool %s, which is not in the cluster state; traced as a per-Node IPAM Pod", strings.Join(names, ","))
+			} else {
+				b.warn(obj, "no IPv4 address of it is in IPPool %s; traced as a per-Node IPAM Pod", strings.Join(known, ","))
+			}
+		}
 	}
 }

@@ -40,6 +40,36 @@ type Pod struct {
 	// Ports are the containers' named ports; policy rules that name a
 	// port resolve it here, per Pod.
 	Ports []NamedPort
+	// IPPool is the AntreaIPAM pool the Pod's IPv4 address was allocated
+	// from (the Pod's ipam.antrea.io/ippools annotation, else its
+	// Namespace's), when that pool is known and holds the address; nil
+	// for a per-Node IPAM Pod.
+	IPPool *IPPool
+	// poolNames is the Pod's own annotation, resolved once all objects
+	// are read.
+	poolNames []string
+}
+
+// IPPool is an AntreaIPAM pool as the datapath needs it.
+type IPPool struct {
+	Name    string
+	Ranges  []IPRange
+	Subnet  netip.Prefix // gateway/prefixLength, masked
+	Gateway netip.Addr
+	VLAN    uint16
+}
+
+// IPRange is an inclusive address range.
+type IPRange struct{ First, Last netip.Addr }
+
+// Contains reports whether ip is in one of the pool's ranges.
+func (p *IPPool) Contains(ip netip.Addr) bool {
+	for _, r := range p.Ranges {
+		if r.First.BitLen() == ip.BitLen() && r.First.Compare(ip) <= 0 && ip.Compare(r.Last) <= 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // NamedPort is a container port that has a name.
@@ -135,6 +165,10 @@ type State struct {
 	// Groups holds ClusterGroups under "/name" and Groups under
 	// "namespace/name".
 	Groups map[string]*crd.AntreaGroup
+	// IPPools are the AntreaIPAM pools by name; NamespacePools the
+	// ipam.antrea.io/ippools annotation of each Namespace that has one.
+	IPPools        map[string]*IPPool
+	NamespacePools map[string][]string
 
 	nodeByName map[string]*Node
 	podByKey   map[string]*Pod

@@ -27,10 +27,12 @@ type Case struct {
 	Overlays []string `json:"overlays,omitempty"`
 	ProxyAll bool     `json:"proxyAll,omitempty"` // the agents' antreaProxy.proxyAll
 	// TrafficEncryptionMode is the agents' trafficEncryptionMode; none if empty.
-	TrafficEncryptionMode string           `json:"trafficEncryptionMode,omitempty"`
-	Phase                 crd.Phase        `json:"phase"`
-	Reason                string           `json:"reason,omitempty"`
-	Results               []crd.NodeResult `json:"results,omitempty"` // timestamps left out
+	TrafficEncryptionMode string `json:"trafficEncryptionMode,omitempty"`
+	// EnableBridgingMode is the agents' enableBridgingMode (noEncap mode).
+	EnableBridgingMode bool             `json:"enableBridgingMode,omitempty"`
+	Phase              crd.Phase        `json:"phase"`
+	Reason             string           `json:"reason,omitempty"`
+	Results            []crd.NodeResult `json:"results,omitempty"` // timestamps left out
 }
 
 // Tag is the dataplane tag the corpus's models carry.
@@ -77,7 +79,7 @@ func (c *Case) Model(ctx context.Context, dir string) (*pipeline.Model, error) {
 		return nil, err
 	}
 	cfg := pipeline.DefaultConfig()
-	cfg.TrafficMode, cfg.Tag, cfg.ProxyAll = c.TrafficMode(), Tag, c.ProxyAll
+	cfg.TrafficMode, cfg.Tag, cfg.ProxyAll, cfg.BridgingMode = c.TrafficMode(), Tag, c.ProxyAll, c.EnableBridgingMode
 	if cfg.Encryption, err = pipeline.ParseEncryptionMode(c.TrafficEncryptionMode); err != nil {
 		return nil, fmt.Errorf("corpus case %q: %w", c.Name, err)
 	}

@@ -376,3 +376,39 @@ func DecodeTraceflow(raw []byte) (*Traceflow, error) {
 	}
 	return &tf, nil
 }
+
+// KindIPPool is Antrea's IPPool (AntreaIPAM); AnnotationIPPools names the
+// pools a Pod or Namespace allocates its Pod IPs from.
+const (
+	KindIPPool        = "IPPool"
+	AnnotationIPPools = "ipam.antrea.io/ippools"
+)
+
+// IPPool is an AntreaIPAM pool (crd.antrea.io/v1beta1): address ranges
+// with the subnet, gateway and VLAN its Pods are on.
+type IPPool struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+	Spec              IPPoolSpec `json:"spec"`
+}
+
+// IPPoolSpec of an IPPool.
+type IPPoolSpec struct {
+	IPRanges   []IPRange  `json:"ipRanges"`
+	SubnetInfo SubnetInfo `json:"subnetInfo"`
+}
+
+// IPRange is a CIDR or a start-end range.
+type IPRange struct {
+	CIDR  string `json:"cidr,omitempty"`
+	Start string `json:"start,omitempty"`
+	End   string `json:"end,omitempty"`
+}
+
+// SubnetInfo is the pool's subnet: gateway, prefix length and VLAN (0:
+// untagged).
+type SubnetInfo struct {
+	Gateway      string `json:"gateway"`
+	PrefixLength int32  `json:"prefixLength"`
+	VLAN         uint16 `json:"vlan,omitempty"`
+}

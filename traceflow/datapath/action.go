@@ -9,7 +9,7 @@ import (
 // Metadata is the per-packet pipeline state that flows match and set.
 type Metadata struct {
 	InPort  uint32
-	Regs    [8]uint32
+	Regs    [9]uint32
 	XXReg3  netip.Addr
 	PktMark uint32
 	TunDst  netip.Addr
@@ -294,3 +294,28 @@ type Drop struct{}
 
 func (Drop) String() string           { return "drop" }
 func (Drop) apply(x *execution) error { x.drop(); return nil }
+
+// OutputPort outputs to a fixed port.
+type OutputPort struct{ Port uint32 }
+
+func (a OutputPort) String() string { return fmt.Sprintf("output:%d", a.Port) }
+func (a OutputPort) apply(x *execution) error {
+	if a.Port == x.md.InPort {
+		return nil // OVS drops output to the ingress port
+	}
+	return x.output(a.Port)
+}
+
+// PushVLAN tags the frame with an 802.1Q header carrying VLAN ID VID.
+type PushVLAN struct{ VID uint16 }
+
+func (a PushVLAN) String() string {
+	return fmt.Sprintf("push_vlan:0x8100,set_field:%d->vlan_vid", 0x1000|uint32(a.VID&0xfff))
+}
+func (a PushVLAN) apply(x *execution) error { x.pkt.VLAN = a.VID & 0xfff; return nil }
+
+// PopVLAN removes the frame's 802.1Q header.
+type PopVLAN struct{}
+
+func (PopVLAN) String() string           { return "pop_vlan" }
+func (PopVLAN) apply(x *execution) error { x.pkt.VLAN = 0; return nil }

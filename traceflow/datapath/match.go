@@ -89,6 +89,9 @@ type Match struct {
 	// mask is any value.
 	ICMPType Masked
 	ICMPCode Masked
+	// VLANTCI matches the 802.1Q TCI as OVS's vlan_tci: 0x1000|VID when
+	// tagged, 0 when not; a zero mask is any.
+	VLANTCI Masked
 }
 
 func (m *Match) matches(p *Packet, md *Metadata) bool {
@@ -116,6 +119,15 @@ func (m *Match) matches(p *Packet, md *Metadata) bool {
 	}
 	if m.EthSrc != (MAC{}) && m.EthSrc != p.EthSrc {
 		return false
+	}
+	if m.VLANTCI.Mask != 0 {
+		tci := uint32(0)
+		if p.VLAN != 0 {
+			tci = 0x1000 | uint32(p.VLAN)
+		}
+		if !m.VLANTCI.matches(tci) {
+			return false
+		}
 	}
 	if m.EthDst != (MAC{}) && m.EthDst != p.EthDst {
 		return false
@@ -201,6 +213,9 @@ func (m *Match) String() string {
 	}
 	if m.EthDst != (MAC{}) {
 		add("dl_dst=%s", m.EthDst)
+	}
+	if m.VLANTCI.Mask != 0 {
+		add("vlan_tci=0x%04x/0x%04x", m.VLANTCI.Value, m.VLANTCI.Mask)
 	}
 	if m.TunDst.IsValid() {
 		if m.TunDst.Is6() {

@@ -48,6 +48,8 @@ type Packet struct {
 	TTL            uint8 // hop limit for IPv6
 	IPFlags        uint8
 	Length         int // IP total length, header included
+	// VLAN is the 802.1Q VLAN ID of a tagged frame, 0 if untagged.
+	VLAN uint16
 }
 
 // IP protocol numbers used by the model.
@@ -70,18 +72,31 @@ func (p *Packet) Serialize() ([]byte, error) {
 	eth := &layers.Ethernet{SrcMAC: net.HardwareAddr(p.EthSrc[:]), DstMAC: net.HardwareAddr(p.EthDst[:])}
 	var netLayer gopacket.NetworkLayer
 	var ls []gopacket.SerializableLayer
+	// With a VLAN tag the Ethernet header names 802.1Q, and the tag the
+	// IP version.
+	var tag *layers.Dot1Q
+	if p.VLAN != 0 {
+		eth.EthernetType = layers.EthernetTypeDot1Q
+		tag = &layers.Dot1Q{VLANIdentifier: p.VLAN & 0xfff}
+	}
+	ipType := func(t layers.EthernetType) []gopacket.SerializableLayer {
+		if tag != nil {
+			tag.Type = t
+			return []gopacket.SerializableLayer{eth, tag}
+		}
+		eth.EthernetType = t
+		return []gopacket.SerializableLayer{eth}
+	}
 	if p.IsV6() {
-		eth.EthernetType = layers.EthernetTypeIPv6
 		ip6 := &layers.IPv6{Version: 6, TrafficClass: p.DSCP << 2, HopLimit: p.TTL,
 			NextHeader: layers.IPProtocol(p.Proto), SrcIP: p.Src.AsSlice(), DstIP: p.Dst.AsSlice()}
 		netLayer = ip6
-		ls = append(ls, eth, ip6)
+		ls = append(ipType(layers.EthernetTypeIPv6), ip6)
 	} else {
-		eth.EthernetType = layers.EthernetTypeIPv4
 		ip4 := &layers.IPv4{Version: 4, IHL: 5, TOS: p.DSCP << 2, TTL: p.TTL, Flags: layers.IPv4Flag(p.IPFlags),
 			Protocol: layers.IPProtocol(p.Proto), SrcIP: p.Src.AsSlice(), DstIP: p.Dst.AsSlice()}
 		netLayer = ip4
-		ls = append(ls, eth, ip4)
+		ls = append(ipType(layers.EthernetTypeIPv4), ip4)
 	}
 	switch p.Proto {
 	case ProtoTCP:
@@ -132,6 +147,9 @@ func ParsePacket(frame []byte) (Packet, error) {
 		return p, errors.New("packet: not an Ethernet frame")
 	}
 	p.EthSrc, p.EthDst = MAC(eth.SrcMAC), MAC(eth.DstMAC)
+	if tag, ok := pkt.Layer(layers.LayerTypeDot1Q).(*layers.Dot1Q); ok {
+		p.VLAN = tag.VLANIdentifier
+	}
 	switch ip := pkt.NetworkLayer().(type) {
 	case *layers.IPv4:
 		p.Src, _ = netip.AddrFromSlice(ip.SrcIP.To4())

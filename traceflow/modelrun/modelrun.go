@@ -36,6 +36,9 @@ type Settings struct {
 	TrafficEncryptionMode string
 	// Multicast is the agents' multicast.enable.
 	Multicast bool
+	// EnableBridgingMode is the agents' enableBridgingMode (FlexibleIPAM;
+	// noEncap mode only).
+	EnableBridgingMode bool
 }
 
 // DefaultSettings are encap over Geneve with kubeadm's Service CIDR, as
@@ -74,6 +77,10 @@ func (s Settings) Config(tag uint8) (pipeline.Config, error) {
 		// As the reference's agent, which refuses to start.
 		return cfg, &SettingError{"TrafficEncryptionMode", fmt.Errorf("WireGuard is not applicable to the %s mode (only to encap)", cfg.TrafficMode)}
 	}
+	if s.EnableBridgingMode && cfg.TrafficMode != pipeline.NoEncap {
+		// As the reference's agent, which refuses to start.
+		return cfg, &SettingError{"EnableBridgingMode", fmt.Errorf("bridging mode requires the noEncap traffic mode, not %s", cfg.TrafficMode)}
+	}
 	parse := func(field string, in []string) ([]netip.Prefix, error) {
 		var out []netip.Prefix
 		for _, v := range in {
@@ -91,7 +98,7 @@ func (s Settings) Config(tag uint8) (pipeline.Config, error) {
 	if cfg.EgressExceptCIDRs, err = parse("EgressExceptCIDRs", s.EgressExceptCIDRs); err != nil {
 		return cfg, err
 	}
-	cfg.Tag, cfg.ProxyAll, cfg.Multicast = tag, s.ProxyAll, s.Multicast
+	cfg.Tag, cfg.ProxyAll, cfg.Multicast, cfg.BridgingMode = tag, s.ProxyAll, s.Multicast, s.EnableBridgingMode
 	return cfg, nil
 }
 

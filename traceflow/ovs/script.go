@@ -113,13 +113,20 @@ type Port struct {
 }
 
 // Ports lists the bridge's ports: the tunnel (in modes that encapsulate),
-// the gateway and one per local Pod.
+// the gateway, the uplink and host interface (BridgingMode) and one per
+// local Pod.
 func Ports(nm *pipeline.NodeModel, cfg pipeline.Config) []Port {
 	var out []Port
 	if cfg.TrafficMode.Encapsulates() {
 		out = append(out, Port{pipeline.TunnelPort, "tun0", string(cfg.TunnelType), "tunnel"})
 	}
 	out = append(out, Port{pipeline.GatewayPort, "gw0", "internal", "gateway"})
+	if cfg.BridgingMode {
+		// Internal ports stand in for the uplink NIC and the host
+		// interface: OVS treats them alike for the flows.
+		out = append(out, Port{pipeline.UplinkPort, "uplink", "internal", "uplink (enableBridgingMode)"},
+			Port{pipeline.HostPort, "host0", "internal", "host interface (enableBridgingMode)"})
+	}
 	ports := make([]uint32, 0, len(nm.PortPod))
 	for p := range nm.PortPod {
 		ports = append(ports, p)

@@ -93,7 +93,7 @@ type loader struct {
 
 // bridgeKey names the bridge a case's hop on node needs.
 func bridgeKey(c *corpus.Case, node string) string {
-	return fmt.Sprintf("%s|%s|%v|%s|%s", c.Mode, c.TrafficEncryptionMode, c.ProxyAll, strings.Join(c.Overlays, ","), node)
+	return fmt.Sprintf("%s|%s|%v|%v|%s|%s", c.Mode, c.TrafficEncryptionMode, c.ProxyAll, c.EnableBridgingMode, strings.Join(c.Overlays, ","), node)
 }
 
 func (l *loader) load(ctx context.Context, c *corpus.Case, m *pipeline.Model, node string) (*Bridge, error) {
@@ -238,6 +238,8 @@ func TestPacketOutReachesTheModelledPort(t *testing.T) {
 		{"noEncap inter-node", 1},                                            // Received from the gateway, Delivered
 		{"WireGuard inter-node through the gateway", 0},                      // encap mode, Forwarded out of the gateway (WireGuard)
 		{"WireGuard inter-node through the gateway", 1},                      // Received from the gateway, Delivered
+		{"FlexibleIPAM pod to another node's pod ends at the uplink", 0},     // bridged out of the uplink, Delivered there
+		{"FlexibleIPAM VLAN pod to a local pod of another VLAN", 0},          // the miss flow keeps the local Pod's MAC
 		{"k8s egress default drop", 0},                                       // Dropped by the default rule
 		{"antrea policy reject", 0},                                          // Rejected by an Antrea rule
 	} {

@@ -107,15 +107,54 @@ func (g *gen) classify() {
 			reg0(0, 3, SourceTunnel), reg0(RewriteMACBit, RewriteMACBit, 1), goTo(TUnSNAT))
 	}
 	g.add(TClassifier, 200, M{InPort: GatewayPort}, reg0(0, 3, SourceGateway), goTo(TSpoofGuard))
+	if g.m.Config.BridgingMode {
+		// The host's own traffic crosses the bridge between the uplink
+		// and the host interface that took over the uplink's address.
+		g.add(TClassifier, 200, M{InPort: UplinkPort}, datapath.OutputPort{Port: HostPort})
+		g.add(TClassifier, 200, M{InPort: HostPort}, datapath.OutputPort{Port: UplinkPort})
+		// What the underlay sends an AntreaIPAM Pod comes in by the uplink
+		// with its pool's tag (none for VLAN 0), or, untagged, from the
+		// host; it joins the pipeline at conntrack.
+		for _, p := range g.localPods() {
+			if !g.m.AntreaIPAM(p) {
+				continue
+			}
+			vid := g.m.VLAN(p)
+			tci := datapath.Masked{Value: 0, Mask: 0x1fff}
+			if vid != 0 {
+				tci.Value = 0x1000 | uint32(vid)
+			}
+			for _, eth := range families {
+				g.add(TClassifier, 210, M{EthType: eth, InPort: UplinkPort, EthDst: PodMAC(p), VLANTCI: tci},
+					reg0(0, 3, SourceUplink), datapath.LoadReg{Reg: VLANReg, Lo: 0, Hi: 11, Value: uint32(vid)}, goTo(TUnSNAT))
+				if vid == 0 {
+					g.add(TClassifier, 210, M{EthType: eth, InPort: HostPort, EthDst: PodMAC(p), VLANTCI: tci},
+						reg0(0, 3, SourceBridge), goTo(TUnSNAT))
+				}
+			}
+		}
+	}
 	for _, p := range g.localPods() {
-		g.add(TClassifier, 190, M{InPort: g.port(p)}, reg0(0, 3, SourcePod), goTo(TSpoofGuard))
+		acts := []A{reg0(0, 3, SourcePod)}
+		if g.m.AntreaIPAM(p) {
+			// An AntreaIPAM Pod's gateway is the IPPool's, beyond the
+			// uplink: its packets are marked, and MACs rewritten when routed.
+			acts = append(acts, datapath.LoadReg{Reg: 4, Lo: FlexibleIPAMBit, Hi: FlexibleIPAMBit, Value: 1},
+				reg0(RewriteMACBit, RewriteMACBit, 1))
+		}
+		g.add(TClassifier, 190, M{InPort: g.port(p)}, append(acts, goTo(TSpoofGuard))...)
 	}
 	g.add(TClassifier, 0, M{}, datapath.Drop{})
 
 	g.add(TSpoofGuard, 200, M{InPort: GatewayPort}, goTo(TUnSNAT))
 	for _, p := range g.localPods() {
 		for _, ip := range p.IPs {
-			g.add(TSpoofGuard, 200, M{EthType: ethOf(ip), InPort: g.port(p), EthSrc: PodMAC(p), NwSrc: host(ip)}, goTo(TUnSNAT))
+			var acts []A
+			if g.m.Config.BridgingMode {
+				// Every Pod's packets carry their VLAN ID (0: untagged).
+				acts = append(acts, datapath.LoadReg{Reg: VLANReg, Lo: 0, Hi: 11, Value: uint32(g.m.VLAN(p))})
+			}
+			g.add(TSpoofGuard, 200, M{EthType: ethOf(ip), InPort: g.port(p), EthSrc: PodMAC(p), NwSrc: host(ip)}, append(acts, goTo(TUnSNAT))...)
 		}
 	}
 	g.add(TSpoofGuard, 0, M{}, datapath.Drop{})
@@ -299,10 +338,36 @@ func (g *gen) l3Forwarding() {
 		g.add(TL3Forwarding, 210, M{EthType: ethOf(ip), NwDst: host(ip)},
 			datapath.SetEthDst{MAC: gw}, reg0(4, 7, DestGateway), goTo(TL3DecTTL))
 	}
+	bridging := g.m.Config.BridgingMode
+	vlan := func(id uint16) []datapath.RegMatch {
+		return []datapath.RegMatch{{Reg: VLANReg, Masked: datapath.Masked{Value: uint32(id), Mask: 0xfff}}}
+	}
 	for _, p := range g.localPods() {
 		for _, ip := range p.IPs {
-			g.add(TL3Forwarding, 200, M{EthType: ethOf(ip), NwDst: host(ip)},
-				datapath.SetEthSrc{MAC: gw}, datapath.SetEthDst{MAC: PodMAC(p)}, goTo(TL3DecTTL))
+			m := M{EthType: ethOf(ip), NwDst: host(ip)}
+			if g.m.AntreaIPAM(p) {
+				// Reached only from its own VLAN, and bridged: the
+				// source MAC is left alone.
+				m.Regs = vlan(g.m.VLAN(p))
+				g.add(TL3Forwarding, 200, m, datapath.SetEthDst{MAC: PodMAC(p)}, goTo(TL3DecTTL))
+				continue
+			}
+			if bridging {
+				m.Regs = vlan(0) // untagged traffic only
+			}
+			g.add(TL3Forwarding, 200, m, datapath.SetEthSrc{MAC: gw}, datapath.SetEthDst{MAC: PodMAC(p)}, goTo(TL3DecTTL))
+		}
+	}
+	flexible := datapath.RegMatch{Reg: 4, Masked: datapath.Masked{Value: 1 << FlexibleIPAMBit, Mask: 1 << FlexibleIPAMBit}}
+	notFlexible := datapath.RegMatch{Reg: 4, Masked: datapath.Masked{Value: 0, Mask: 1 << FlexibleIPAMBit}}
+	if bridging {
+		// An untagged AntreaIPAM Pod reaches its own Node through the
+		// host interface, which took over the uplink's MAC.
+		for _, ip := range []netip.Addr{g.nm.Node.TransportIP, g.nm.Node.TransportV6} {
+			if ip.IsValid() {
+				g.add(TL3Forwarding, 210, M{EthType: ethOf(ip), NwDst: host(ip), Regs: append(vlan(0), flexible)},
+					datapath.SetEthDst{MAC: UplinkMAC(g.nm.Node.Name)}, goTo(TL2ForwardingCalc))
+			}
 		}
 	}
 	mode := g.m.Config.TrafficMode
@@ -321,6 +386,14 @@ func (g *gen) l3Forwarding() {
 					datapath.SetTunDst{IP: dst}, reg0(4, 7, DestTunnel), goTo(TL3DecTTL))
 			} else {
 				// Direct routing: the host routes it to the peer.
+				if bridging {
+					// AntreaIPAM Pods' traffic is bridged instead: out of
+					// the uplink, to the peer's gateway MAC.
+					fm := m
+					fm.Regs = append(vlan(0), flexible)
+					g.add(TL3Forwarding, 200, fm, datapath.SetEthDst{MAC: gatewayMAC(peer.Name)}, reg0(4, 7, DestUplink), goTo(TL3DecTTL))
+					m.Regs = []datapath.RegMatch{notFlexible}
+				}
 				g.add(TL3Forwarding, 200, m, datapath.SetEthDst{MAC: gw}, reg0(4, 7, DestGateway), goTo(TL3DecTTL))
 			}
 		}
@@ -332,6 +405,14 @@ func (g *gen) l3Forwarding() {
 			g.add(TL3Forwarding, 190, M{CtState: datapath.CtStateMatch{Set: datapath.CtTrk, Clear: datapath.CtRpl}, EthType: eth,
 				Regs: []datapath.RegMatch{reg0Match(0, 3, SourceTunnel)}}, datapath.SetEthDst{MAC: gw}, goTo(TEgressMark))
 		}
+	}
+	if bridging {
+		// As the reference's miss flow: the destination MAC is left as
+		// it is, so that a packet to a local Pod that no flow above
+		// routes (from an AntreaIPAM Pod of another VLAN, say) is still
+		// switched to it; the rest goes to the gateway.
+		g.add(TL3Forwarding, 0, M{}, reg0(4, 7, DestGateway), goTo(TL2ForwardingCalc))
+		return
 	}
 	g.add(TL3Forwarding, 0, M{}, datapath.SetEthDst{MAC: gw}, reg0(4, 7, DestGateway), goTo(TL3DecTTL))
 }
@@ -454,20 +535,43 @@ func (g *gen) l2AndIngress() {
 	if g.m.Config.TrafficMode.Encapsulates() {
 		g.add(TL2ForwardingCalc, 200, M{EthDst: GlobalVirtualMAC}, out(TunnelPort)...)
 	}
+	if g.m.Config.BridgingMode {
+		g.add(TL2ForwardingCalc, 200, M{EthDst: UplinkMAC(g.nm.Node.Name)},
+			datapath.LoadReg{Reg: 1, Lo: 0, Hi: 31, Value: HostPort}, reg0(21, 22, OutputToPortMode), goTo(TConntrackCommit))
+		// What an AntreaIPAM Pod sends to a MAC the bridge does not own
+		// leaves through the uplink, past ingress policy.
+		g.add(TL2ForwardingCalc, 190, M{Regs: []datapath.RegMatch{{Reg: 4, Masked: datapath.Masked{Value: 1 << FlexibleIPAMBit, Mask: 1 << FlexibleIPAMBit}}}},
+			datapath.LoadReg{Reg: 1, Lo: 0, Hi: 31, Value: UplinkPort}, reg0(21, 22, OutputToPortMode), goTo(TConntrackCommit))
+	}
 	g.add(TL2ForwardingCalc, 0, M{}, goTo(TIngressSecurityClassifier))
 
 	// Traffic leaving the Node (gateway, tunnel) skips ingress policy.
 	g.add(TIngressSecurityClassifier, 210, M{CtMark: datapath.Masked{Value: HairpinCTMark, Mask: HairpinCTMark}}, goTo(TConntrackCommit))
 	g.add(TIngressSecurityClassifier, 200, M{Regs: []datapath.RegMatch{reg0Match(4, 7, DestGateway)}}, goTo(TIngressMetric))
 	g.add(TIngressSecurityClassifier, 200, M{Regs: []datapath.RegMatch{reg0Match(4, 7, DestTunnel)}}, goTo(TIngressMetric))
+	if g.m.Config.BridgingMode {
+		g.add(TIngressSecurityClassifier, 200, M{Regs: []datapath.RegMatch{reg0Match(4, 7, DestUplink)}}, goTo(TIngressMetric))
+	}
 	g.add(TIngressSecurityClassifier, 0, M{}, goTo(TAntreaPolicyIngressRule))
 
 	for _, eth := range families {
 		g.add(TConntrackCommit, 200, M{CtState: datapath.CtStateMatch{Set: datapath.CtNew | datapath.CtTrk},
 			CtMark: datapath.Masked{Value: 0, Mask: ServiceCTMark}, EthType: eth},
-			datapath.Ct{Commit: true, Zone: ctZone(eth), Table: TOutput})
+			datapath.Ct{Commit: true, Zone: ctZone(eth), Table: g.m.Config.postCommit()})
 	}
-	g.add(TConntrackCommit, 0, M{}, goTo(TOutput))
+	g.add(TConntrackCommit, 0, M{}, goTo(g.m.Config.postCommit()))
+	if g.m.Config.BridgingMode {
+		// A VLAN Pod's packets leave by the uplink tagged with its pool's VLAN.
+		for _, p := range g.localPods() {
+			if vid := g.m.VLAN(p); vid != 0 {
+				g.add(TVLAN, 50, M{InPort: g.port(p), Regs: []datapath.RegMatch{{Reg: 1, Masked: datapath.Exact(UplinkPort)}}},
+					datapath.PushVLAN{VID: vid}, goTo(TOutput))
+			}
+		}
+		// Tagged traffic from the uplink loses its tag on the way out.
+		g.add(TVLAN, 50, M{InPort: UplinkPort, VLANTCI: datapath.Masked{Value: 0x1000, Mask: 0x1000}}, datapath.PopVLAN{}, goTo(TOutput))
+		g.add(TVLAN, 0, M{}, goTo(TOutput))
+	}
 }
 
 func (g *gen) output() {
@@ -479,6 +583,12 @@ func (g *gen) output() {
 
 	g.tagged(TOutput, 212, M{CtMark: hairpin}, tf)
 	g.add(TOutput, 210, M{CtMark: hairpin}, datapath.OutputInPort{})
+	if g.m.Config.BridgingMode {
+		// Above the Traceflow flows, as upstream's (which has no Traceflow
+		// flow for the host interface yet): a trace to the Node's own
+		// address from an AntreaIPAM Pod gets no packet-in.
+		g.add(TOutput, 210, M{EthType: datapath.EthIPv4, Regs: []datapath.RegMatch{toPort, reg1(HostPort)}}, datapath.OutputPort{Port: HostPort})
+	}
 	if mode.Encapsulates() {
 		// The tunnel copy goes out too, tag kept, so the next Node traces it.
 		g.tagged(TOutput, 203, M{Regs: []datapath.RegMatch{toPort, reg1(TunnelPort)}}, datapath.OutputReg{Reg: 1}, tf)

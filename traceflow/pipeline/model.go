@@ -97,6 +97,12 @@ type Config struct {
 	// where the reference has no Traceflow flow (the tracer refuses such
 	// destinations). Without it multicast is routed as any outside address.
 	Multicast bool
+	// BridgingMode is the agents' enableBridgingMode (with the AntreaIPAM
+	// feature gate; noEncap only, as the reference's agent requires): the
+	// Node's uplink is connected to the bridge, and Pods whose IPv4
+	// address comes from an IPPool (outside the Node's PodCIDR) are
+	// AntreaIPAM Pods, bridged to the underlay through the uplink.
+	BridgingMode bool
 }
 
 // WireGuard reports whether inter-Node Pod traffic goes through WireGuard.
@@ -122,6 +128,12 @@ const (
 	TunnelPort  uint32 = 1
 	GatewayPort uint32 = 2
 	firstPod    uint32 = 3
+	// With BridgingMode, the uplink and the host interface that took over
+	// its address, at the "controller" port numbers the reference's agent
+	// requests for them (OVS itself never assigns numbers that high, so
+	// they never collide with Pod ports).
+	UplinkPort uint32 = 32770
+	HostPort   uint32 = 32771
 )
 
 // Packet-in categories in the controller action's userdata.
@@ -138,6 +150,9 @@ const (
 	SourcePod     = 3
 	DestTunnel    = 1
 	DestGateway   = 2
+	DestUplink    = 4 // reg0[4..7], BridgingMode
+	SourceUplink  = 4 // reg0[0..3], BridgingMode
+	SourceBridge  = 5 // reg0[0..3], BridgingMode: from the host interface
 
 	RewriteMACBit    = 9
 	APDenyBit        = 10
@@ -155,6 +170,13 @@ const (
 
 	SvcNoEndpointBit   = 19 // reg4
 	NodePortAddressBit = 20 // reg4: the destination is one of the Node's NodePort addresses
+	// FlexibleIPAMBit (reg4) marks packets from a local AntreaIPAM Pod.
+	// The reference uses reg4[20], which this model gives the NodePort
+	// mark, so the model takes the next free bit.
+	FlexibleIPAMBit = 21
+	// VLANReg[0..11] holds the VLAN ID of the packet's IPPool (BridgingMode),
+	// reg8 as in the reference.
+	VLANReg = 8
 
 	// AffinityPriority is the priority of the flows a Service with
 	// ClientIP session affinity learns into SessionAffinity.
@@ -190,6 +212,7 @@ const (
 	TIngressDefaultRule        = "IngressDefaultRule"
 	TIngressMetric             = "IngressMetric"
 	TConntrackCommit           = "ConntrackCommit"
+	TVLAN                      = "VLAN" // BridgingMode only
 	TOutput                    = "Output"
 )
 
@@ -199,19 +222,28 @@ var tableOrder = []string{
 	TPreRoutingClassifier, TNodePortMark, TSessionAffinity, TServiceLB, TEndpointDNAT, TAntreaPolicyEgressRule, TEgressRule,
 	TEgressDefaultRule, TEgressMetric, TL3Forwarding, TEgressMark, TL3DecTTL, TSNATMark, TSNAT,
 	TL2ForwardingCalc, TIngressSecurityClassifier, TAntreaPolicyIngressRule, TIngressRule,
-	TIngressDefaultRule, TIngressMetric, TConntrackCommit, TOutput,
+	TIngressDefaultRule, TIngressMetric, TConntrackCommit, TVLAN, TOutput,
 }
 
 // tables is the pipeline order of this configuration: NodePortMark exists
-// only with proxyAll, as in Antrea.
+// only with proxyAll, VLAN only with the bridging mode, as in Antrea.
 func (c Config) tables() []string {
 	var out []string
 	for _, t := range tableOrder {
-		if t != TNodePortMark || c.ProxyAll {
+		if (t != TNodePortMark || c.ProxyAll) && (t != TVLAN || c.BridgingMode) {
 			out = append(out, t)
 		}
 	}
 	return out
+}
+
+// postCommit is the table after ConntrackCommit: the first of the output
+// stage.
+func (c Config) postCommit() string {
+	if c.BridgingMode {
+		return TVLAN
+	}
+	return TOutput
 }
 
 // RuleRef names the policy rule behind a conjunction ID.
@@ -310,6 +342,10 @@ func Build(ctx context.Context, st *cluster.State, cfg Config) (*Model, cluster.
 		// The reference's agent refuses to start with this combination.
 		return nil, nil, fmt.Errorf("WireGuard is not applicable to the %s mode (only to encap)", cfg.TrafficMode)
 	}
+	if cfg.BridgingMode && cfg.TrafficMode != NoEncap {
+		// As the reference's agent, which refuses to start.
+		return nil, nil, fmt.Errorf("bridging mode requires the noEncap traffic mode, not %s", cfg.TrafficMode)
+	}
 	m := &Model{Config: cfg, State: st, Nodes: map[string]*NodeModel{}, Rules: map[uint32]RuleRef{}}
 	var probs cluster.Problems
 	if !cfg.TrafficMode.Encapsulates() {
@@ -318,7 +354,7 @@ func Build(ctx context.Context, st *cluster.State, cfg Config) (*Model, cluster.
 				Message: fmt.Sprintf("Egress works only in encap or hybrid mode; ignored in %s mode", cfg.TrafficMode)})
 		}
 	}
-	probs = append(probs, flexibleIPAMWarnings(st)...)
+	probs = append(probs, flexibleIPAMWarnings(st, cfg)...)
 	for _, n := range st.Nodes {
 		nm := &NodeModel{Node: n, Bridge: datapath.NewBridge(n.Name, cfg.tables()), GatewayMAC: gatewayMAC(n.Name),
 			PodPort: map[string]uint32{}, PortPod: map[uint32]*cluster.Pod{}, MarkIP: map[uint32]netip.Addr{}}
@@ -369,11 +405,13 @@ func Build(ctx context.Context, st *cluster.State, cfg Config) (*Model, cluster.
 	return m, probs, nil
 }
 
-// flexibleIPAMWarnings flags Pods whose IP lies outside their Node's
-// PodCIDRs: AntreaIPAM (FlexibleIPAM) Pods, most likely, whose bridged
-// uplink path (uplink and host ports, VLANs) the model does not hold; it
-// gives them the per-Node IPAM path instead.
-func flexibleIPAMWarnings(st *cluster.State) cluster.Problems {
+// flexibleIPAMWarnings flags Pods whose IPv4 address lies outside their
+// Node's PodCIDRs and that the model does not trace as AntreaIPAM Pods
+// (BridgingMode off, or no known IPPool holds the address): they get the
+// per-Node IPAM path instead. With BridgingMode the reference, too, takes
+// any such Pod for an AntreaIPAM one; without it, it has no FlexibleIPAM
+// flows at all.
+func flexibleIPAMWarnings(st *cluster.State, cfg Config) cluster.Problems {
 	var probs cluster.Problems
 	for _, p := range st.Pods {
 		n := st.Node(p.Node)
@@ -381,19 +419,65 @@ func flexibleIPAMWarnings(st *cluster.State) cluster.Problems {
 			continue
 		}
 		for _, ip := range p.IPs {
-			in := false
-			for _, c := range n.PodCIDRs {
-				in = in || c.Contains(ip)
+			if inPodCIDRs(n, ip) {
+				continue
 			}
-			if !in {
-				probs = append(probs, cluster.Problem{Severity: cluster.Warning, Object: "Pod " + p.Key(),
-					Message: fmt.Sprintf("IP %s is outside Node %s's PodCIDRs (an AntreaIPAM/FlexibleIPAM Pod?): "+
-						"FlexibleIPAM's bridged uplink path is not modelled; traced as a per-Node IPAM Pod", ip, n.Name)})
-				break
+			var msg string
+			switch {
+			case cfg.BridgingMode && p.IPPool != nil:
+				continue // modelled
+			case cfg.BridgingMode:
+				msg = fmt.Sprintf("IP %s is outside Node %s's PodCIDRs and in no known IPPool the Pod or its Namespace names: "+
+					"not modelled as a FlexibleIPAM Pod; traced as a per-Node IPAM Pod", ip, n.Name)
+			case p.IPPool != nil:
+				msg = fmt.Sprintf("IP %s is from IPPool %s, outside Node %s's PodCIDRs: without --enable-bridging-mode "+
+					"(the agents' enableBridgingMode) not a FlexibleIPAM Pod; traced as a per-Node IPAM Pod", ip, p.IPPool.Name, n.Name)
+			default:
+				msg = fmt.Sprintf("IP %s is outside Node %s's PodCIDRs (an AntreaIPAM/FlexibleIPAM Pod?): "+
+					"without --enable-bridging-mode and its IPPool traced as a per-Node IPAM Pod", ip, n.Name)
 			}
+			probs = append(probs, cluster.Problem{Severity: cluster.Warning, Object: "Pod " + p.Key(), Message: msg})
+			break
 		}
 	}
 	return probs
+}
+
+func inPodCIDRs(n *cluster.Node, ip netip.Addr) bool {
+	for _, c := range n.PodCIDRs {
+		if c.Contains(ip) {
+			return true
+		}
+	}
+	return false
+}
+
+// AntreaIPAM reports whether p is traced as an AntreaIPAM Pod: with
+// BridgingMode, a Pod whose IPv4 address is from a known IPPool and
+// outside its Node's PodCIDRs (the reference decides on the PodCIDR
+// alone, and only for IPv4).
+func (m *Model) AntreaIPAM(p *cluster.Pod) bool {
+	if !m.Config.BridgingMode || p == nil || p.IPPool == nil || p.HostNetwork {
+		return false
+	}
+	n := m.State.Node(p.Node)
+	ip, ok := p.IP(false)
+	return n != nil && ok && !inPodCIDRs(n, ip)
+}
+
+// VLAN is the VLAN ID of an AntreaIPAM Pod's IPPool, 0 for other Pods.
+func (m *Model) VLAN(p *cluster.Pod) uint16 {
+	if m.AntreaIPAM(p) {
+		return p.IPPool.VLAN
+	}
+	return 0
+}
+
+// UplinkMAC is the deterministic MAC of a Node's uplink (with
+// BridgingMode, also the host interface's).
+func UplinkMAC(node string) datapath.MAC {
+	h := sha256.Sum256([]byte("uplink/" + node))
+	return datapath.MAC{0x02, h[0], h[1], h[2], h[3], h[4]}
 }
 
 func sortedNodeNames(m *Model) []string {

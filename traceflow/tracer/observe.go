@@ -147,6 +147,11 @@ func outputObservations(m *pipeline.Model, nm *pipeline.NodeModel, src *cluster.
 			o.Action = crd.ActionForwarded
 		}
 		return append(obs, o), nil
+	case m.Config.BridgingMode && outPort == pipeline.UplinkPort:
+		// An AntreaIPAM Pod's packet bridged out of the uplink: the
+		// reference's agent has no case for that port and reports it as
+		// it does a Pod's, and the trace goes no further.
+		return []crd.Observation{fwd(crd.ActionDelivered)}, nil
 	case (mode == pipeline.NetworkPolicyOnly || mode == pipeline.NoEncap) && outPort == pipeline.GatewayPort:
 		if m.InAnyPodCIDR(pkt.Dst) {
 			return []crd.Observation{fwd(crd.ActionForwarded)}, nil

@@ -69,7 +69,16 @@ func (e *UntraceableError) Error() string {
 // flows without a Traceflow packet-in.
 func untraceable(m *pipeline.Model, tf *crd.Traceflow) error {
 	ip, err := netip.ParseAddr(tf.Spec.Destination.IP)
-	if err != nil || !ip.IsMulticast() {
+	if err != nil {
+		return nil
+	}
+	if src := m.State.Pod(tf.Spec.Source.Namespace, tf.Spec.Source.Pod); m.AntreaIPAM(src) && m.VLAN(src) == 0 {
+		if n := m.State.Node(src.Node); n != nil && (ip.Unmap() == n.TransportIP || ip == n.TransportV6) {
+			return &UntraceableError{fmt.Sprintf("%s is the address of Node %s, which its AntreaIPAM Pod %s reaches "+
+				"through the host interface, output by a flow above the Output table's Traceflow flows", ip, n.Name, src.Key())}
+		}
+	}
+	if !ip.IsMulticast() {
 		return nil
 	}
 	if ip.Is6() {

@@ -59,6 +59,9 @@ func antreaResources() []antreaResource {
 		{"clusternetworkpolicies", crd.KindAntreaClusterPolicy, false},
 		{"clustergroups", crd.KindClusterGroup, true},
 		{"groups", crd.KindGroup, true},
+		// IPPools matter only with FlexibleIPAM (enableBridgingMode), which
+		// is rarely enabled: a missing CRD is no warning.
+		{"ippools", crd.KindIPPool, true},
 	}
 }
 

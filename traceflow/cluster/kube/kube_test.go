@@ -73,6 +73,7 @@ var antreaListKinds = map[schema.GroupVersionResource]string{
 	antreaGroupVersion.WithResource("clusternetworkpolicies"): "ClusterNetworkPolicyList",
 	antreaGroupVersion.WithResource("clustergroups"):          "ClusterGroupList",
 	antreaGroupVersion.WithResource("groups"):                 "GroupList",
+	antreaGroupVersion.WithResource("ippools"):                "IPPoolList",
 }
 
 // fakes populates a fake clientset and a fake dynamic client with objs,
@@ -125,7 +126,7 @@ func fakes(t *testing.T, objs []cluster.Object, served []string) (*fake.Clientse
 	return client, dyn
 }
 
-var allAntrea = []string{"egresses", "networkpolicies", "clusternetworkpolicies", "clustergroups", "groups"}
+var allAntrea = []string{"egresses", "networkpolicies", "clusternetworkpolicies", "clustergroups", "groups", "ippools"}
 
 var fixedNow = func() time.Time { return time.Unix(1700000000, 0) }
 
@@ -200,6 +201,9 @@ func TestLiveTracesLikeFiles(t *testing.T) {
 		{"policies", policyOverlays, []string{"action: Rejected", "action: Dropped", "networkPolicyRule: reject-db", "networkPolicy: K8sNetworkPolicy:default/client-external", "networkPolicy: K8sNetworkPolicy:default/db-from-prod", "action: Delivered"}},
 		{"self and failover", []string{"antrea-self.yaml", "egress-failover.yaml"}, []string{"networkPolicyRule: drop-other-namespaces", "networkPolicyRule: allow-same-namespace", "egressNode: k8s-node-2"}},
 		{"groups", []string{"antrea-groups.yaml"}, []string{"networkPolicyRule: allow-frontends", "networkPolicyRule: drop-others", "networkPolicyRule: reject-public-dns"}},
+		// IPPools and annotated Namespaces and Pods come through too (the
+		// object lists are compared).
+		{"ippools", []string{"flexible-ipam.yaml"}, []string{"action: Delivered"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			files := fileObjectsWith(t, c.overlays...)

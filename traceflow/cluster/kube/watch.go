@@ -168,6 +168,12 @@ func (w *Watcher) Run(ctx context.Context) error {
 	dfactory := dynamicinformer.NewDynamicSharedInformerFactory(w.dyn, 0)
 	var missing []antreaResource // not served at start
 	for _, r := range antreaResources() {
+		if r.kind == crd.KindIPPool {
+			// FlexibleIPAM needs the bridging mode, which the watcher's
+			// consumer (the exporter's policy model) does not model, and
+			// the ippools annotations its caches drop.
+			continue
+		}
 		if served != nil && !served[r.resource] {
 			missing = append(missing, r)
 			continue
