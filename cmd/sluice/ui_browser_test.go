@@ -139,6 +139,14 @@ func (b *browser) waitJS(t *testing.T, timeout time.Duration, expr string) {
 	}
 }
 
+// pollJS is waitJS that reports instead of failing the test.
+func (b *browser) pollJS(timeout time.Duration, expr string) bool {
+	ctx, cancel := context.WithTimeout(b.ctx, timeout)
+	defer cancel()
+	_, err := chromedp.Run(ctx, chromedp.Poll[bool](expr, chromedp.WithPollingInterval(50*time.Millisecond)))
+	return err == nil
+}
+
 // eval evaluates expr into out (JSON).
 func (b *browser) eval(t *testing.T, expr string, out any) {
 	t.Helper()
@@ -361,12 +369,27 @@ func TestUIInBrowser(t *testing.T) {
 		// Flows page opens, filtered to it.
 		b.run(t, 10*time.Second, chromedp.Click(chromedp.CSS(`button.freeze`)))
 		b.waitJS(t, 5*time.Second, `document.querySelector('button.freeze').getAttribute('aria-pressed') === 'true'`)
-		var at struct{ X, Y float64 }
-		b.eval(t, `(() => { const e = sluiceMap.edges().filter(e => e.source().data('kind') === 'pod' && e.target().data('kind') === 'pod').max(e => e.data('bps')).ele;
-		  sluiceMap.fit(e, 200); const m = e.renderedMidpoint(); const r = document.getElementById('cy').getBoundingClientRect();
-		  return {X: r.left + m.x, Y: r.top + m.y} })()`, &at)
-		b.run(t, 10*time.Second, chromedp.MouseClickXY(at.X, at.Y))
-		b.waitJS(t, 10*time.Second, `location.hash.startsWith('#/flows?from=')`)
+		// On a loaded machine the map may still be drawing the fit when
+		// the click lands, which then misses the edge: the click is
+		// tried again, at the edge's position then, a few times.
+		for try := 1; ; try++ {
+			var opened bool
+			if b.eval(t, `location.hash.startsWith('#/flows?from=')`, &opened); opened {
+				break // the last click took effect late
+			}
+			var at struct{ X, Y float64 }
+			b.eval(t, `(() => { const e = sluiceMap.edges().filter(e => e.source().data('kind') === 'pod' && e.target().data('kind') === 'pod').max(e => e.data('bps')).ele;
+			  sluiceMap.fit(e, 200); const m = e.renderedMidpoint(); const r = document.getElementById('cy').getBoundingClientRect();
+			  return {X: r.left + m.x, Y: r.top + m.y} })()`, &at)
+			b.run(t, 10*time.Second, chromedp.MouseClickXY(at.X, at.Y))
+			if try == 4 {
+				b.waitJS(t, 10*time.Second, `location.hash.startsWith('#/flows?from=')`)
+				break
+			}
+			if b.pollJS(5*time.Second, `location.hash.startsWith('#/flows?from=')`) {
+				break
+			}
+		}
 		b.waitJS(t, 60*time.Second, `document.querySelectorAll('.tbody [role=row]').length > 0`)
 		var edge struct {
 			Want  []string
