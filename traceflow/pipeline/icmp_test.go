@@ -1,11 +1,9 @@
 package pipeline
 
 import (
-	"context"
 	"strings"
 	"testing"
 
-	"sluice/traceflow/cluster"
 	"sluice/traceflow/datapath"
 )
 
@@ -13,31 +11,8 @@ import (
 // ICMP protocols: one flow per family, ICMPv6 with the same type and
 // code numbers, and no flow left matching every protocol.
 func TestICMPRuleFlows(t *testing.T) {
-	ctx := context.Background()
-	objs, err := cluster.ReadPath(ctx, "../testdata/cluster")
-	if err != nil {
-		t.Fatal(err)
-	}
-	top, err := cluster.ReadPath(ctx, "../testdata/overlays/antrea-icmp.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, probs := cluster.Build(cluster.Overlay(objs, top))
-	if probs.Err() != nil {
-		t.Fatal(probs.Err())
-	}
-	m, _, err := Build(ctx, st, DefaultConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	dump := func(node string) string {
-		var b strings.Builder
-		for _, f := range m.Nodes[node].Bridge.Flows() {
-			b.WriteString(f.String() + "\n")
-		}
-		return b.String()
-	}
-	n1, n2 := dump("k8s-node-1"), dump("k8s-node-2")
+	m := overlayModel(t, "antrea-icmp.yaml")
+	n1, n2 := flowDump(m, "k8s-node-1"), flowDump(m, "k8s-node-2")
 	for node, wants := range map[string][]string{
 		n1: {"priority=60000,icmp,icmp_type=8,icmp_code=0 actions=conjunction(", "priority=60000,icmp6,icmp_type=8,icmp_code=0 actions=conjunction("},
 		n2: {"priority=59999,icmp,icmp_type=13 actions=conjunction(", "priority=59999,icmp,icmp_type=128 actions=conjunction(",

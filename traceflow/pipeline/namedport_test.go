@@ -116,31 +116,8 @@ status: {phase: Running, podIP: 10.10.2.8}
 // address with protocol and the resolved port, only for this Node's Pods
 // on ingress.
 func TestNamedPortFlows(t *testing.T) {
-	ctx := context.Background()
-	base, err := cluster.ReadPath(ctx, "../testdata/cluster")
-	if err != nil {
-		t.Fatal(err)
-	}
-	top, err := cluster.ReadPath(ctx, "../testdata/overlays/k8s-named-port.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, probs := cluster.Build(cluster.Overlay(base, top))
-	if probs.Err() != nil {
-		t.Fatal(probs.Err())
-	}
-	m, _, err := Build(ctx, st, DefaultConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	dump := func(node string) string {
-		var b strings.Builder
-		for _, f := range m.Nodes[node].Bridge.Flows() {
-			b.WriteString(f.String() + "\n")
-		}
-		return b.String()
-	}
-	n1, n2 := dump("k8s-node-1"), dump("k8s-node-2")
+	m := overlayModel(t, "k8s-named-port.yaml")
+	n1, n2 := flowDump(m, "k8s-node-1"), flowDump(m, "k8s-node-2")
 	for _, want := range []string{"tcp,nw_dst=10.10.2.7,tp_dst=5432", "tcp6,ipv6_dst=fd00:10:2::7,tp_dst=5432"} {
 		if !strings.Contains(n1, want) { // client's egress rule
 			t.Errorf("k8s-node-1: no %q", want)

@@ -211,23 +211,7 @@ endpoints:
 // TestNamespacesMatchSelf checks that a namespaces.match Self peer gives
 // one rule per applied-to namespace, each allowing only its own Pods.
 func TestNamespacesMatchSelf(t *testing.T) {
-	ctx := context.Background()
-	objs, err := cluster.ReadPath(ctx, "../testdata/cluster")
-	if err != nil {
-		t.Fatal(err)
-	}
-	top, err := cluster.ReadPath(ctx, "../testdata/overlays/antrea-self.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, probs := cluster.Build(cluster.Overlay(objs, top))
-	if probs.Err() != nil {
-		t.Fatal(probs.Err())
-	}
-	m, _, err := Build(ctx, st, DefaultConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
+	m := overlayModel(t, "antrea-self.yaml")
 	var ids []uint32
 	for id, r := range m.Rules {
 		if r.Rule == "allow-same-namespace" {
