@@ -73,7 +73,10 @@ type Aggregator struct {
 	// encoded is Proxy mode's fast path when it applies (see setupFastPath):
 	// the mode then writes encoded records into encBuf, which the only
 	// sink reads.
-	encoded    mode.Encoded
+	encoded mode.Encoded
+	// sample takes the UI's sample of what the fast path forwards; nil
+	// without the UI or the fast path.
+	sample     flow.Sampler
 	encBuf     *ring.Buffer[ipfix.EncodedRecord]
 	encodeErrs prometheus.Counter
 

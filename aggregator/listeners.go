@@ -17,6 +17,7 @@ func (a *Aggregator) setupCollectors() error {
 	o := collector.Options{Table: a.table, Out: a.batches, Log: a.log, Metrics: collector.NewMetrics(a.reg)}
 	if a.encoded != nil {
 		o.Forwarder = a.encoded.NewForwarder
+		o.Sample = a.sample
 	}
 	// Proxy mode forwards at once, so a gRPC stream can be confirmed
 	// once its records are written on: a killed aggregator then loses

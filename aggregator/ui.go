@@ -3,6 +3,7 @@ package aggregator
 import (
 	"context"
 	"net"
+	"sluice/ring"
 
 	"sluice/flow"
 	"sluice/flow/flowjson"
@@ -21,8 +22,12 @@ type Options struct {
 	Cluster func(context.Context) ([]cluster.Object, error)
 }
 
-// fastPathNotice is the UI's notice when records bypass the buffer it reads.
-const fastPathNotice = "Proxy mode's fast path is on: records reach the sink already encoded and never pass the buffer the UI reads, so the Flows and Map pages stay empty. Set sluice.proxy.fastPath: false to see them."
+// uiSamplePerSecond is how many records a second the UI is given of
+// what Proxy mode's fast path forwards (its pages take at most 1,000).
+const uiSamplePerSecond = 1000
+
+// fastPathNotice is the UI's notice when it sees a sample of the records.
+const fastPathNotice = "Proxy mode's fast path is on: records reach the sink already encoded, and the Flows and Map pages show a sample of them, at most 1,000 a second. Set sluice.proxy.fastPath: false to see every record."
 
 // setupUI prepares the web UI when sluice.ui.address is set, binding its
 // address.
@@ -41,6 +46,11 @@ func (a *Aggregator) setupUI(o Options) error {
 		uo.Cluster = a.liveObjects
 	}
 	if a.encoded != nil {
+		// Records forwarded as octets never pass a.buf: the UI reads a
+		// sample of them from a buffer of its own.
+		sampled := ring.New[*flow.Flow](8192)
+		a.sample = a.encoded.Sample(sampled, uiSamplePerSecond)
+		uo.Buffer = sampled
 		uo.Notice = fastPathNotice
 	}
 	// One renderer, used under the UI's lock: the fields of the

@@ -35,31 +35,7 @@ sluice: {ipfixAddress: "127.0.0.1:0", apiAddress: "127.0.0.1:0", ui: {address: "
 	if a.Addrs().UI == "" || a.UIURL() != base+"/" {
 		t.Fatalf("UI address %q, URL %q", a.Addrs().UI, a.UIURL())
 	}
-	tb, _ := ipfixmap.NewTable(ipfix.DefaultRegistry())
-	names, _ := ipfixmap.AgentElements("v2.7", 4)
-	els, _ := tb.Elements(names)
-	tmpl, _ := ipfixmap.TemplateOf(256, els)
-	conn, err := net.Dial("tcp", a.Addrs().IPFIX)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	enc, _ := ipfix.NewEncoder(ipfix.EncoderOptions{}, func(m []byte) error { _, err := conn.Write(m); return err })
-	enc.AddTemplate(1, tmpl)
-	for i := range 5 {
-		f := flow.Flow{
-			StartTime: time.Now().Add(-10 * time.Second).Truncate(time.Second), EndTime: time.Now().Truncate(time.Second),
-			SourceIP: netip.AddrFrom4([4]byte{10, 244, 1, byte(i + 2)}), DestinationIP: netip.MustParseAddr("10.244.1.9"),
-			SourcePort: uint16(40000 + i), DestinationPort: 443, Protocol: 6, FlowType: flow.FlowTypeIntraNode,
-			Stats:              flow.Stats{OctetTotalCount: 1000, PacketTotalCount: 10, OctetDeltaCount: 1000, PacketDeltaCount: 10},
-			SourcePodNamespace: "web", SourcePodName: fmt.Sprintf("client-%d", i), SourceNodeName: "node-a",
-			DestinationPodNamespace: "web", DestinationPodName: "server", DestinationNodeName: "node-a",
-		}
-		if err := ipfixmap.WriteRecord(enc.Begin(1, tmpl), els, &f); err != nil {
-			t.Fatal(err)
-		}
-	}
-	enc.Flush()
+	sendUIRecords(t, a.Addrs().IPFIX, 5)
 	var page ui.FlowsPage
 	testkit.WaitFor(t, "5 rows in the UI", func() bool {
 		getJSON(t, base+"/api/flows", &page)
@@ -111,7 +87,7 @@ sluice: {ipfixAddress: "127.0.0.1:0", apiAddress: "127.0.0.1:0", ui: {address: "
 }
 
 // TestWebUIFastPathNotice: on Proxy mode's fast path records bypass the
-// buffer the UI reads; the UI says so.
+// pipeline's buffer; the UI gets a sample of them and says so.
 func TestWebUIFastPathNotice(t *testing.T) {
 	coll := stubcollector.New(t)
 	a := testagg.Start(t, fmt.Sprintf(`
@@ -122,9 +98,23 @@ sluice: {ipfixAddress: "127.0.0.1:0", apiAddress: "127.0.0.1:0", ui: {address: "
 `, coll.Addr()))
 	var info ui.Info
 	getJSON(t, "http://"+a.Addrs().UI+"/api/info", &info)
-	if !strings.Contains(info.Notice, "fast path") {
+	if !strings.Contains(info.Notice, "fast path") || !strings.Contains(info.Notice, "sample") {
 		t.Errorf("info %+v", info)
 	}
+	// The records the fast path forwards as octets still reach the
+	// pages, as a sample (all of them at this rate), enriched as exported.
+	sendUIRecords(t, a.Addrs().IPFIX, 5)
+	var page ui.FlowsPage
+	testkit.WaitFor(t, "5 sampled rows in the UI", func() bool {
+		getJSON(t, "http://"+a.Addrs().UI+"/api/flows", &page)
+		return len(page.Rows) == 5
+	})
+	for _, r := range page.Rows {
+		if !strings.HasPrefix(r.SrcPod, "client-") || r.DstPod != "server" || r.SrcNS != "web" || r.Proto != "TCP" || r.DstPort != 443 {
+			t.Errorf("row %+v", r)
+		}
+	}
+	testkit.WaitFor(t, "the 5 records forwarded to the collector", func() bool { return coll.Len() == 5 })
 }
 
 // TestWebUIHosts: the aggregator's UI answers loopback and the names of
@@ -176,4 +166,35 @@ sluice: {ipfixAddress: "127.0.0.1:0", apiAddress: "127.0.0.1:0", ui: {address: "
 			t.Errorf("%s Host %q Origin %q: HTTP %d, want %d", c.method, c.host, c.origin, got, c.want)
 		}
 	}
+}
+
+// sendUIRecords sends n records of web/client-i to web/server over IPFIX
+// (TCP) to addr, as an Antrea v2.7 agent would.
+func sendUIRecords(t *testing.T, addr string, n int) {
+	t.Helper()
+	tb, _ := ipfixmap.NewTable(ipfix.DefaultRegistry())
+	names, _ := ipfixmap.AgentElements("v2.7", 4)
+	els, _ := tb.Elements(names)
+	tmpl, _ := ipfixmap.TemplateOf(256, els)
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	enc, _ := ipfix.NewEncoder(ipfix.EncoderOptions{}, func(m []byte) error { _, err := conn.Write(m); return err })
+	enc.AddTemplate(1, tmpl)
+	for i := range n {
+		f := flow.Flow{
+			StartTime: time.Now().Add(-10 * time.Second).Truncate(time.Second), EndTime: time.Now().Truncate(time.Second),
+			SourceIP: netip.AddrFrom4([4]byte{10, 244, 1, byte(i + 2)}), DestinationIP: netip.MustParseAddr("10.244.1.9"),
+			SourcePort: uint16(40000 + i), DestinationPort: 443, Protocol: 6, FlowType: flow.FlowTypeIntraNode,
+			Stats:              flow.Stats{OctetTotalCount: 1000, PacketTotalCount: 10, OctetDeltaCount: 1000, PacketDeltaCount: 10},
+			SourcePodNamespace: "web", SourcePodName: fmt.Sprintf("client-%d", i), SourceNodeName: "node-a",
+			DestinationPodNamespace: "web", DestinationPodName: "server", DestinationNodeName: "node-a",
+		}
+		if err := ipfixmap.WriteRecord(enc.Begin(1, tmpl), els, &f); err != nil {
+			t.Fatal(err)
+		}
+	}
+	enc.Flush()
 }

@@ -36,6 +36,9 @@ type Options struct {
 	// it takes are handed on encoded (flow.Batch.Encoded); the others are
 	// normalized as usual. gRPC records are always normalized.
 	Forwarder func() flow.Forwarder
+	// Sample, with Forwarder, is offered the records forwarded as
+	// octets: those it wants are normalized into flow records for it.
+	Sample flow.Sampler
 	// GRPC tunes the gRPC collector.
 	GRPC GRPCOptions
 	// HandshakeTimeout bounds a TLS handshake; default 10 s.
@@ -184,6 +187,7 @@ type session struct {
 	dec       *ipfix.Decoder
 	norm      *ipfixmap.Normalizer
 	fwd       flow.Forwarder
+	sample    flow.Sampler
 	arenas    *ipfix.ArenaPool
 	m         *Metrics
 	records   prometheus.Counter
@@ -206,6 +210,7 @@ func newSession(o *Options, transport string, exporter netip.Addr, ttl time.Dura
 	s.norm = ipfixmap.NewNormalizer(o.Table)
 	if o.Forwarder != nil {
 		s.fwd = o.Forwarder()
+		s.sample = o.Sample
 	}
 	addr := exporter.String()
 	s.records = o.Metrics.Records.WithLabelValues(transport, addr)
@@ -249,6 +254,13 @@ func (s *session) decode(msg []byte, now time.Time) (flow.Batch, error) {
 				k := s.norm.Skew(r.Template)
 				skew.Unknown += k.Unknown
 				skew.Missing += k.Missing
+				if s.sample != nil && s.sample.Want() {
+					f := new(flow.Flow)
+					f.Origin = origin
+					f.Origin.SequenceNumber = h.SequenceNumber + i
+					s.norm.Normalize(r, f)
+					s.sample.Put(f)
+				}
 				continue
 			}
 		}

@@ -56,3 +56,15 @@ func (b *Batch) Discard() {
 		b.Encoded[0].Arena.Release(len(b.Encoded))
 	}
 }
+
+// Sampler takes a bounded sample of the records a fast path forwards
+// without making flow records of them, for views of the export such as
+// the web UI.
+type Sampler interface {
+	// Want reports whether to sample the next record; cheap and safe for
+	// concurrent use.
+	Want() bool
+	// Put takes a sampled record (the caller gives it away), normalized
+	// but not yet enriched.
+	Put(f *Flow)
+}

@@ -41,4 +41,9 @@ type Encoded interface {
 	// writes export records only. encodeErr hears of each record that
 	// cannot be written (it is dropped).
 	Run(ctx context.Context, in <-chan flow.Batch, out *ring.Buffer[ipfix.EncodedRecord], encodeErr func(error))
+	// Sample makes Run and the forwarders give buf a sample of the records
+	// (at most perSecond a second, enriched as exported), which otherwise
+	// never become flow records; the returned Sampler is the collectors'.
+	// Call it before Run.
+	Sample(buf *ring.Buffer[*flow.Flow], perSecond int) flow.Sampler
 }

@@ -29,6 +29,8 @@ import (
 // own forwarder (NewForwarder), which keeps its plans per template.
 type Forwarding struct {
 	p *Proxy
+	// sample, when set (Sample), takes a sample of the records for a view.
+	sample *sampler
 	// The enrichment settings, read once: lookups when there is a store
 	// to look in, labels when they are asked for.
 	lookups, labels bool
@@ -93,6 +95,10 @@ func (fw *Forwarding) Run(ctx context.Context, in <-chan flow.Batch, out *ring.B
 		var arena []byte
 		for _, f := range b.Flows {
 			p.Process(f)
+			if fw.sample != nil && fw.sample.Want() {
+				// Not kept by the encoding below: the view may keep it.
+				fw.sample.produce(f)
+			}
 			t, _, err := ex.Template(f)
 			if err != nil {
 				encodeErr(err)
