@@ -3,10 +3,10 @@ package aggregator
 import (
 	"context"
 	"net"
-	"sluice/ring"
 
 	"sluice/flow"
 	"sluice/flow/flowjson"
+	"sluice/ring"
 	"sluice/sink"
 	"sluice/traceflow/cluster"
 	"sluice/traceflow/modelrun"
