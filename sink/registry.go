@@ -7,7 +7,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"sluice/certs"
 	"sluice/config"
 	"sluice/flow"
 	"sluice/flow/ipfixmap"
@@ -43,13 +42,11 @@ type Env struct {
 	// Buffer is the broadcast buffer Run's consumer reads, for sinks that
 	// serve observers of their own (the flow stream service).
 	Buffer *ring.Buffer[*flow.Flow]
-	// ServerCerts returns the aggregator's server certificates, made or
-	// loaded once and shared with the collectors.
-	ServerCerts func() (*certs.Bundle, error)
-	// ServerTLS returns a server configuration with those certificates
-	// that follows their renewal (sluice.tls.reloadInterval): it reads
-	// the current ones at each handshake. nextProtos are the ALPN
-	// protocols offered.
+	// ServerTLS returns a server configuration with the aggregator's
+	// server certificates (made or loaded once, shared with the
+	// collectors) that follows their renewal (sluice.tls.reloadInterval):
+	// it reads the current ones at each handshake. nextProtos are the
+	// ALPN protocols offered.
 	ServerTLS func(requireClientCert bool, nextProtos ...string) (*tls.Config, error)
 }
 
