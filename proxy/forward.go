@@ -90,6 +90,11 @@ func NewForwarding(p *Proxy, table *ipfixmap.Table, ex *ipfixmap.Exporter) (*For
 // written (it is dropped). Run only once at a time.
 func (fw *Forwarding) Run(ctx context.Context, in <-chan flow.Batch, out *ring.Buffer[ipfix.EncodedRecord], encodeErr func(error)) {
 	p, ex := fw.p, fw.ex
+	if fw.sample != nil {
+		stop := make(chan struct{})
+		defer close(stop)
+		go fw.sample.run(stop)
+	}
 	receive(ctx, in, func(b flow.Batch) {
 		recs := b.Encoded
 		var arena []byte
