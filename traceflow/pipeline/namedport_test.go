@@ -82,14 +82,7 @@ status: {phase: Running, podIP: 10.10.2.8}
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			top, err := cluster.ParseObjects([]byte(pods+"---\n"+c.policy), "named.yaml")
-			if err != nil {
-				t.Fatal(err)
-			}
-			st, probs := cluster.Build(cluster.Overlay(base, top))
-			if probs.Err() != nil {
-				t.Fatal(probs.Err())
-			}
+			st, probs := stateWith(t, base, pods+"---\n"+c.policy, "named.yaml")
 			if s := fmt.Sprint(probs); strings.Contains(s, "named port") {
 				t.Errorf("named port still warned about: %s", s)
 			}

@@ -32,6 +32,21 @@ func overlayModel(t *testing.T, overlay string) *Model {
 	return m
 }
 
+// stateWith builds the cluster state of base with the objects of yaml
+// (named name in errors) on top.
+func stateWith(t *testing.T, base []cluster.Object, yaml, name string) (*cluster.State, cluster.Problems) {
+	t.Helper()
+	top, err := cluster.ParseObjects([]byte(yaml), name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, probs := cluster.Build(cluster.Overlay(base, top))
+	if probs.Err() != nil {
+		t.Fatal(probs.Err())
+	}
+	return st, probs
+}
+
 // flowDump is a Node's flows as OVS prints them, one per line.
 func flowDump(m *Model, node string) string {
 	var b strings.Builder

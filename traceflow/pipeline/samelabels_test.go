@@ -134,14 +134,7 @@ spec:
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			top, err := cluster.ParseObjects([]byte(objs+"---\n"+c.policy), "samelabels.yaml")
-			if err != nil {
-				t.Fatal(err)
-			}
-			st, probs := cluster.Build(cluster.Overlay(base, top))
-			if probs.Err() != nil {
-				t.Fatal(probs.Err())
-			}
+			st, probs := stateWith(t, base, objs+"---\n"+c.policy, "samelabels.yaml")
 			if s := fmt.Sprint(probs); c.warn != "" && !strings.Contains(s, c.warn) || c.warn == "" && strings.Contains(s, "namespaces") {
 				t.Errorf("warnings %s; want one with %q", s, c.warn)
 			}
