@@ -193,8 +193,8 @@ func TestGRPCWireClientGoesAway(t *testing.T) {
 
 // FuzzGRPCMessages feeds arbitrary request bodies to the collector's gRPC
 // endpoint through a real connection: it must answer every body with a
-// status and never stop serving. Valid framings of valid messages are
-// accepted.
+// status and never stop serving (the seeds hold valid, compressed,
+// truncated and oversized framings).
 func FuzzGRPCMessages(f *testing.F) {
 	one := flowtest.Wire(flowtest.Full(1, false), nil, nil)
 	req := protowire.AppendBytes(protowire.AppendTag(nil, 1, protowire.BytesType), one)
