@@ -876,6 +876,8 @@ func (s *Store) Run(ctx context.Context, in <-chan flow.Batch, out *ring.Buffer[
 			for _, f := range b.Flows {
 				s.Add(now, f, emit)
 			}
+			// Add copied what it keeps: the records can be reused.
+			b.Release()
 			produce()
 			// Records are held for correlation by design: confirmed
 			// once taken.

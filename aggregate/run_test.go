@@ -2,6 +2,7 @@ package aggregate
 
 import (
 	"context"
+	"reflect"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -24,7 +25,8 @@ func TestRun(t *testing.T) {
 	intra := srcRec(0, 10, counts{pkts: 3})
 	intra.FlowType = flow.FlowTypeIntraNode
 	intra.SourcePort = 1
-	in <- flow.Batch{Flows: []*flow.Flow{intra, srcRec(0, 10, counts{pkts: 1})}}
+	waiting := srcRec(0, 10, counts{pkts: 1})
+	in <- flow.Batch{Flows: []*flow.Flow{intra, waiting}, Pool: flow.NewPool()}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	got, ok := c.Next(ctx, nil, 10) // the ticker exports the complete flow
@@ -43,6 +45,16 @@ func TestRun(t *testing.T) {
 	}
 	if st := s.Stats(); st.Flows != 0 || st.OneSidedExported != 1 || st.Exported != 2 {
 		t.Errorf("stats %+v", st)
+	}
+	// The records in were given back (zeroed), and none was handed on:
+	// what the sinks got are the store's own.
+	for _, f := range []*flow.Flow{intra, waiting} {
+		if !reflect.ValueOf(*f).IsZero() {
+			t.Errorf("a record in was not given back: %+v", f)
+		}
+	}
+	if got[0] == intra || got[0] == waiting {
+		t.Errorf("the store handed on a record it was given")
 	}
 }
 

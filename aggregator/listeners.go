@@ -8,6 +8,7 @@ import (
 	"sluice/certs"
 	"sluice/collector"
 	"sluice/config"
+	"sluice/flow"
 )
 
 // setupCollectors binds the IPFIX listener of aggregatorTransportProtocol
@@ -18,6 +19,11 @@ func (a *Aggregator) setupCollectors() error {
 	if a.encoded != nil {
 		o.Forwarder = a.encoded.NewForwarder
 		o.Sample = a.sample
+	}
+	// Aggregate mode copies what it keeps of each record and gives the
+	// records back; Proxy mode hands them on to the sinks.
+	if _, ok := a.mode.(aggregateMode); ok {
+		o.Records = flow.NewPool()
 	}
 	// Proxy mode forwards at once, so a gRPC stream can be confirmed
 	// once its records are written on: a killed aggregator then loses

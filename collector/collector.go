@@ -39,6 +39,9 @@ type Options struct {
 	// Sample, with Forwarder, is offered the records forwarded as
 	// octets: those it wants are normalized into flow records for it.
 	Sample flow.Sampler
+	// Records, when set, is where records come from first, and every
+	// batch carries it for the mode to give them back (flow.Batch.Release).
+	Records *flow.Pool
 	// GRPC tunes the gRPC collector.
 	GRPC GRPCOptions
 	// HandshakeTimeout bounds a TLS handshake; default 10 s.
@@ -196,6 +199,7 @@ type session struct {
 	last      ipfix.SessionStats
 	// slab holds fresh records not handed out yet.
 	slab []flow.Flow
+	pool *flow.Pool
 }
 
 // slabSize is how many records one allocation holds. A slab stays in
@@ -203,8 +207,26 @@ type session struct {
 // sinks' buffer), so it is kept small.
 const slabSize = 64
 
+// newRecord returns a zeroed record: one given back by the mode, or one
+// carved from a slab (one allocation per slabSize records instead of one
+// each, which the profile of Proxy forwarding showed to be the largest
+// cost).
+func (s *session) newRecord() *flow.Flow {
+	if s.pool != nil {
+		if f := s.pool.Get(); f != nil {
+			return f
+		}
+	}
+	if len(s.slab) == 0 {
+		s.slab = make([]flow.Flow, slabSize)
+	}
+	f := &s.slab[0]
+	s.slab = s.slab[1:]
+	return f
+}
+
 func newSession(o *Options, transport string, exporter netip.Addr, ttl time.Duration) *session {
-	s := &session{transport: transport, exporter: exporter, m: o.Metrics}
+	s := &session{transport: transport, exporter: exporter, m: o.Metrics, pool: o.Records}
 	s.ipfix = ipfix.NewSession(ipfix.SessionOptions{Registry: o.Table.Registry(), TemplateTTL: ttl})
 	s.dec = ipfix.NewDecoder(s.ipfix)
 	s.norm = ipfixmap.NewNormalizer(o.Table)
@@ -223,7 +245,7 @@ func newSession(o *Options, transport string, exporter netip.Addr, ttl time.Dura
 // records before the defect are still returned, with the error.
 func (s *session) decode(msg []byte, now time.Time) (flow.Batch, error) {
 	s.m.Messages.WithLabelValues(s.transport).Inc()
-	var b flow.Batch
+	b := flow.Batch{Pool: s.pool}
 	if err := s.dec.Reset(msg, now); err != nil {
 		s.m.DecodeErrors.WithLabelValues(s.transport).Inc()
 		return b, err
@@ -264,14 +286,7 @@ func (s *session) decode(msg []byte, now time.Time) (flow.Batch, error) {
 				continue
 			}
 		}
-		if len(s.slab) == 0 {
-			// Records are carved from slabs: one allocation per slabSize
-			// records instead of one each, which the profile of Proxy
-			// forwarding showed to be the largest cost.
-			s.slab = make([]flow.Flow, slabSize)
-		}
-		f := &s.slab[0]
-		s.slab = s.slab[1:]
+		f := s.newRecord()
 		f.Origin = origin
 		f.Origin.SequenceNumber = h.SequenceNumber + i
 		k := s.norm.Normalize(r, f)

@@ -15,7 +15,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"sluice/collector"
+	"sluice/exporter/grpcsend"
 	"sluice/flow"
+	"sluice/flow/flowtest"
 	"sluice/flow/ipfixmap"
 	"sluice/internal/testkit"
 	"sluice/ipfix"
@@ -30,14 +32,19 @@ type harness struct {
 }
 
 func newHarness(t testing.TB, buffer int) *harness {
+	return newHarnessWith(t, buffer, collector.Options{})
+}
+
+// newHarnessWith is newHarness with more options.
+func newHarnessWith(t testing.TB, buffer int, o collector.Options) *harness {
 	t.Helper()
 	tb, err := ipfixmap.NewTable(ipfix.DefaultRegistry())
 	if err != nil {
 		t.Fatal(err)
 	}
 	h := &harness{out: make(chan flow.Batch, buffer), m: collector.NewMetrics(prometheus.NewRegistry())}
-	h.srv, err = collector.New(collector.Options{Table: tb, Out: h.out, Metrics: h.m,
-		Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	o.Table, o.Out, o.Metrics, o.Log = tb, h.out, h.m, slog.New(slog.NewTextHandler(io.Discard, nil))
+	h.srv, err = collector.New(o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -227,6 +234,64 @@ func TestExporterSeriesOutliveSessions(t *testing.T) {
 	for deadline := time.Now().Add(10 * time.Second); series() != 0; time.Sleep(20 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatalf("%d series left long after the grace period", series())
+		}
+	}
+}
+
+// With Options.Records, batches carry the pool and records given back
+// (as Aggregate mode does) are decoded into again, over IPFIX and gRPC.
+func TestRecordsGivenBackAreReused(t *testing.T) {
+	pool := flow.NewPool()
+	h := newHarnessWith(t, 64, collector.Options{Records: pool})
+	conn, err := net.Dial("tcp", h.tcp(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	b := bundle(t)
+	addr, _ := h.grpcServer(t, b)
+	s := sender(t, addr, b, grpcsend.Options{})
+	for _, transport := range []string{"ipfix", "grpc"} {
+		seen := map[*flow.Flow]bool{}
+		reused := false
+		// sync.Pool may drop what it holds at a garbage collection, so
+		// reuse is looked for over rounds, not asserted for each record.
+		for round := 0; round < 50 && !reused; round++ {
+			if transport == "ipfix" {
+				for _, m := range antrea(t, 4, round*4, 0) {
+					if _, err := conn.Write(m); err != nil {
+						t.Fatal(err)
+					}
+				}
+			} else {
+				for i := range 4 {
+					s.Send(flowtest.Full(round*4+i, false))
+				}
+			}
+			var got []*flow.Flow
+			deadline := time.After(10 * time.Second)
+			for len(got) < 4 {
+				select {
+				case bt := <-h.out:
+					if len(bt.Flows) > 0 && bt.Pool != pool {
+						t.Fatalf("%s: a batch does not carry the pool", transport)
+					}
+					got = append(got, bt.Flows...)
+					for _, f := range bt.Flows {
+						if f.SourceIP == (netip.Addr{}) {
+							t.Fatalf("%s: a record without its values: %+v", transport, f)
+						}
+						reused = reused || seen[f]
+						seen[f] = true
+					}
+					bt.Release()
+				case <-deadline:
+					t.Fatalf("%s: %d records of round %d, want 4", transport, len(got), round)
+				}
+			}
+		}
+		if !reused {
+			t.Errorf("%s: no record given back was decoded into again in 50 rounds", transport)
 		}
 	}
 }

@@ -252,7 +252,7 @@ func (e *exportService) export(sctx context.Context, r *http.Request) error {
 		var end streamEnd
 		select {
 		case recs := <-pending:
-			if !send(e.ctx, o.Out, flow.Batch{Flows: recs}) {
+			if !send(e.ctx, o.Out, flow.Batch{Flows: recs, Pool: o.Records}) {
 				return status.Error(codes.Unavailable, "the aggregator is shutting down")
 			}
 			continue
@@ -264,7 +264,7 @@ func (e *exportService) export(sctx context.Context, r *http.Request) error {
 		// The receiver's last records went into pending before it ended.
 		select {
 		case recs := <-pending:
-			if !send(e.ctx, o.Out, flow.Batch{Flows: recs}) {
+			if !send(e.ctx, o.Out, flow.Batch{Flows: recs, Pool: o.Records}) {
 				return status.Error(codes.Unavailable, "the aggregator is shutting down")
 			}
 		default:
@@ -356,8 +356,28 @@ func (e *exportService) receive(sctx context.Context, body io.Reader, exporter n
 		spans   [][]byte
 		decoded []*flow.Flow // the records of whole messages, not handed on yet
 		slab    []flow.Flow
+		spare   *flow.Flow // a record taken for one that was refused, zeroed
 		n, bad  uint64
 	)
+	// newRecord returns a zeroed record: the spare, one the mode gave
+	// back, or one carved from a slab (one allocation per slabSize).
+	newRecord := func() *flow.Flow {
+		if f := spare; f != nil {
+			spare = nil
+			return f
+		}
+		if o.Records != nil {
+			if f := o.Records.Get(); f != nil {
+				return f
+			}
+		}
+		if len(slab) == 0 {
+			slab = make([]flow.Flow, slabSize)
+		}
+		f := &slab[0]
+		slab = slab[1:]
+		return f
+	}
 	// flush hands on what decoded holds, in batches of at most grpcBatch
 	// records.
 	flush := func() bool {
@@ -413,15 +433,11 @@ func (e *exportService) receive(sctx context.Context, body io.Reader, exporter n
 		var unknown, invalidHere int
 		var firstInvalid error
 		for _, sp := range spans {
-			if len(slab) == 0 {
-				slab = make([]flow.Flow, slabSize)
-			}
-			f := &slab[0]
+			f := newRecord()
 			u, err := dec.Decode(sp, f)
 			if errors.Is(err, flowproto.ErrMalformed) {
-				*f = flow.Flow{}
-				// This message's records are dropped (the slab's
-				// entries they took are not reused: rare).
+				// This message's records are dropped (the garbage
+				// collector takes them back: rare).
 				clear(decoded[mark:])
 				decoded = decoded[:mark]
 				return end(status.Errorf(codes.Internal, "grpc: failed to unmarshal the received message: %v", err), false)
@@ -430,13 +446,13 @@ func (e *exportService) receive(sctx context.Context, body io.Reader, exporter n
 				err = errNoAddress
 			}
 			if err != nil {
-				*f = flow.Flow{} // reused for the next record
+				*f = flow.Flow{}
+				spare = f // for the next record
 				if invalidHere++; firstInvalid == nil {
 					firstInvalid = err
 				}
 				continue
 			}
-			slab = slab[1:]
 			unknown += u
 			f.Origin.Exporter = exporter
 			f.Origin.Transport = "grpc"

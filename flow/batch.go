@@ -21,6 +21,22 @@ type Batch struct {
 	// blocks until then or until its context ends. A mode that holds
 	// records back by design (Aggregate) sends one that returns at once.
 	Written chan<- func(context.Context) error
+	// Pool, when set, takes Flows back once the mode has finished with
+	// them (Release).
+	Pool *Pool
+}
+
+// Release gives the batch's records back to its Pool, if it has one: a mode
+// calls it once it no longer uses them, nor has handed any of them on.
+func (b *Batch) Release() {
+	if b.Pool == nil {
+		return
+	}
+	for i, f := range b.Flows {
+		b.Pool.Put(f)
+		b.Flows[i] = nil
+	}
+	b.Flows = nil
 }
 
 // Resolve answers a batch's Written request, if it has one, with wait.
