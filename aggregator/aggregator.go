@@ -156,6 +156,7 @@ func (a *Aggregator) init(o Options) error {
 	if err := a.setupCollectors(); err != nil {
 		return err
 	}
+	a.recheckOnCAChange()
 	a.api = api.New(a.reg, a.log)
 	a.setupAPI()
 	if a.apiLn, err = net.Listen("tcp", cfg.Sluice.APIAddress); err != nil {

@@ -2,6 +2,7 @@ package aggregator
 
 import (
 	"crypto/tls"
+	"crypto/x509"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -79,4 +80,18 @@ func (a *Aggregator) serverTLS(requireClientCert bool, nextProtos ...string) (*t
 	cfg := b.ServerTLS(requireClientCert)
 	cfg.NextProtos = nextProtos
 	return cfg, nil
+}
+
+// recheckOnCAChange has the collectors verify their open connections'
+// client certificates again whenever a reload changes the CAs, closing
+// those that no longer chain to one. The flow stream service asks no
+// client certificate, so it has nothing to check.
+func (a *Aggregator) recheckOnCAChange() {
+	if a.certReloader == nil || a.coll == nil {
+		return
+	}
+	a.certReloader.OnCAChange(func(pool *x509.CertPool) {
+		checked, closed := a.coll.CloseUntrusted(pool)
+		a.log.Info("TLS CAs changed; open connections' client certificates checked again", "checked", checked, "closed", closed)
+	})
 }

@@ -8,7 +8,9 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -30,6 +32,9 @@ type Reloader struct {
 	notify   func(*Bundle, error)
 	cur      atomic.Pointer[Bundle]
 	sum      [sha256.Size]byte
+
+	mu         sync.Mutex
+	onCAChange []func(*x509.CertPool)
 }
 
 // ReloadOptions configure a [Reloader].
@@ -61,6 +66,17 @@ func NewReloader(b *Bundle, o ReloadOptions) (*Reloader, error) {
 
 // Bundle is the current bundle.
 func (r *Reloader) Bundle() *Bundle { return r.cur.Load() }
+
+// OnCAChange has f called with the new CA pool after every reload whose
+// CAs differ from the previous bundle's (not after one that only renews
+// certificates), in the goroutine that called Check, after Notify. TLS
+// checks a peer's certificate only at the handshake: f is where
+// connections accepted under the old CAs are checked again.
+func (r *Reloader) OnCAChange(f func(*x509.CertPool)) {
+	r.mu.Lock()
+	r.onCAChange = append(r.onCAChange, f)
+	r.mu.Unlock()
+}
 
 // Run checks the files every interval until ctx ends.
 func (r *Reloader) Run(ctx context.Context) {
@@ -95,9 +111,17 @@ func (r *Reloader) Check() bool {
 		}
 		return false
 	}
-	r.cur.Store(b)
+	old := r.cur.Swap(b)
 	if r.notify != nil {
 		r.notify(b, nil)
+	}
+	if !old.CAPool.Equal(b.CAPool) {
+		r.mu.Lock()
+		fs := slices.Clone(r.onCAChange)
+		r.mu.Unlock()
+		for _, f := range fs {
+			f(b.CAPool)
+		}
 	}
 	return true
 }

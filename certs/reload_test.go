@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 )
@@ -239,5 +240,96 @@ func TestRefusalReasons(t *testing.T) {
 				t.Error("no certificate described")
 			}
 		})
+	}
+}
+
+// TestReloaderReportsCAChanges: OnCAChange hears of a reload that changes
+// the CAs, with the new pool, after Notify; not of one that renews only
+// the server certificate, nor of one whose CA file has the same
+// certificates in other bytes.
+func TestReloaderReportsCAChanges(t *testing.T) {
+	old := ensure(t, Options{})
+	dir := t.TempDir()
+	p := Paths{CACert: filepath.Join(dir, "ca.crt"), ServerCert: filepath.Join(dir, "server.crt"), ServerKey: filepath.Join(dir, "server.key")}
+	for from, to := range map[string]string{old.Paths.CACert: p.CACert, old.Paths.ServerCert: p.ServerCert, old.Paths.ServerKey: p.ServerKey} {
+		copyFile(t, from, to)
+	}
+	load := func() (*Bundle, error) { return Load(p.ServerCert, p.ServerKey, p.CACert) }
+	b, err := load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var events []string
+	var pools []*x509.CertPool
+	r, err := NewReloader(b, ReloadOptions{Load: load, Files: []string{p.ServerCert, p.ServerKey, p.CACert},
+		Notify: func(*Bundle, error) { events = append(events, "notify") }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.OnCAChange(func(pool *x509.CertPool) {
+		events = append(events, "ca")
+		pools = append(pools, pool)
+	})
+	write := func(path string, data []byte) {
+		t.Helper()
+		if err := os.WriteFile(path+".new", data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(path+".new", path); err != nil {
+			t.Fatal(err)
+		}
+	}
+	read := func(path string) []byte {
+		t.Helper()
+		data, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return data
+	}
+	// A renewed server certificate of the same CA.
+	renewed := ensure(t, Options{})
+	write(p.ServerCert, read(renewed.Paths.ServerCert))
+	write(p.ServerKey, read(renewed.Paths.ServerKey))
+	if !r.Check() || len(pools) != 0 {
+		t.Fatalf("a server certificate renewal: reloaded and CA change reported %d times, want once and none", len(pools))
+	}
+	// The same CA, the bytes changed (a comment before the block).
+	write(p.CACert, append([]byte("# the same CA\n"), read(old.Paths.CACert)...))
+	if !r.Check() || len(pools) != 0 {
+		t.Fatal("a CA file with the same certificate reported as a CA change")
+	}
+	// Both CAs, then the new one alone: two changes.
+	next := ensure(t, Options{})
+	write(p.CACert, append(read(old.Paths.CACert), read(next.Paths.CACert)...))
+	if !r.Check() {
+		t.Fatal("a CA file with two CAs did not load")
+	}
+	write(p.CACert, read(next.Paths.CACert))
+	if !r.Check() {
+		t.Fatal("a CA file with the new CA did not load")
+	}
+	if len(pools) != 2 {
+		t.Fatalf("%d CA changes reported, want 2", len(pools))
+	}
+	pool := func(pemData ...[]byte) *x509.CertPool {
+		t.Helper()
+		p := x509.NewCertPool()
+		for _, d := range pemData {
+			cs, err := parseCerts(d)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, c := range cs {
+				p.AddCert(c)
+			}
+		}
+		return p
+	}
+	if !pools[0].Equal(pool(read(old.Paths.CACert), read(next.Paths.CACert))) || !pools[1].Equal(pool(read(next.Paths.CACert))) {
+		t.Error("OnCAChange was not given the new CAs")
+	}
+	if want := "notify notify notify ca notify ca"; strings.Join(events, " ") != want {
+		t.Errorf("events %q, want %q (the CA change after Notify)", strings.Join(events, " "), want)
 	}
 }

@@ -101,6 +101,10 @@ type Metrics struct {
 	// CertsExpiredClosed counts connections closed because the client
 	// certificate they were accepted with expired while they were open.
 	CertsExpiredClosed *prometheus.CounterVec // transport
+	// CertsUntrustedClosed counts connections closed because, after the
+	// CAs changed, the client certificate they were accepted with no
+	// longer chains to a trusted CA ([Server.CloseUntrusted]).
+	CertsUntrustedClosed *prometheus.CounterVec // transport
 }
 
 // NewMetrics creates the collector's series and registers them with reg
@@ -135,10 +139,13 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "gRPC export streams whose confirmation waits for the sinks to write their records (Proxy mode)."}),
 		CertsExpiredClosed: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_collector_connections_closed_certificate_expired_total",
 			Help: "Connections closed because the client certificate they were accepted with expired while they were open."}, []string{"transport"}),
+		CertsUntrustedClosed: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_collector_connections_closed_certificate_untrusted_total",
+			Help: "Connections closed because, after the CAs changed, the client certificate they were accepted with no longer chains to a trusted CA."}, []string{"transport"}),
 	}
 	if reg != nil {
 		reg.MustRegister(m.Records, m.Messages, m.DecodeErrors, m.Sessions, m.Refused, m.Dropped,
-			m.UnknownSets, m.SkewUnknown, m.SkewMissing, m.TemplatesTotal, m.UDPKernelDrops, m.CertsRefused, m.ConfirmsWaiting, m.CertsExpiredClosed)
+			m.UnknownSets, m.SkewUnknown, m.SkewMissing, m.TemplatesTotal, m.UDPKernelDrops, m.CertsRefused, m.ConfirmsWaiting, m.CertsExpiredClosed,
+			m.CertsUntrustedClosed)
 	}
 	return m
 }
@@ -153,12 +160,7 @@ func closeAtExpiry(m *Metrics, tc *tls.Conn, log *slog.Logger, transport string)
 	if len(st.VerifiedChains) == 0 {
 		return func() {}
 	}
-	var expiry time.Time
-	for _, c := range st.VerifiedChains[0] {
-		if expiry.IsZero() || c.NotAfter.Before(expiry) {
-			expiry = c.NotAfter
-		}
-	}
+	expiry := chainExpiry(st)
 	leaf := st.VerifiedChains[0][0]
 	t := time.AfterFunc(time.Until(expiry), func() {
 		m.CertsExpiredClosed.WithLabelValues(transport).Inc()
@@ -167,6 +169,21 @@ func closeAtExpiry(m *Metrics, tc *tls.Conn, log *slog.Logger, transport string)
 		tc.Close()
 	})
 	return func() { t.Stop() }
+}
+
+// chainExpiry is the earliest NotAfter of the chain a connection's client
+// certificate was verified with; the zero time when it was not verified.
+func chainExpiry(st tls.ConnectionState) time.Time {
+	var expiry time.Time
+	if len(st.VerifiedChains) == 0 {
+		return expiry
+	}
+	for _, c := range st.VerifiedChains[0] {
+		if expiry.IsZero() || c.NotAfter.Before(expiry) {
+			expiry = c.NotAfter
+		}
+	}
+	return expiry
 }
 
 // handshakeFailed counts and logs a refused TLS handshake, naming the

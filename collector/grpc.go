@@ -84,8 +84,8 @@ func (s *Server) ServeGRPC(ctx context.Context, ln net.Listener, tlsConfig *tls.
 		sessions:     o.Metrics.Sessions.WithLabelValues("grpc")}
 	hl := newHandshakeListener(ln, withH2(tlsConfig), o.HandshakeTimeout, func(raw net.Conn, err error) {
 		handshakeFailed(o.Metrics, handshakeRefused, log.With("peer", raw.RemoteAddr().String()), "grpc", "gRPC connection", err)
-	}, func(tc *tls.Conn) func() {
-		return closeAtExpiry(o.Metrics, tc, log.With("peer", tc.RemoteAddr().String()), "grpc")
+	}, func(tc *tls.Conn, raw net.Conn) func() {
+		return s.watchClientCert(tc, raw, "grpc", log.With("peer", tc.RemoteAddr().String()))
 	})
 	svc := &exportService{s: s, ctx: ctx}
 	var handlers handlerCount

@@ -117,9 +117,10 @@ type handshakeListener struct {
 	cfg     *tls.Config
 	timeout time.Duration
 	failed  func(raw net.Conn, err error)
-	// expiring, if set, watches an accepted connection's certificate;
-	// it returns what stops watching.
-	expiring func(*tls.Conn) (stop func())
+	// watch, if set, watches an accepted connection's client certificate
+	// (its expiry, a change of CAs); raw is the connection under tc. It
+	// returns what stops watching.
+	watch func(tc *tls.Conn, raw net.Conn) (stop func())
 
 	ctx       context.Context // cancelled by Close: ends handshakes
 	cancel    context.CancelFunc
@@ -129,9 +130,9 @@ type handshakeListener struct {
 	wg        sync.WaitGroup // the accept loop and handshakes in flight
 }
 
-func newHandshakeListener(inner net.Listener, cfg *tls.Config, timeout time.Duration, failed func(net.Conn, error), expiring func(*tls.Conn) func()) *handshakeListener {
+func newHandshakeListener(inner net.Listener, cfg *tls.Config, timeout time.Duration, failed func(net.Conn, error), watch func(*tls.Conn, net.Conn) func()) *handshakeListener {
 	ctx, cancel := context.WithCancel(context.Background())
-	l := &handshakeListener{inner: inner, cfg: cfg, timeout: timeout, failed: failed, expiring: expiring,
+	l := &handshakeListener{inner: inner, cfg: cfg, timeout: timeout, failed: failed, watch: watch,
 		ctx: ctx, cancel: cancel, conns: make(chan net.Conn), acceptErr: make(chan error, 1)}
 	l.wg.Go(l.acceptLoop)
 	return l
@@ -166,8 +167,8 @@ func (l *handshakeListener) handshake(raw net.Conn) {
 		tc.Close()
 		return
 	}
-	if l.expiring != nil {
-		hc.setOnClose(l.expiring(tc))
+	if l.watch != nil {
+		hc.setOnClose(l.watch(tc, hc))
 	}
 	select {
 	case l.conns <- tc:

@@ -35,6 +35,11 @@ type Server struct {
 	// readers are the gRPC streams' body readers (a stream lasts as
 	// long as an exporter's acknowledgement interval).
 	readers sync.Pool
+	// certConns are the open connections accepted with a client
+	// certificate (IPFIX/TLS and gRPC), to check again when the CAs
+	// change; each is removed when its connection closes.
+	certMu    sync.Mutex
+	certConns map[*certConn]struct{}
 }
 
 // New returns a server with o (defaults filled in).
@@ -43,7 +48,8 @@ func New(o Options) (*Server, error) {
 		return nil, errors.New("collector: Options.Table and Options.Out are required")
 	}
 	o.defaults()
-	return &Server{o: o, slots: make(chan struct{}, o.MaxSessions), refs: map[netip.Addr]int{}, gen: map[netip.Addr]uint64{}}, nil
+	return &Server{o: o, slots: make(chan struct{}, o.MaxSessions), refs: map[netip.Addr]int{}, gen: map[netip.Addr]uint64{},
+		certConns: map[*certConn]struct{}{}}, nil
 }
 
 func (s *Server) openSession(transport string, exporter netip.Addr, ttl time.Duration) *session {
@@ -152,7 +158,7 @@ func (s *Server) serveConn(ctx context.Context, c net.Conn, transport string, tl
 			handshakeFailed(s.o.Metrics, s.o.Metrics.Refused.WithLabelValues(transport, "tls-handshake"), log, transport, "IPFIX session", err)
 			return
 		}
-		defer closeAtExpiry(s.o.Metrics, tc, log, transport)()
+		defer s.watchClientCert(tc, c, transport, log)()
 		c = tc
 	}
 	gauge := s.o.Metrics.Sessions.WithLabelValues(transport)

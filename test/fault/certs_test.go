@@ -135,9 +135,10 @@ func (c *cutter) cut() {
 // collectors, each with a log line naming the reason and a count. Then the
 // certificates of both the aggregator and a running exporter are rotated
 // to a new CA by replacing their files (overlap first, as an operator or
-// cert-manager does), with neither process restarted; a network cut makes
-// the exporter connect again, which only the new material allows; and no
-// record is lost over gRPC.
+// cert-manager does), with neither process restarted; removing the old CA
+// closes the exporter's connection accepted under it, and the exporter
+// connects again, as after a network cut, which only the new material
+// allows; and no record is lost over gRPC.
 func TestCertificates(t *testing.T) {
 	p := newPipeline(t, "tls", "10s")
 	// Reload within a second, so that the test does not wait 10 s.
@@ -226,17 +227,24 @@ func TestCertificates(t *testing.T) {
 	waitReloads(agg, 2)
 	waitReloads(exp, 2)
 	// Step 3: the aggregator trusts only the new CA.
+	refusedGRPC := regexp.MustCompile(`(?m)^sluice_collector_sessions_refused_total\{reason="tls-handshake",transport="grpc"\} (\S+)$`)
+	refusedBefore := metric(t, p.api, refusedGRPC)
 	copyInto(t, filepath.Join(next, certs.CACertFile), filepath.Join(p.certDir, certs.CACertFile))
 	waitReloads(agg, 3)
 	if err := tryIPFIX(t, p.ipfix, presenting(t, good, next)); err == nil {
 		t.Error("after the rotation, a certificate of the old CA was accepted")
 	}
+	// The exporter's connection ran on its handshake with the old CA's
+	// certificate: the aggregator closes it, and the exporter connects
+	// again, presenting its new certificate (with its old one it would be
+	// refused, counted below).
+	untrusted := regexp.MustCompile(`(?m)^sluice_collector_connections_closed_certificate_untrusted_total\{transport="grpc"\} (\S+)$`)
+	testkit.WaitFor(t, "the exporter's connection of the old CA closed", func() bool { return metric(t, p.api, untrusted) == 1 })
+	agg.waitLine(t, "closing connection: the client certificate it was accepted with no longer chains to a trusted CA", map[string]any{"transport": "grpc"})
+	atClose := p.coll.Len()
+	testkit.WaitFor(t, "records after the exporter connected again", func() bool { return p.coll.Len() >= atClose+500 })
 
-	// The exporter's connection still runs on the old handshake; cut it.
-	// It connects again, presenting its new certificate; with its old one
-	// it would be refused (counted below).
-	refusedGRPC := regexp.MustCompile(`(?m)^sluice_collector_sessions_refused_total\{reason="tls-handshake",transport="grpc"\} (\S+)$`)
-	refusedBefore := metric(t, p.api, refusedGRPC)
+	// A network cut: it connects again, with the new certificate.
 	atCut := p.coll.Len()
 	relay.cut()
 	testkit.WaitFor(t, "records after the exporter connected again", func() bool { return p.coll.Len() >= atCut+1000 })
