@@ -133,6 +133,10 @@ type Store struct {
 	// queries carries flow-record look-ups into Run's goroutine, which
 	// alone touches the flows.
 	queries chan *queryReq
+
+	// scratch, under RunEach, is the one record every export is built
+	// in (the caller consumes it before the next).
+	scratch *exported
 }
 
 // New returns an empty Store.
@@ -832,44 +836,67 @@ func (s *Store) touch(i uint32, e *entry) {
 // ticking every tick (DefaultTick if 0). When in is closed it flushes
 // every flow (Flush) and returns; when ctx ends it returns at once.
 func (s *Store) Run(ctx context.Context, in <-chan flow.Batch, out *ring.Buffer[*flow.Flow], tick time.Duration) {
+	pending := make([]*flow.Flow, 0, runChunk)
+	s.run(ctx, in, tick, func(f *flow.Flow) { pending = append(pending, f) }, func(flushing bool) {
+		// The final flush may hold far more flows than the buffer: it
+		// waits for the sinks instead of lapping them (each sink's
+		// consumer is closed when it stops, which ends the wait).
+		if flushing {
+			out.ProduceWait(ctx, pending...)
+		} else {
+			out.Produce(pending...)
+		}
+		clear(pending)
+		pending = pending[:0]
+	})
+}
+
+// RunEach is Run for a caller that consumes each exported record at once
+// (encodes it, say): put gets every record, built in the same memory each
+// time, which put must not keep nor use after it returns; produce is
+// called after at most runChunk records, and after each batch and tick,
+// to hand on what put took (flushing during the final flush, when it
+// should wait for its readers rather than overwrite). No record is
+// allocated per export.
+func (s *Store) RunEach(ctx context.Context, in <-chan flow.Batch, tick time.Duration, put func(*flow.Flow), produce func(flushing bool)) {
+	s.scratch = &exported{}
+	defer func() { s.scratch = nil }()
+	s.run(ctx, in, tick, put, produce)
+}
+
+// runChunk is the most records Run's emit gathers before handing them on.
+const runChunk = 256
+
+func (s *Store) run(ctx context.Context, in <-chan flow.Batch, tick time.Duration, put func(*flow.Flow), produce func(flushing bool)) {
 	if tick <= 0 {
 		tick = DefaultTick
 	}
 	t := time.NewTicker(tick)
 	defer t.Stop()
-	const chunk = 256
-	pending := make([]*flow.Flow, 0, chunk)
-	// The final flush may hold far more flows than the buffer: it waits
-	// for the sinks instead of lapping them (each sink's consumer is
-	// closed when it stops, which ends the wait).
 	flushing := false
-	produce := func() {
-		if len(pending) > 0 {
-			if flushing {
-				out.ProduceWait(ctx, pending...)
-			} else {
-				out.Produce(pending...)
-			}
-			clear(pending)
-			pending = pending[:0]
+	n := 0
+	hand := func() {
+		if n > 0 {
+			produce(flushing)
+			n = 0
 		}
 	}
 	emit := func(f *flow.Flow) {
-		pending = append(pending, f)
-		if len(pending) == chunk {
-			produce()
+		put(f)
+		if n++; n == runChunk {
+			hand()
 		}
 	}
 	for {
 		select {
 		case <-ctx.Done():
-			produce()
+			hand()
 			return
 		case b, ok := <-in:
 			if !ok {
 				flushing = true
 				s.Flush(emit)
-				produce()
+				hand()
 				return
 			}
 			now := s.o.Clock()
@@ -878,13 +905,13 @@ func (s *Store) Run(ctx context.Context, in <-chan flow.Batch, out *ring.Buffer[
 			}
 			// Add copied what it keeps: the records can be reused.
 			b.Release()
-			produce()
+			hand()
 			// Records are held for correlation by design: confirmed
 			// once taken.
 			b.Resolve(flow.Now)
 		case <-t.C:
 			s.Tick(s.o.Clock(), emit)
-			produce()
+			hand()
 		case r := <-s.queries:
 			s.answer(r)
 		}

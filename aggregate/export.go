@@ -16,7 +16,13 @@ type exported struct {
 // deltas and throughputs (the totals stay, for the next throughput).
 func (s *Store) export(e *entry, emit func(*flow.Flow)) {
 	if emit != nil {
-		f := s.snapshot(e)
+		x := s.scratch
+		if x == nil {
+			x = &exported{}
+		} else {
+			*x = exported{}
+		}
+		f := s.snapshotInto(e, x)
 		s.enrich(f, e.flags&fCorrFilled == 0)
 		emit(f)
 	}
@@ -36,8 +42,10 @@ func unixTime(ns int64) time.Time {
 }
 
 // snapshot builds a fresh record from e.
-func (s *Store) snapshot(e *entry) *flow.Flow {
-	x := &exported{}
+func (s *Store) snapshot(e *entry) *flow.Flow { return s.snapshotInto(e, &exported{}) }
+
+// snapshotInto builds e's record in x, which is zero.
+func (s *Store) snapshotInto(e *entry, x *exported) *flow.Flow {
 	f, a := &x.f, &x.a
 	t := &s.strs
 	f.Aggregation = a

@@ -274,7 +274,8 @@ func (a *Aggregator) Run(ctx context.Context) error {
 	addrs := a.Addrs()
 	a.log.Info("aggregator running", "mode", a.cfg.Mode, "transport", a.cfg.AggregatorTransportProtocol,
 		"ipfix", addrs.IPFIX+addrs.UDP, "grpc", addrs.GRPC, "flowStream", addrs.FlowStream,
-		"api", addrs.API, "ui", addrs.UI, "sinks", len(a.sinks), "proxyFastPath", a.encoded != nil)
+		"api", addrs.API, "ui", addrs.UI, "sinks", len(a.sinks), "proxyFastPath", a.encoded != nil && a.cfg.Mode == config.ModeProxy,
+		"aggregateFastPath", a.encoded != nil && a.cfg.Mode != config.ModeProxy)
 
 	var runErr error
 	select {

@@ -63,10 +63,15 @@ func (a *Aggregator) setupSinks() error {
 }
 
 // setupFastPath lets the mode hand records on already encoded when it can
-// (mode.Encoder) and the only sink can take them (sink.EncodedSink): Proxy
-// mode with flowCollector sending IPFIX and nothing else.
+// (mode.Encoder) and the only sink can take them (sink.EncodedSink):
+// flowCollector sending IPFIX and nothing else, in Proxy mode
+// (sluice.proxy.fastPath) or Aggregate mode (sluice.aggregate.fastPath).
 func (a *Aggregator) setupFastPath() error {
-	if !a.cfg.Sluice.Proxy.FastPath || len(a.sinks) != 1 {
+	on := a.cfg.Sluice.Proxy.FastPath
+	if _, ok := a.mode.(aggregateMode); ok {
+		on = a.cfg.Sluice.Aggregate.FastPath
+	}
+	if !on || len(a.sinks) != 1 {
 		return nil
 	}
 	m, ok := a.mode.(mode.Encoder)

@@ -26,8 +26,12 @@ type Options struct {
 // what Proxy mode's fast path forwards (its pages take at most 1,000).
 const uiSamplePerSecond = 1000
 
-// fastPathNotice is the UI's notice when it sees a sample of the records.
+// fastPathNotice is the UI's notice when it sees a sample of the records
+// (Proxy mode's fast path).
 const fastPathNotice = "Proxy mode's fast path is on: records reach the sink already encoded, and the Flows and Map pages show a sample of them, at most 1,000 a second. Set sluice.proxy.fastPath: false to see every record."
+
+// aggregateFastPathNotice is fastPathNotice for Aggregate mode's.
+const aggregateFastPathNotice = "Aggregate mode's fast path is on: exported records are encoded for the sink as they are built, and the Flows and Map pages show a sample of them, at most 1,000 a second. Set sluice.aggregate.fastPath: false to see every record."
 
 // setupUI prepares the web UI when sluice.ui.address is set, binding its
 // address.
@@ -52,6 +56,9 @@ func (a *Aggregator) setupUI(o Options) error {
 		a.sample = a.encoded.Sample(sampled, uiSamplePerSecond)
 		uo.Buffer = sampled
 		uo.Notice = fastPathNotice
+		if _, ok := a.mode.(aggregateMode); ok {
+			uo.Notice = aggregateFastPathNotice
+		}
 	}
 	// One renderer, used under the UI's lock: the fields of the
 	// flow-record API.

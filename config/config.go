@@ -418,6 +418,10 @@ type AggregateOptions struct {
 	MaxFlows int `yaml:"maxFlows"`
 	// ExportOneSided exports flows for which only one side ever reported.
 	ExportOneSided bool `yaml:"exportOneSided"`
+	// FastPath encodes each exported record into IPFIX as the store
+	// builds it, without a flow record allocated per export, when
+	// flowCollector is the only consumer of records and sends IPFIX.
+	FastPath bool `yaml:"fastPath"`
 }
 
 // Default returns the configuration of an empty file: Antrea's defaults for
@@ -465,7 +469,7 @@ func Default() *Aggregator {
 			// Antrea's FlowStreamService port.
 			FlowStreamAddress: ":14740",
 			Proxy:             ProxyOptions{PassThroughUnknown: true, FastPath: true},
-			Aggregate:         AggregateOptions{MaxFlows: 1000000, ExportOneSided: true},
+			Aggregate:         AggregateOptions{MaxFlows: 1000000, ExportOneSided: true, FastPath: true},
 			DrainTimeout:      Duration{10 * time.Second},
 			TLS:               ServerTLS{ReloadInterval: Duration{10 * time.Second}},
 			Traceflow: TraceflowOptions{TrafficMode: "encap", TunnelType: "geneve",

@@ -116,6 +116,7 @@ func TestDefaultValues(t *testing.T) {
 		{"sluice.proxy.fastPath", a.Sluice.Proxy.FastPath, true},
 		{"sluice.aggregate.maxFlows", a.Sluice.Aggregate.MaxFlows, 1000000},
 		{"sluice.aggregate.exportOneSided", a.Sluice.Aggregate.ExportOneSided, true},
+		{"sluice.aggregate.fastPath", a.Sluice.Aggregate.FastPath, true},
 		{"sluice.drainTimeout", a.Sluice.DrainTimeout.Duration, 10 * time.Second},
 		{"sluice.traceflow", a.Sluice.Traceflow, TraceflowOptions{TrafficMode: "encap", TunnelType: "geneve",
 			ServiceCIDRs: []string{"10.96.0.0/12"}, TrafficEncryptionMode: "none", Multicast: false, EnableBridgingMode: false}},

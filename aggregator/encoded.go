@@ -1,0 +1,134 @@
+package aggregator
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"sluice/aggregate"
+	"sluice/flow"
+	"sluice/flow/ipfixmap"
+	"sluice/ipfix"
+	"sluice/mode"
+	"sluice/ring"
+)
+
+// Encoded is Aggregate mode's fast path (mode.Encoder): when the only
+// sink sends IPFIX, each exported record is encoded as the store builds
+// it, in memory it reuses, instead of a flow record allocated per export
+// that the sink encodes later. The records are the same, octet for octet:
+// the sink's own exporter writes them (TestAggregateFastPathMatches).
+func (m aggregateMode) Encoded(_ *ipfixmap.Table, ex *ipfixmap.Exporter) (mode.Encoded, error) {
+	// An encoder that never sends: it only builds records (EncodeRecord).
+	enc, err := ipfix.NewEncoder(ipfix.EncoderOptions{}, func([]byte) error { return nil })
+	if err != nil {
+		return nil, fmt.Errorf("aggregate fast path: %w", err)
+	}
+	return &aggregateEncoded{s: m.Store, ex: ex, enc: enc}, nil
+}
+
+type aggregateEncoded struct {
+	s      *aggregate.Store
+	ex     *ipfixmap.Exporter
+	enc    *ipfix.Encoder
+	sample *exportSample
+}
+
+// NewForwarder: records are not forwarded as octets in Aggregate mode
+// (each is correlated first), so sessions have none.
+func (*aggregateEncoded) NewForwarder() flow.Forwarder { return nil }
+
+// Run aggregates until in closes, writing export records to out.
+func (e *aggregateEncoded) Run(ctx context.Context, in <-chan flow.Batch, out *ring.Buffer[ipfix.EncodedRecord], encodeErr func(error)) {
+	if e.sample != nil {
+		stop := make(chan struct{})
+		defer close(stop)
+		go e.sample.run(stop)
+	}
+	pending := make([]ipfix.EncodedRecord, 0, 256)
+	var arena []byte
+	put := func(f *flow.Flow) {
+		if e.sample != nil && e.sample.want() {
+			e.sample.produce(f)
+		}
+		t, _, err := e.ex.Template(f)
+		if err != nil {
+			encodeErr(err)
+			return
+		}
+		data, err := e.enc.EncodeRecord(t, func(rb ipfix.RecordBuilder) error { return e.ex.Write(rb, t, f) })
+		if err != nil {
+			encodeErr(err)
+			return
+		}
+		// Records point into arena; a full arena is replaced, not
+		// overwritten, so that those handed on stay as they are.
+		if len(arena)+len(data) > cap(arena) {
+			arena = make([]byte, 0, max(64<<10, len(data)))
+		}
+		start := len(arena)
+		arena = append(arena, data...)
+		pending = append(pending, ipfix.EncodedRecord{Template: t, Data: arena[start:len(arena):len(arena)]})
+	}
+	e.s.RunEach(ctx, in, aggregate.DefaultTick, put, func(flushing bool) {
+		if flushing {
+			out.ProduceWait(ctx, pending...)
+		} else {
+			out.Produce(pending...)
+		}
+		clear(pending)
+		pending = pending[:0]
+	})
+}
+
+// Sample gives buf a copy of at most perSecond exported records a second
+// (the web UI's Flows and Map pages). The returned Sampler is for the
+// collectors, which forward nothing as octets in this mode.
+func (e *aggregateEncoded) Sample(buf *ring.Buffer[*flow.Flow], perSecond int) flow.Sampler {
+	e.sample = &exportSample{buf: buf, per: int64(perSecond)}
+	return noSample{}
+}
+
+// noSample wants nothing.
+type noSample struct{}
+
+func (noSample) Want() bool     { return false }
+func (noSample) Put(*flow.Flow) {}
+
+// exportSample takes copies of exported records for a view, at most per a
+// second; Run's goroutine asks, a ticker starts each second.
+type exportSample struct {
+	buf *ring.Buffer[*flow.Flow]
+	per int64
+	n   atomic.Int64
+}
+
+func (s *exportSample) want() bool { return s.n.Load() < s.per && s.n.Add(1) <= s.per }
+
+// produce hands on a copy of f: the store builds the next record in f's
+// memory.
+func (s *exportSample) produce(f *flow.Flow) {
+	c := &struct {
+		f flow.Flow
+		a flow.Aggregation
+	}{f: *f}
+	if f.Aggregation != nil {
+		c.a = *f.Aggregation
+		c.f.Aggregation = &c.a
+	}
+	s.buf.Produce(&c.f)
+}
+
+func (s *exportSample) run(stop <-chan struct{}) {
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+			s.n.Store(0)
+		}
+	}
+}
