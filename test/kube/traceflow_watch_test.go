@@ -13,16 +13,20 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
 	"sluice/test/kube/kubetest"
+	tfcluster "sluice/traceflow/cluster"
 	"sluice/traceflow/cluster/kube"
 	"sluice/traceflow/controller"
 	"sluice/traceflow/crd"
 	"sluice/traceflow/modelrun"
+	"sluice/traceflow/tracer"
 )
 
 // modelList matches the path of a list of a resource the model is built
@@ -80,8 +84,9 @@ func (b *countingBody) Read(p []byte) (int, error) {
 }
 
 // meteredClients are the aggregator's clients (kube.RESTConfig's content
-// types and rate) on rc, through m.
-func meteredClients(tb testing.TB, rc *rest.Config, m *apiMeter) (*rest.Config, *kube.Watcher, dynamic.Interface, func(context.Context) error) {
+// types and rate) on rc, through m: their configuration, a Watcher as the
+// aggregator makes it (not running), and a kube.Load through them.
+func meteredClients(tb testing.TB, rc *rest.Config, m *apiMeter) (*rest.Config, *kube.Watcher, func(context.Context) ([]tfcluster.Object, error)) {
 	tb.Helper()
 	cfg := rest.CopyConfig(rc)
 	cfg.ContentType = "application/vnd.kubernetes.protobuf"
@@ -93,11 +98,11 @@ func meteredClients(tb testing.TB, rc *rest.Config, m *apiMeter) (*rest.Config, 
 		tb.Fatal(err)
 	}
 	w := kube.NewWatcher(client, dyn, kube.WatchOptions{Logger: slog.New(slog.DiscardHandler), IPPools: true})
-	load := func(ctx context.Context) error {
-		_, _, err := kube.Load(ctx, client, dyn, kube.Options{})
-		return err
+	load := func(ctx context.Context) ([]tfcluster.Object, error) {
+		objs, _, err := kube.Load(ctx, client, dyn, kube.Options{})
+		return objs, err
 	}
-	return cfg, w, dyn, load
+	return cfg, w, load
 }
 
 // startWatchedController runs, as the aggregator does with
@@ -105,9 +110,9 @@ func meteredClients(tb testing.TB, rc *rest.Config, m *apiMeter) (*rest.Config, 
 // over its caches, with the admin's clients metered by m, until the test
 // ends. It returns the Watcher and a function that lists the cluster once
 // as kube.Load does through the same clients.
-func startWatchedController(t *testing.T, c *kubetest.Cluster, m *apiMeter) (*kube.Watcher, func(context.Context) error) {
+func startWatchedController(t *testing.T, c *kubetest.Cluster, m *apiMeter) (*kube.Watcher, func(context.Context) ([]tfcluster.Object, error)) {
 	t.Helper()
-	cfg, w, _, load := meteredClients(t, c.Admin, m)
+	cfg, w, load := meteredClients(t, c.Admin, m)
 	client, dyn, err := kube.Clients(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -261,7 +266,7 @@ func TestTraceflowWatchCache(t *testing.T) {
 	}
 	// The meter sees a per-trace list: one kube.Load, as the controller
 	// made per trace before, lists each typed resource.
-	if err := load(ctx); err != nil {
+	if _, err := load(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if got := m.lists.Load() - before; got < 6 {
@@ -303,5 +308,165 @@ func TestTraceflowWatchBeforeSync(t *testing.T) {
 	m.releasePods()
 	if tf := applyTraceflow(t, ctx, dyn, "watch-synced", clientTo("default", "db")); tf.Status.Phase != crd.PhaseSucceeded {
 		t.Errorf("watch-synced: %s %q, want Succeeded", tf.Status.Phase, tf.Status.Reason)
+	}
+}
+
+// benchPods is the size of the benchmark's cluster.
+const benchPods = 2000
+
+// populateBench creates, unless there, a cluster of benchPods Pods on four
+// Nodes in Namespace bench-tf, with 50 Services, each Pod with the
+// metadata and status a scheduled Pod has beside what the model reads
+// (annotations, an owner, resources, env, conditions). The control plane
+// is the run's own (TestMain starts a new one), so nothing is deleted.
+func populateBench(b *testing.B, ctx context.Context, rc *rest.Config) {
+	b.Helper()
+	cfg := rest.CopyConfig(rc)
+	cfg.QPS, cfg.Burst = 1000, 1000
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	const ns = "bench-tf"
+	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}},
+		metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		b.Fatal(err)
+	}
+	for i := range 4 {
+		n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("bench-node-%d", i)},
+			Spec: corev1.NodeSpec{PodCIDR: fmt.Sprintf("10.200.%d.0/21", 8*i), PodCIDRs: []string{fmt.Sprintf("10.200.%d.0/21", 8*i)}}}
+		created, err := cs.CoreV1().Nodes().Create(ctx, n, metav1.CreateOptions{})
+		if apierrors.IsAlreadyExists(err) {
+			continue
+		}
+		if err != nil {
+			b.Fatal(err)
+		}
+		created.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: fmt.Sprintf("192.168.90.%d", 10+i)}}
+		if _, err := cs.CoreV1().Nodes().UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for i := range 50 {
+		s := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: fmt.Sprintf("svc-%d", i)},
+			Spec: corev1.ServiceSpec{Selector: map[string]string{"app": fmt.Sprintf("app-%d", i)},
+				Ports: []corev1.ServicePort{{Name: "http", Port: 80, Protocol: corev1.ProtocolTCP}}}}
+		if _, err := cs.CoreV1().Services(ns).Create(ctx, s, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			b.Fatal(err)
+		}
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	for w := range 8 {
+		wg.Go(func() {
+			for i := w; i < benchPods; i += 8 {
+				if err := benchPod(ctx, cs, ns, i); err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		b.Fatal(err)
+	}
+}
+
+func benchPod(ctx context.Context, cs kubernetes.Interface, ns string, i int) error {
+	node, k := i%4, i/4
+	p := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: fmt.Sprintf("p-%04d", i),
+			Labels: map[string]string{"app": fmt.Sprintf("app-%d", i%50), "pod-template-hash": "5d8c7f9b6"},
+			Annotations: map[string]string{"kubectl.kubernetes.io/restartedAt": "2026-11-30T10:00:00Z",
+				"prometheus.io/scrape": "true", "prometheus.io/port": "9090"},
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "ReplicaSet",
+				Name: fmt.Sprintf("app-%d-5d8c7f9b6", i%50), UID: "6f1c2b9e-0a4d-4c8e-9a51-2f7d3e8b1c40"}}},
+		Spec: corev1.PodSpec{NodeName: fmt.Sprintf("bench-node-%d", node),
+			Containers: []corev1.Container{{Name: "app", Image: "registry.example/app:1.4.2",
+				Ports:     []corev1.ContainerPort{{Name: "http", ContainerPort: 8080, Protocol: corev1.ProtocolTCP}},
+				Env:       []corev1.EnvVar{{Name: "LOG_LEVEL", Value: "info"}, {Name: "REGION", Value: "eu-west-1"}},
+				Resources: corev1.ResourceRequirements{}}}},
+	}
+	created, err := cs.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{})
+	if apierrors.IsAlreadyExists(err) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	ip := fmt.Sprintf("10.200.%d.%d", 8*node+k/250, k%250+2)
+	now := metav1.Now()
+	created.Status = corev1.PodStatus{Phase: corev1.PodRunning, PodIP: ip, PodIPs: []corev1.PodIP{{IP: ip}},
+		HostIP: fmt.Sprintf("192.168.90.%d", 10+node), StartTime: &now,
+		Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: now},
+			{Type: corev1.ContainersReady, Status: corev1.ConditionTrue, LastTransitionTime: now}},
+		ContainerStatuses: []corev1.ContainerStatus{{Name: "app", Ready: true, Image: "registry.example/app:1.4.2",
+			ImageID: "registry.example/app@sha256:3b0c5e6f1d2a4b8c9e7f6a5d4c3b2a1908f7e6d5c4b3a29180f7e6d5c4b3a291",
+			State:   corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: now}}}}}
+	_, err = cs.CoreV1().Pods(ns).UpdateStatus(ctx, created, metav1.UpdateOptions{})
+	return err
+}
+
+// BenchmarkTraceflowState is one Traceflow's work on a cluster of
+// benchPods Pods: reading the state (source=load: kube.Load's lists, as
+// the controller did per trace; source=watch: a synced Watcher's caches,
+// as the aggregator does now; source=held: the caches' objects read
+// once, so the trace alone) and tracing over it. B-read/op is what the
+// client read from the API server per trace, LISTs/op its list requests.
+// Compare with benchstat -col /source.
+func BenchmarkTraceflowState(b *testing.B) {
+	if shared.cluster == nil {
+		b.Skipf("no control plane: %v", shared.err)
+	}
+	ctx := context.Background()
+	populateBench(b, ctx, shared.cluster.Admin)
+	tf := &crd.Traceflow{Spec: clientTo("bench-tf", "p-1999")}
+	tf.Name, tf.Spec.Source = "bench", crd.Source{Namespace: "bench-tf", Pod: "p-0000"}
+	for _, source := range []string{"load", "watch", "held"} {
+		b.Run("source="+source, func(b *testing.B) {
+			m := newAPIMeter()
+			_, w, state := meteredClients(b, shared.cluster.Admin, m)
+			if source != "load" {
+				wctx, cancel := context.WithCancel(ctx)
+				done := make(chan error, 1)
+				go func() { done <- w.Run(wctx) }()
+				b.Cleanup(func() { cancel(); <-done })
+				// The first lists are the watch's once-only cost.
+				if _, _, err := w.WaitObjects(ctx); err != nil {
+					b.Fatal(err)
+				}
+				state = func(ctx context.Context) ([]tfcluster.Object, error) {
+					objs, _, err := w.WaitObjects(ctx)
+					return objs, err
+				}
+			}
+			if source == "held" {
+				objs, err := state(ctx)
+				if err != nil {
+					b.Fatal(err)
+				}
+				state = func(context.Context) ([]tfcluster.Object, error) { return objs, nil }
+			}
+			b.ReportAllocs()
+			lists, bytes := m.lists.Load(), m.bytes.Load()
+			for b.Loop() {
+				objs, err := state(ctx)
+				if err != nil {
+					b.Fatal(err)
+				}
+				tr, _, err := modelrun.Trace(ctx, objs, modelrun.DefaultSettings(), tf, tracer.Options{})
+				if err != nil || tr.Traceflow.Status.Phase != crd.PhaseSucceeded {
+					b.Fatalf("trace: %v %+v", err, tr)
+				}
+			}
+			b.ReportMetric(float64(m.bytes.Load()-bytes)/float64(b.N), "B-read/op")
+			b.ReportMetric(float64(m.lists.Load()-lists)/float64(b.N), "LISTs/op")
+			if source != "load" {
+				// The watch's once-only cost, for comparison.
+				b.ReportMetric(float64(bytes), "B-first-lists")
+			}
+		})
 	}
 }

@@ -12,7 +12,10 @@
 //
 // Work is bounded: a queue of at most QueueSize names (a name that does not
 // fit is counted and picked up again by the next sweep), one trace at a
-// time, and every pending object read from the informer's cache.
+// time, and every pending object read from the informer's cache. The
+// cluster state a trace runs on comes from Options.Objects (in the
+// aggregator, one kube.Watcher's caches) or, without it, from one full
+// list of the cluster per trace.
 package controller
 
 import (

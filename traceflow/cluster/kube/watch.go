@@ -112,6 +112,17 @@ type watchKind struct {
 	informer   cache.SharedIndexInformer
 	reg        cache.ResourceEventHandlerRegistration
 	lastErr    atomic.Pointer[error]
+
+	// encMu guards enc: each cached object's last encoding, by store key,
+	// reused while its resourceVersion is the same, so that a trace over
+	// a large, quiet cluster does not encode every object again.
+	encMu sync.Mutex
+	enc   map[string]encoded
+}
+
+type encoded struct {
+	resourceVersion string
+	obj             cluster.Object
 }
 
 // WatchStats are a Watcher's counters.
@@ -427,14 +438,9 @@ func (w *Watcher) Objects() ([]cluster.Object, cluster.Problems, error) {
 		if !k.reg.HasSynced() {
 			continue // not served
 		}
-		items := k.informer.GetStore().List()
-		objs := make([]cluster.Object, 0, len(items))
-		for _, it := range items {
-			o, err := k.encode(it)
-			if err != nil {
-				return nil, probs, fmt.Errorf("listing %s: %w", k.resource, err)
-			}
-			objs = append(objs, o)
+		objs, err := k.objects()
+		if err != nil {
+			return nil, probs, fmt.Errorf("listing %s: %w", k.resource, err)
 		}
 		slices.SortFunc(objs, func(a, b cluster.Object) int {
 			if c := strings.Compare(a.Namespace, b.Namespace); c != 0 {
@@ -445,6 +451,36 @@ func (w *Watcher) Objects() ([]cluster.Object, cluster.Problems, error) {
 		out = append(out, objs...)
 	}
 	return out, probs, nil
+}
+
+// objects encodes the cached objects, reusing the encoding of those
+// whose resourceVersion has not changed since the last call. The Raw
+// bytes are shared between calls: nobody writes into them.
+func (k *watchKind) objects() ([]cluster.Object, error) {
+	items := k.informer.GetStore().List()
+	k.encMu.Lock()
+	defer k.encMu.Unlock()
+	next := make(map[string]encoded, len(items))
+	out := make([]cluster.Object, 0, len(items))
+	for _, it := range items {
+		m, err := meta.Accessor(it)
+		if err != nil {
+			return nil, fmt.Errorf("unexpected cached value %T: %w", it, err)
+		}
+		key, rv := m.GetNamespace()+"/"+m.GetName(), m.GetResourceVersion()
+		e, ok := k.enc[key]
+		if !ok || rv == "" || e.resourceVersion != rv {
+			o, err := k.encode(it)
+			if err != nil {
+				return nil, err
+			}
+			e = encoded{resourceVersion: rv, obj: o}
+		}
+		next[key] = e
+		out = append(out, e.obj)
+	}
+	k.enc = next
+	return out, nil
 }
 
 // encode turns a cached object into a cluster.Object.

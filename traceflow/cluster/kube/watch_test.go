@@ -376,3 +376,63 @@ func TestWaitObjects(t *testing.T) {
 		t.Errorf("waited objects\n%v\nwant\n%v", got, want)
 	}
 }
+
+// Objects reuses the encoding of an object whose resourceVersion has not
+// changed, and encodes a changed one again.
+func TestWatchReusesEncodings(t *testing.T) {
+	files := fileObjects(t, true)
+	client, dyn := fakes(t, files, allAntrea)
+	w := runWatcher(t, client, dyn)
+	ctx := context.Background()
+	// The fake keeps what the client sends: give the fixture's Pod a
+	// resourceVersion, as an API server would.
+	p, err := client.CoreV1().Pods("default").Get(ctx, "client", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.ResourceVersion = "10"
+	if _, err := client.CoreV1().Pods("default").Update(ctx, p, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	raw := func(objs []cluster.Object, name string) []byte {
+		for _, o := range objs {
+			if o.Kind == "Pod" && o.Name == name {
+				return o.Raw
+			}
+		}
+		t.Fatalf("no Pod %s", name)
+		return nil
+	}
+	synced(t, w)
+	testkit.WaitFor(t, "the Pod's resourceVersion in the cache", func() bool {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		for _, k := range w.kinds {
+			if k.kind == "Pod" {
+				it, ok, _ := k.informer.GetStore().GetByKey("default/client")
+				return ok && it.(*corev1.Pod).ResourceVersion == "10"
+			}
+		}
+		return false
+	})
+	first, _, err := w.Objects()
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, _, err := w.Objects()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a, b := raw(first, "client"), raw(again, "client"); &a[0] != &b[0] {
+		t.Error("an unchanged Pod was encoded again")
+	}
+
+	p.ResourceVersion, p.Labels = "11", map[string]string{"app": "relabelled"}
+	if _, err := client.CoreV1().Pods("default").Update(ctx, p, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	testkit.WaitFor(t, "the new label in the objects", func() bool {
+		objs, _, err := w.Objects()
+		return err == nil && strings.Contains(string(raw(objs, "client")), "relabelled")
+	})
+}
