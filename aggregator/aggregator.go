@@ -28,6 +28,7 @@ import (
 	"sluice/ring"
 	"sluice/sink"
 	"sluice/traceflow/cluster"
+	"sluice/traceflow/cluster/kube"
 	"sluice/traceflow/controller"
 	"sluice/ui"
 )
@@ -64,12 +65,15 @@ type Aggregator struct {
 	meta enrich.Source
 	// traceflow answers Traceflow objects; nil unless
 	// sluice.traceflow.enable.
-	traceflow   *controller.Controller
-	batches     chan flow.Batch
-	buf         *ring.Buffer[*flow.Flow]
-	mode        mode.Mode
-	sinks       []namedSink
-	sinkMetrics *sink.Metrics
+	traceflow *controller.Controller
+	// clusterWatch caches the cluster's objects for the Traceflow
+	// controller's and the UI's traces; nil unless sluice.traceflow.enable.
+	clusterWatch *kube.Watcher
+	batches      chan flow.Batch
+	buf          *ring.Buffer[*flow.Flow]
+	mode         mode.Mode
+	sinks        []namedSink
+	sinkMetrics  *sink.Metrics
 	// encoded is Proxy mode's fast path when it applies (see setupFastPath):
 	// the mode then writes encoded records into encBuf, which the only
 	// sink reads.
@@ -256,6 +260,13 @@ func (a *Aggregator) Run(ctx context.Context) error {
 		case <-a.meta.Ready():
 		case <-runCtx.Done():
 		}
+	}
+	if a.clusterWatch != nil {
+		stages.Go(func() {
+			if err := a.clusterWatch.Run(runCtx); err != nil && runCtx.Err() == nil {
+				a.log.Error("the watch of the cluster for Traceflow stopped", "err", err)
+			}
+		})
 	}
 	if a.traceflow != nil {
 		stages.Go(func() {

@@ -22,7 +22,7 @@ var traceflowSettingKeys = map[string]string{
 // sluice.traceflow.enable is set: it needs Kubernetes (sluice.kubeconfig
 // or the Pod's service account), the traceflows.sluice.io CRD, and the
 // permission to list Traceflows, all checked here so that start-up fails
-// with the key to fix.
+// with the key to fix. Run watches the cluster's objects for the traces.
 func (a *Aggregator) setupTraceflow() error {
 	s := a.cfg.Sluice
 	tc := s.Traceflow
@@ -41,7 +41,12 @@ func (a *Aggregator) setupTraceflow() error {
 	if err != nil {
 		return a.cfg.KeyError("sluice.kubeconfig", err)
 	}
+	// One watch of the cluster serves every trace, the controller's and
+	// the UI's: a trace reads the caches instead of listing the whole
+	// cluster. IPPools too, for the bridging mode.
+	w := kube.NewWatcher(client, dyn, kube.WatchOptions{Logger: a.log, IPPools: true})
 	ctl, err := controller.New(client, dyn, controller.Options{
+		Objects:     w.WaitObjects,
 		Settings:    a.traceSettings(),
 		DeleteAfter: tc.DeleteAfter.Duration,
 		Registerer:  a.reg,
@@ -62,9 +67,11 @@ func (a *Aggregator) setupTraceflow() error {
 	case err != nil:
 		a.log.Warn("traceflow controller: the API server cannot be asked now; retrying in the background", "err", err)
 	}
-	a.traceflow = ctl
+	a.traceflow, a.clusterWatch = ctl, w
+	// The UI's trace waits for the watch's first lists within its own
+	// timeout, as the controller's do.
 	a.liveObjects = func(ctx context.Context) ([]cluster.Object, error) {
-		objs, _, err := kube.Load(ctx, client, dyn, kube.Options{})
+		objs, _, err := w.WaitObjects(ctx)
 		return objs, err
 	}
 	return nil

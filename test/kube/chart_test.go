@@ -309,11 +309,19 @@ func checkTraceflowRendered(t *testing.T, r rendered, cfg *config.Aggregator, on
 			}
 		}
 	}
+	// The model's objects are watched (one informer each), not listed per
+	// trace.
+	state := []string{"/namespaces", "discovery.k8s.io/endpointslices", "networking.k8s.io/networkpolicies",
+		"crd.antrea.io/egresses", "crd.antrea.io/networkpolicies", "crd.antrea.io/clusternetworkpolicies",
+		"crd.antrea.io/clustergroups", "crd.antrea.io/groups", "crd.antrea.io/ippools"}
 	want := map[string]string{}
 	if on {
 		want = map[string]string{"sluice.io/traceflows": "get,list,watch,delete", "sluice.io/traceflows/status": "update,patch"}
+		for _, k := range state {
+			want[k] = "list,watch"
+		}
 	}
-	for _, k := range []string{"sluice.io/traceflows", "sluice.io/traceflows/status"} {
+	for _, k := range append([]string{"sluice.io/traceflows", "sluice.io/traceflows/status"}, state...) {
 		if grants[k] != want[k] {
 			t.Errorf("ClusterRole flow-aggregator grants %q on %s, want %q", grants[k], k, want[k])
 		}

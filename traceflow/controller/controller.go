@@ -12,7 +12,10 @@
 //
 // Work is bounded: a queue of at most QueueSize names (a name that does not
 // fit is counted and picked up again by the next sweep), one trace at a
-// time, and every pending object read from the informer's cache.
+// time, and every pending object read from the informer's cache. The
+// cluster state a trace runs on comes from Options.Objects (in the
+// aggregator, one kube.Watcher's caches) or, without it, from one full
+// list of the cluster per trace.
 package controller
 
 import (
@@ -91,6 +94,15 @@ type Options struct {
 	Log        *slog.Logger
 	// Now is the clock; time.Now if nil.
 	Now func() time.Time
+	// Objects reads the cluster state for one trace. If nil, each trace
+	// lists the whole cluster through the clients (kube.Load), bounded by
+	// a minute, and a failed read is retried (MaxAttempts). The aggregator
+	// passes a kube.Watcher's WaitObjects, given the Traceflow's own
+	// timeout (spec.timeout, 20 s when unset) to wait for the watch's
+	// first lists; a wait that ends with kube.ErrNotSynced makes the
+	// Traceflow Failed at once, with the reason, rather than traced over
+	// a partial state.
+	Objects func(ctx context.Context) ([]cluster.Object, cluster.Problems, error)
 }
 
 // Controller is a configured Traceflow controller; Run it once.
@@ -378,11 +390,15 @@ func (c *Controller) process(ctx context.Context, store cache.Store, name string
 // does. A request the model cannot take gives a Failed status; an error is
 // returned only when the state cannot be read.
 func (c *Controller) trace(ctx context.Context, tf *crd.Traceflow) (crd.TraceflowStatus, error) {
-	// As the CLI's default --request-timeout.
-	lctx, cancel := context.WithTimeout(ctx, stateTimeout)
-	objs, probs, err := kube.Load(lctx, c.client, c.dyn, kube.Options{})
-	cancel()
-	if err != nil {
+	objs, probs, err := c.state(ctx, tf)
+	switch {
+	case err != nil && ctx.Err() != nil:
+		return crd.TraceflowStatus{}, err
+	case errors.Is(err, kube.ErrNotSynced):
+		// Retrying would hold the queue for another timeout while the
+		// requester waits on a Traceflow of its own timeout.
+		return c.failed(fmt.Sprintf("the cluster state is not ready (waited %s, the Traceflow's timeout): %v", waitFor(tf), err)), nil
+	case err != nil:
 		return crd.TraceflowStatus{}, fmt.Errorf("reading the cluster state: %w", err)
 	}
 	tr, more, err := modelrun.Trace(ctx, objs, c.opts.Settings, tf, tracer.Options{Now: c.opts.Now})
@@ -397,6 +413,30 @@ func (c *Controller) trace(ctx context.Context, tf *crd.Traceflow) (crd.Traceflo
 		return c.failed(err.Error()), nil
 	}
 	return tr.Traceflow.Status, nil
+}
+
+// state reads the cluster state for tf: from Options.Objects, waiting at
+// most tf's timeout, or a whole list bounded as the CLI's default
+// --request-timeout.
+func (c *Controller) state(ctx context.Context, tf *crd.Traceflow) ([]cluster.Object, cluster.Problems, error) {
+	if c.opts.Objects != nil {
+		wctx, cancel := context.WithTimeout(ctx, waitFor(tf))
+		defer cancel()
+		return c.opts.Objects(wctx)
+	}
+	lctx, cancel := context.WithTimeout(ctx, stateTimeout)
+	defer cancel()
+	return kube.Load(lctx, c.client, c.dyn, kube.Options{})
+}
+
+// waitFor is tf's timeout: spec.timeout seconds, the reference's default
+// when unset.
+func waitFor(tf *crd.Traceflow) time.Duration {
+	s := tf.Spec.Timeout
+	if s <= 0 {
+		s = crd.DefaultTraceflowTimeout
+	}
+	return time.Duration(s) * time.Second
 }
 
 func (c *Controller) logProblems(ctx context.Context, name string, probs cluster.Problems) {

@@ -3,8 +3,11 @@ package controller
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -23,6 +26,7 @@ import (
 
 	"sluice/internal/testkit"
 	"sluice/traceflow/cluster"
+	"sluice/traceflow/cluster/kube"
 	"sluice/traceflow/crd"
 	"sluice/traceflow/modelrun"
 	"sluice/traceflow/tracer"
@@ -194,5 +198,100 @@ func TestQueue(t *testing.T) {
 	q.get(ctx)
 	if _, ok := q.get(cctx); ok {
 		t.Fatal("get on an empty queue returned with a cancelled context")
+	}
+}
+
+// runController runs c until the test ends.
+func runController(t *testing.T, c *Controller) context.Context {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	})
+	return ctx
+}
+
+// status waits for name's phase and returns its status.
+func status(t *testing.T, ctx context.Context, dyn *dynamicfake.FakeDynamicClient, name string) crd.TraceflowStatus {
+	t.Helper()
+	var tf crd.Traceflow
+	testkit.WaitFor(t, name+" answered", func() bool {
+		u, err := dyn.Resource(GVR()).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false
+		}
+		b, _ := u.MarshalJSON()
+		tf = crd.Traceflow{}
+		return json.Unmarshal(b, &tf) == nil && tf.Status.Phase != ""
+	})
+	return tf.Status
+}
+
+// With Options.Objects, traces read the state from it, not from the
+// clients (which hold no Pod here).
+func TestControllerObjectsSource(t *testing.T) {
+	objs, _ := fixture(t)
+	spec := crd.TraceflowSpec{Source: crd.Source{Namespace: "default", Pod: "client"},
+		Destination: crd.Destination{Namespace: "default", Pod: "db"}}
+	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
+		map[schema.GroupVersionResource]string{GVR(): "TraceflowList"}, traceflowObject("tf", spec))
+	var calls atomic.Int32
+	c, err := New(fake.NewClientset(), dyn, Options{Settings: modelrun.DefaultSettings(), Log: slog.New(slog.DiscardHandler),
+		Objects: func(context.Context) ([]cluster.Object, cluster.Problems, error) {
+			calls.Add(1)
+			return objs, nil, nil
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := runController(t, c)
+	if st := status(t, ctx, dyn, "tf"); st.Phase != crd.PhaseSucceeded {
+		t.Errorf("phase %s reason %q, want Succeeded", st.Phase, st.Reason)
+	}
+	if n := calls.Load(); n != 1 {
+		t.Errorf("Objects called %d times, want 1", n)
+	}
+}
+
+// A source whose caches have not synced within the Traceflow's timeout
+// (spec.timeout) makes the Traceflow Failed at once, saying so, and is
+// not asked again for it.
+func TestControllerNotSynced(t *testing.T) {
+	spec := crd.TraceflowSpec{Source: crd.Source{Namespace: "default", Pod: "client"},
+		Destination: crd.Destination{Namespace: "default", Pod: "db"}, Timeout: 1}
+	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
+		map[schema.GroupVersionResource]string{GVR(): "TraceflowList"}, traceflowObject("early", spec))
+	var calls atomic.Int32
+	waits := make(chan time.Duration, 8)
+	c, err := New(fake.NewClientset(), dyn, Options{Settings: modelrun.DefaultSettings(), Log: slog.New(slog.DiscardHandler),
+		Sweep: 20 * time.Millisecond,
+		Objects: func(ctx context.Context) ([]cluster.Object, cluster.Problems, error) {
+			calls.Add(1)
+			start := time.Now()
+			<-ctx.Done()
+			waits <- time.Since(start)
+			return nil, nil, fmt.Errorf("%w: waiting for pods", kube.ErrNotSynced)
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := runController(t, c)
+	st := status(t, ctx, dyn, "early")
+	if st.Phase != crd.PhaseFailed || !strings.Contains(st.Reason, "not ready (waited 1s, the Traceflow's timeout)") ||
+		!strings.Contains(st.Reason, "waiting for pods") {
+		t.Errorf("phase %s reason %q, want Failed saying the state is not ready", st.Phase, st.Reason)
+	}
+	if d := <-waits; d < time.Second || d > 30*time.Second {
+		t.Errorf("waited %v, want the Traceflow's timeout of 1s", d)
+	}
+	n := c.sweeps()
+	testkit.WaitFor(t, "two sweeps after the answer", func() bool { return c.sweeps() >= n+2 })
+	if got := calls.Load(); got != 1 {
+		t.Errorf("Objects called %d times, want 1 (no retry)", got)
 	}
 }

@@ -43,7 +43,17 @@ type WatchOptions struct {
 	// resource is not served, whether it is now; DefaultRediscover if
 	// zero or negative.
 	Rediscover time.Duration
+	// IPPools also watches Antrea's IPPools and keeps the
+	// ipam.antrea.io/ippools annotation of Namespaces and Pods, which
+	// FlexibleIPAM (the bridging mode) reads, so that Objects gives what
+	// Load gives; the Traceflow controller, which models the bridging
+	// mode, sets it.
+	IPPools bool
 }
+
+// ErrNotSynced is WaitObjects' error when its context ends before every
+// watched resource has been listed.
+var ErrNotSynced = errors.New("the watch of the cluster has not listed every resource yet")
 
 // DefaultRediscover is how often a Watcher looks for Antrea CRDs installed
 // after it started.
@@ -71,8 +81,17 @@ type Watcher struct {
 	log    *slog.Logger
 	// rediscover: see WatchOptions.Rediscover.
 	rediscover time.Duration
+	// ippools: see WatchOptions.IPPools.
+	ippools bool
 
 	changed chan struct{} // capacity 1
+
+	// syncMu guards syncCh, which is closed and replaced whenever what
+	// Objects would answer about the lists may have changed (start, a
+	// first list done, a failed list), so that any number of WaitObjects
+	// callers wake; object events do not touch it.
+	syncMu sync.Mutex
+	syncCh chan struct{}
 
 	mu       sync.Mutex // guards kinds and probs, set once by Run
 	kinds    []*watchKind
@@ -93,6 +112,17 @@ type watchKind struct {
 	informer   cache.SharedIndexInformer
 	reg        cache.ResourceEventHandlerRegistration
 	lastErr    atomic.Pointer[error]
+
+	// encMu guards enc: each cached object's last encoding, by store key,
+	// reused while its resourceVersion is the same, so that a trace over
+	// a large, quiet cluster does not encode every object again.
+	encMu sync.Mutex
+	enc   map[string]encoded
+}
+
+type encoded struct {
+	resourceVersion string
+	obj             cluster.Object
 }
 
 // WatchStats are a Watcher's counters.
@@ -117,7 +147,42 @@ func NewWatcher(client kubernetes.Interface, dyn dynamic.Interface, o WatchOptio
 	if o.Rediscover <= 0 {
 		o.Rediscover = DefaultRediscover
 	}
-	return &Watcher{client: client, dyn: dyn, log: o.Logger, rediscover: o.Rediscover, changed: make(chan struct{}, 1)}
+	return &Watcher{client: client, dyn: dyn, log: o.Logger, rediscover: o.Rediscover, ippools: o.IPPools,
+		changed: make(chan struct{}, 1), syncCh: make(chan struct{})}
+}
+
+// syncChanged is closed at the next change of the lists' state.
+func (w *Watcher) syncChanged() <-chan struct{} {
+	w.syncMu.Lock()
+	defer w.syncMu.Unlock()
+	return w.syncCh
+}
+
+func (w *Watcher) signalSync() {
+	w.syncMu.Lock()
+	close(w.syncCh)
+	w.syncCh = make(chan struct{})
+	w.syncMu.Unlock()
+}
+
+// WaitObjects is Objects once every watched resource has been listed,
+// waiting for that until ctx ends; it then fails with ErrNotSynced,
+// wrapping what Objects says (the resources still waited for, or why
+// their lists fail). It never answers from a half-filled cache.
+func (w *Watcher) WaitObjects(ctx context.Context) ([]cluster.Object, cluster.Problems, error) {
+	for {
+		// Taken before asking, so that a change in between wakes us.
+		ch := w.syncChanged()
+		objs, probs, err := w.Objects()
+		if err == nil {
+			return objs, probs, nil
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return nil, probs, fmt.Errorf("%w: %w", ErrNotSynced, err)
+		}
+	}
 }
 
 // Changed is signalled (capacity one: several changes may come as one)
@@ -148,7 +213,7 @@ func (w *Watcher) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	factory := informers.NewSharedInformerFactoryWithOptions(w.client, 0, informers.WithTransform(trimTyped))
+	factory := informers.NewSharedInformerFactoryWithOptions(w.client, 0, informers.WithTransform(trimTyped(w.ippools)))
 	pods := factory.InformerFor(&corev1.Pod{}, func(c kubernetes.Interface, resync time.Duration) cache.SharedIndexInformer {
 		return coreinformers.NewFilteredPodInformer(c, metav1.NamespaceAll, resync, cache.Indexers{}, func(o *metav1.ListOptions) {
 			// Finished Pods hold no interface; leave them on the server.
@@ -168,10 +233,10 @@ func (w *Watcher) Run(ctx context.Context) error {
 	dfactory := dynamicinformer.NewDynamicSharedInformerFactory(w.dyn, 0)
 	var missing []antreaResource // not served at start
 	for _, r := range antreaResources() {
-		if r.kind == crd.KindIPPool {
-			// FlexibleIPAM needs the bridging mode, which the watcher's
-			// consumer (the exporter's policy model) does not model, and
-			// the ippools annotations its caches drop.
+		if r.kind == crd.KindIPPool && !w.ippools {
+			// FlexibleIPAM needs the bridging mode, which the exporter's
+			// policy model does not model, and the ippools annotations
+			// the caches drop unless asked for (WatchOptions.IPPools).
 			continue
 		}
 		if served != nil && !served[r.resource] {
@@ -192,6 +257,7 @@ func (w *Watcher) Run(ctx context.Context) error {
 	w.mu.Lock()
 	w.kinds, w.probs, w.started = kinds, missingProblems(missing), true
 	w.mu.Unlock()
+	w.signalSync()
 
 	w.log.InfoContext(ctx, "kubernetes: watching the cluster state", "resources", len(kinds), "not_served", len(missing))
 	factory.StartWithContext(ictx)
@@ -204,6 +270,7 @@ func (w *Watcher) Run(ctx context.Context) error {
 			select {
 			case <-k.reg.HasSyncedChecker().Done():
 				w.signal()
+				w.signalSync()
 			case <-ctx.Done():
 			}
 		})
@@ -271,6 +338,7 @@ func (w *Watcher) addServed(ctx context.Context, dfactory dynamicinformer.Dynami
 		w.kinds = append(slices.Clip(w.kinds), added...)
 		w.probs = missingProblems(still)
 		w.mu.Unlock()
+		w.signalSync()
 	}
 	return added, nil
 }
@@ -306,6 +374,7 @@ func (w *Watcher) register(k *watchKind) error {
 			w.log.WarnContext(ctx, "kubernetes: list or watch failed; retrying", "resource", k.resource, "err", err)
 		}
 		w.signal()
+		w.signalSync()
 	}); err != nil {
 		return fmt.Errorf("kube watcher: %s informer: %w", k.resource, err)
 	}
@@ -351,7 +420,7 @@ func (w *Watcher) Objects() ([]cluster.Object, cluster.Problems, error) {
 				probs = append(probs, missingCRD(k.resource, k.kind))
 			}
 		case last != nil && apierrors.IsForbidden(last):
-			failed = append(failed, fmt.Errorf("listing %s: %w (the exporter needs get, list and watch on %s)", k.resource, last, k.resource))
+			failed = append(failed, fmt.Errorf("listing %s: %w (Sluice needs get, list and watch on %s)", k.resource, last, k.resource))
 		case last != nil:
 			failed = append(failed, fmt.Errorf("listing %s: %w", k.resource, last))
 		default:
@@ -369,14 +438,9 @@ func (w *Watcher) Objects() ([]cluster.Object, cluster.Problems, error) {
 		if !k.reg.HasSynced() {
 			continue // not served
 		}
-		items := k.informer.GetStore().List()
-		objs := make([]cluster.Object, 0, len(items))
-		for _, it := range items {
-			o, err := k.encode(it)
-			if err != nil {
-				return nil, probs, fmt.Errorf("listing %s: %w", k.resource, err)
-			}
-			objs = append(objs, o)
+		objs, err := k.objects()
+		if err != nil {
+			return nil, probs, fmt.Errorf("listing %s: %w", k.resource, err)
 		}
 		slices.SortFunc(objs, func(a, b cluster.Object) int {
 			if c := strings.Compare(a.Namespace, b.Namespace); c != 0 {
@@ -387,6 +451,36 @@ func (w *Watcher) Objects() ([]cluster.Object, cluster.Problems, error) {
 		out = append(out, objs...)
 	}
 	return out, probs, nil
+}
+
+// objects encodes the cached objects, reusing the encoding of those
+// whose resourceVersion has not changed since the last call. The Raw
+// bytes are shared between calls: nobody writes into them.
+func (k *watchKind) objects() ([]cluster.Object, error) {
+	items := k.informer.GetStore().List()
+	k.encMu.Lock()
+	defer k.encMu.Unlock()
+	next := make(map[string]encoded, len(items))
+	out := make([]cluster.Object, 0, len(items))
+	for _, it := range items {
+		m, err := meta.Accessor(it)
+		if err != nil {
+			return nil, fmt.Errorf("unexpected cached value %T: %w", it, err)
+		}
+		key, rv := m.GetNamespace()+"/"+m.GetName(), m.GetResourceVersion()
+		e, ok := k.enc[key]
+		if !ok || rv == "" || e.resourceVersion != rv {
+			o, err := k.encode(it)
+			if err != nil {
+				return nil, err
+			}
+			e = encoded{resourceVersion: rv, obj: o}
+		}
+		next[key] = e
+		out = append(out, e.obj)
+	}
+	k.enc = next
+	return out, nil
 }
 
 // encode turns a cached object into a cluster.Object.
@@ -443,31 +537,42 @@ func (w *Watcher) Stats() WatchStats {
 }
 
 // trimTyped is the typed informers' transform: it keeps what
-// cluster.Build reads. Idempotent; other values (tombstones) pass.
-func trimTyped(obj any) (any, error) {
-	switch o := obj.(type) {
-	case *corev1.Pod:
-		return &corev1.Pod{
-			ObjectMeta: kubemeta.Trim(&o.ObjectMeta),
-			Spec: corev1.PodSpec{NodeName: o.Spec.NodeName, HostNetwork: o.Spec.HostNetwork,
-				Containers: namedPorts(o.Spec.Containers)},
-			Status: corev1.PodStatus{Phase: o.Status.Phase, PodIP: o.Status.PodIP, PodIPs: o.Status.PodIPs},
-		}, nil
-	case *corev1.Node:
-		return kubemeta.Node(o), nil
-	case *corev1.Namespace:
-		return &corev1.Namespace{ObjectMeta: kubemeta.Trim(&o.ObjectMeta)}, nil
-	case *corev1.Service:
-		return &corev1.Service{ObjectMeta: kubemeta.Trim(&o.ObjectMeta), Spec: o.Spec,
-			Status: corev1.ServiceStatus{LoadBalancer: o.Status.LoadBalancer}}, nil
-	case *discoveryv1.EndpointSlice:
-		c := *o
-		c.ObjectMeta = kubemeta.Trim(&o.ObjectMeta)
-		return &c, nil
-	case *networkingv1.NetworkPolicy:
-		return &networkingv1.NetworkPolicy{ObjectMeta: kubemeta.Trim(&o.ObjectMeta), Spec: o.Spec}, nil
+// cluster.Build reads, the ipam.antrea.io/ippools annotation of Pods and
+// Namespaces only with ippools. Idempotent; other values (tombstones)
+// pass.
+func trimTyped(ippools bool) cache.TransformFunc {
+	trim := func(m *metav1.ObjectMeta) metav1.ObjectMeta {
+		t := kubemeta.Trim(m)
+		if v, ok := m.Annotations[crd.AnnotationIPPools]; ok && ippools {
+			t.Annotations = map[string]string{crd.AnnotationIPPools: v}
+		}
+		return t
 	}
-	return obj, nil
+	return func(obj any) (any, error) {
+		switch o := obj.(type) {
+		case *corev1.Pod:
+			return &corev1.Pod{
+				ObjectMeta: trim(&o.ObjectMeta),
+				Spec: corev1.PodSpec{NodeName: o.Spec.NodeName, HostNetwork: o.Spec.HostNetwork,
+					Containers: namedPorts(o.Spec.Containers)},
+				Status: corev1.PodStatus{Phase: o.Status.Phase, PodIP: o.Status.PodIP, PodIPs: o.Status.PodIPs},
+			}, nil
+		case *corev1.Node:
+			return kubemeta.Node(o), nil
+		case *corev1.Namespace:
+			return &corev1.Namespace{ObjectMeta: trim(&o.ObjectMeta)}, nil
+		case *corev1.Service:
+			return &corev1.Service{ObjectMeta: kubemeta.Trim(&o.ObjectMeta), Spec: o.Spec,
+				Status: corev1.ServiceStatus{LoadBalancer: o.Status.LoadBalancer}}, nil
+		case *discoveryv1.EndpointSlice:
+			c := *o
+			c.ObjectMeta = kubemeta.Trim(&o.ObjectMeta)
+			return &c, nil
+		case *networkingv1.NetworkPolicy:
+			return &networkingv1.NetworkPolicy{ObjectMeta: kubemeta.Trim(&o.ObjectMeta), Spec: o.Spec}, nil
+		}
+		return obj, nil
+	}
 }
 
 // namedPorts keeps of a Pod's containers only their named ports, which

@@ -272,3 +272,167 @@ func TestWatchKeepsNamedPorts(t *testing.T) {
 		t.Errorf("named ports of the watched Pods %v, want %v", got, want)
 	}
 }
+
+// With IPPools, the watch keeps what FlexibleIPAM reads (the IPPools and
+// the ipam.antrea.io/ippools annotations), so each Pod gets the pool
+// Load's objects give it; without, the exporter's default, none.
+func TestWatchIPPools(t *testing.T) {
+	files := fileObjectsWith(t, "flexible-ipam.yaml")
+	pools := func(objs []cluster.Object) map[string]string {
+		st, _ := cluster.Build(objs)
+		out := map[string]string{}
+		for _, p := range st.Pods {
+			if p.IPPool != nil {
+				out[p.Key()] = p.IPPool.Name
+			}
+		}
+		return out
+	}
+	want := pools(files)
+	if len(want) < 2 {
+		t.Fatalf("the fixture gives pools to %v only", want)
+	}
+	client, dyn := fakes(t, files, allAntrea)
+	live, _ := synced(t, runWatcherWith(t, client, dyn, WatchOptions{IPPools: true}))
+	if got, want := ids(live), ids(files); !reflect.DeepEqual(got, want) {
+		t.Fatalf("watched objects\n%v\nwant the file objects\n%v", got, want)
+	}
+	if got := pools(live); !reflect.DeepEqual(got, want) {
+		t.Errorf("pools of the watched Pods %v, want %v", got, want)
+	}
+	client, dyn = fakes(t, files, allAntrea)
+	if got := pools(first(synced(t, runWatcher(t, client, dyn)))); len(got) != 0 {
+		t.Errorf("without IPPools, Pods got pools %v", got)
+	}
+}
+
+func first[A, B any](a A, _ B) A { return a }
+
+// WaitObjects waits for the first lists: it fails with ErrNotSynced,
+// naming the cause, while a list is refused and the context ends, and
+// answers once the retried list succeeds; a wait begun before Run ends
+// when Run has listed.
+func TestWaitObjects(t *testing.T) {
+	files := fileObjects(t, true)
+	client, dyn := fakes(t, files, allAntrea)
+	var refuse atomic.Bool
+	refuse.Store(true)
+	client.PrependReactor("list", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
+		if refuse.Load() {
+			return true, nil, apierrors.NewForbidden(schema.GroupResource{Resource: "pods"}, "", errors.New("not yet"))
+		}
+		return false, nil, nil
+	})
+	w := NewWatcher(client, dyn, WatchOptions{Logger: slog.New(slog.DiscardHandler)})
+
+	// Not started: the wait ends with the context.
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	_, _, err := w.WaitObjects(ctx)
+	cancel()
+	if !errors.Is(err, ErrNotSynced) || !strings.Contains(err.Error(), "has not started") {
+		t.Fatalf("before Run: %v, want ErrNotSynced saying the watch has not started", err)
+	}
+
+	// A wait begun now sees the lists Run makes; it cannot end before the
+	// Pods' list is let through.
+	type result struct {
+		objs []cluster.Object
+		err  error
+	}
+	waited := make(chan result, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		objs, _, err := w.WaitObjects(ctx)
+		waited <- result{objs, err}
+	}()
+	rctx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(rctx) }()
+	t.Cleanup(func() {
+		stop()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	})
+	testkit.WaitFor(t, "the refused list counted", func() bool { return w.Stats().WatchErrors > 0 })
+	ctx, cancel = context.WithTimeout(context.Background(), 50*time.Millisecond)
+	_, _, err = w.WaitObjects(ctx)
+	cancel()
+	if !errors.Is(err, ErrNotSynced) || !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "listing pods") {
+		t.Errorf("with the Pods' list refused: %v, want ErrNotSynced wrapping the forbidden list of pods", err)
+	}
+	select {
+	case r := <-waited:
+		t.Fatalf("the wait ended while the Pods' list was refused: %v", r.err)
+	default:
+	}
+	refuse.Store(false)
+	r := <-waited
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	if got, want := ids(r.objs), ids(files); !reflect.DeepEqual(got, want) {
+		t.Errorf("waited objects\n%v\nwant\n%v", got, want)
+	}
+}
+
+// Objects reuses the encoding of an object whose resourceVersion has not
+// changed, and encodes a changed one again.
+func TestWatchReusesEncodings(t *testing.T) {
+	files := fileObjects(t, true)
+	client, dyn := fakes(t, files, allAntrea)
+	w := runWatcher(t, client, dyn)
+	ctx := context.Background()
+	// The fake keeps what the client sends: give the fixture's Pod a
+	// resourceVersion, as an API server would.
+	p, err := client.CoreV1().Pods("default").Get(ctx, "client", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.ResourceVersion = "10"
+	if _, err := client.CoreV1().Pods("default").Update(ctx, p, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	raw := func(objs []cluster.Object, name string) []byte {
+		for _, o := range objs {
+			if o.Kind == "Pod" && o.Name == name {
+				return o.Raw
+			}
+		}
+		t.Fatalf("no Pod %s", name)
+		return nil
+	}
+	synced(t, w)
+	testkit.WaitFor(t, "the Pod's resourceVersion in the cache", func() bool {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		for _, k := range w.kinds {
+			if k.kind == "Pod" {
+				it, ok, _ := k.informer.GetStore().GetByKey("default/client")
+				return ok && it.(*corev1.Pod).ResourceVersion == "10"
+			}
+		}
+		return false
+	})
+	first, _, err := w.Objects()
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, _, err := w.Objects()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a, b := raw(first, "client"), raw(again, "client"); &a[0] != &b[0] {
+		t.Error("an unchanged Pod was encoded again")
+	}
+
+	p.ResourceVersion, p.Labels = "11", map[string]string{"app": "relabelled"}
+	if _, err := client.CoreV1().Pods("default").Update(ctx, p, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	testkit.WaitFor(t, "the new label in the objects", func() bool {
+		objs, _, err := w.Objects()
+		return err == nil && strings.Contains(string(raw(objs, "client")), "relabelled")
+	})
+}
