@@ -841,11 +841,7 @@ func (s *Store) Run(ctx context.Context, in <-chan flow.Batch, out *ring.Buffer[
 		// The final flush may hold far more flows than the buffer: it
 		// waits for the sinks instead of lapping them (each sink's
 		// consumer is closed when it stops, which ends the wait).
-		if flushing {
-			out.ProduceWait(ctx, pending...)
-		} else {
-			out.Produce(pending...)
-		}
+		out.Hand(ctx, flushing, pending...)
 		clear(pending)
 		pending = pending[:0]
 	})

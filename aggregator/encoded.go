@@ -3,8 +3,6 @@ package aggregator
 import (
 	"context"
 	"fmt"
-	"sync/atomic"
-	"time"
 
 	"sluice/aggregate"
 	"sluice/flow"
@@ -44,12 +42,12 @@ func (e *aggregateEncoded) Run(ctx context.Context, in <-chan flow.Batch, out *r
 	if e.sample != nil {
 		stop := make(chan struct{})
 		defer close(stop)
-		go e.sample.run(stop)
+		go e.sample.Run(stop)
 	}
 	pending := make([]ipfix.EncodedRecord, 0, 256)
 	var arena []byte
 	put := func(f *flow.Flow) {
-		if e.sample != nil && e.sample.want() {
+		if e.sample != nil && e.sample.Want() {
 			e.sample.produce(f)
 		}
 		t, _, err := e.ex.Template(f)
@@ -72,11 +70,7 @@ func (e *aggregateEncoded) Run(ctx context.Context, in <-chan flow.Batch, out *r
 		pending = append(pending, ipfix.EncodedRecord{Template: t, Data: arena[start:len(arena):len(arena)]})
 	}
 	e.s.RunEach(ctx, in, aggregate.DefaultTick, put, func(flushing bool) {
-		if flushing {
-			out.ProduceWait(ctx, pending...)
-		} else {
-			out.Produce(pending...)
-		}
+		out.Hand(ctx, flushing, pending...)
 		clear(pending)
 		pending = pending[:0]
 	})
@@ -86,7 +80,7 @@ func (e *aggregateEncoded) Run(ctx context.Context, in <-chan flow.Batch, out *r
 // (the web UI's Flows and Map pages). The returned Sampler is for the
 // collectors, which forward nothing as octets in this mode.
 func (e *aggregateEncoded) Sample(buf *ring.Buffer[*flow.Flow], perSecond int) flow.Sampler {
-	e.sample = &exportSample{buf: buf, per: int64(perSecond)}
+	e.sample = &exportSample{SampleBudget: flow.NewSampleBudget(perSecond), buf: buf}
 	return noSample{}
 }
 
@@ -96,15 +90,13 @@ type noSample struct{}
 func (noSample) Want() bool     { return false }
 func (noSample) Put(*flow.Flow) {}
 
-// exportSample takes copies of exported records for a view, at most per a
-// second; Run's goroutine asks, a ticker starts each second.
+// exportSample takes copies of exported records for a view, at most a
+// budget's share a second; Run's goroutine asks, the budget's ticker
+// starts each second.
 type exportSample struct {
+	*flow.SampleBudget
 	buf *ring.Buffer[*flow.Flow]
-	per int64
-	n   atomic.Int64
 }
-
-func (s *exportSample) want() bool { return s.n.Load() < s.per && s.n.Add(1) <= s.per }
 
 // produce hands on a copy of f: the store builds the next record in f's
 // memory.
@@ -118,17 +110,4 @@ func (s *exportSample) produce(f *flow.Flow) {
 		c.f.Aggregation = &c.a
 	}
 	s.buf.Produce(&c.f)
-}
-
-func (s *exportSample) run(stop <-chan struct{}) {
-	t := time.NewTicker(time.Second)
-	defer t.Stop()
-	for {
-		select {
-		case <-stop:
-			return
-		case <-t.C:
-			s.n.Store(0)
-		}
-	}
 }

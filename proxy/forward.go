@@ -93,7 +93,7 @@ func (fw *Forwarding) Run(ctx context.Context, in <-chan flow.Batch, out *ring.B
 	if fw.sample != nil {
 		stop := make(chan struct{})
 		defer close(stop)
-		go fw.sample.run(stop)
+		go fw.sample.Run(stop)
 	}
 	receive(ctx, in, func(b flow.Batch) {
 		recs := b.Encoded

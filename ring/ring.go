@@ -108,6 +108,16 @@ func (b *Buffer[T]) ProduceWait(ctx context.Context, items ...T) {
 	b.wake.Broadcast()
 }
 
+// Hand is Produce, or ProduceWait when wait is set: a final flush, which
+// waits for its readers rather than overwrite what they have not read.
+func (b *Buffer[T]) Hand(ctx context.Context, wait bool, items ...T) {
+	if wait {
+		b.ProduceWait(ctx, items...)
+		return
+	}
+	b.Produce(items...)
+}
+
 // full reports whether producing one more item would overwrite an item
 // some open consumer has not read. Called with mu held.
 func (b *Buffer[T]) full() bool {

@@ -296,3 +296,30 @@ func TestWaitWrittenLappedClosedAndContext(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestHand: without wait, Hand laps a reader that is behind (it loses the
+// oldest); with wait, it waits for the reader and nothing is lost.
+func TestHand(t *testing.T) {
+	ctx := context.Background()
+	b := New[int](2)
+	c := b.Consumer()
+	b.Hand(ctx, false, 1, 2, 3)
+	got, _ := c.Next(ctx, nil, 10)
+	if c.Lost != 1 || len(got) != 2 || got[0] != 2 {
+		t.Fatalf("without wait: got %v, lost %d", got, c.Lost)
+	}
+	done := make(chan struct{})
+	go func() { b.Hand(ctx, true, 4, 5, 6, 7); close(done) }()
+	var all []int
+	for len(all) < 4 {
+		out, ok := c.Next(ctx, nil, 1)
+		if !ok {
+			t.Fatal("the buffer closed")
+		}
+		all = append(all, out...)
+	}
+	<-done
+	if c.Lost != 1 || all[0] != 4 || all[3] != 7 {
+		t.Fatalf("with wait: got %v, lost %d in all", all, c.Lost)
+	}
+}
