@@ -198,3 +198,40 @@ func sendUIRecords(t *testing.T, addr string, n int) {
 	}
 	enc.Flush()
 }
+
+// TestWebUIAggregateFastPath: in Aggregate mode with flowCollector (IPFIX)
+// the only sink, exports take the fast path; the UI says it shows a
+// sample and still gets the exported records (all of them at this rate),
+// as the collector does.
+func TestWebUIAggregateFastPath(t *testing.T) {
+	coll := stubcollector.New(t)
+	a := testagg.Start(t, fmt.Sprintf(`
+mode: Aggregate
+aggregatorTransportProtocol: tcp
+activeFlowRecordTimeout: 1s
+flowCollector: {enable: true, address: "%s:tcp"}
+sluice: {ipfixAddress: "127.0.0.1:0", apiAddress: "127.0.0.1:0", grpcAddress: "", ui: {address: "127.0.0.1:0"}}
+`, coll.Addr()))
+	var info ui.Info
+	getJSON(t, "http://"+a.Addrs().UI+"/api/info", &info)
+	if !strings.Contains(info.Notice, "sluice.aggregate.fastPath") || !strings.Contains(info.Notice, "sample") {
+		t.Errorf("info %+v", info)
+	}
+	sendUIRecords(t, a.Addrs().IPFIX, 5)
+	var page ui.FlowsPage
+	testkit.WaitFor(t, "5 sampled rows in the UI", func() bool {
+		getJSON(t, "http://"+a.Addrs().UI+"/api/flows", &page)
+		return len(page.Rows) == 5
+	})
+	for _, r := range page.Rows {
+		if !strings.HasPrefix(r.SrcPod, "client-") || r.DstPod != "server" || r.SrcNS != "web" || r.Proto != "TCP" || r.DstPort != 443 {
+			t.Errorf("row %+v", r)
+		}
+	}
+	testkit.WaitFor(t, "the 5 records exported to the collector", func() bool { return coll.Len() >= 5 })
+	for _, f := range coll.FlowsSince(0) {
+		if !strings.HasPrefix(f.SourcePodName, "client-") || f.DestinationPodName != "server" || f.DestinationPort != 443 {
+			t.Errorf("exported %+v", f)
+		}
+	}
+}
