@@ -5,23 +5,14 @@ import (
 	"net/netip"
 	"strings"
 	"testing"
-
-	"sluice/traceflow/cluster"
 )
 
 // TestFlexibleIPAMWarning: a Pod whose IP is outside its Node's PodCIDRs
 // (an AntreaIPAM Pod) is warned about, once; the fixture's Pods are not.
 func TestFlexibleIPAMWarning(t *testing.T) {
 	ctx := context.Background()
-	objs, err := cluster.ReadPath(ctx, "../testdata/cluster")
-	if err != nil {
-		t.Fatal(err)
-	}
 	count := func(pool string) (n int, msg string) {
-		st, probs := cluster.Build(objs)
-		if probs.Err() != nil {
-			t.Fatal(probs.Err())
-		}
+		st := overlayState(t, "")
 		if pool != "" {
 			p := st.Pod("default", "db")
 			p.IPs = append([]netip.Addr{netip.MustParseAddr(pool)}, p.IPs...)
@@ -51,18 +42,7 @@ func TestFlexibleIPAMWarning(t *testing.T) {
 // without such Pods differ from noEncap's only by the bridging flows.
 func TestBridgingMode(t *testing.T) {
 	ctx := context.Background()
-	objs, err := cluster.ReadPath(ctx, "../testdata/cluster")
-	if err != nil {
-		t.Fatal(err)
-	}
-	top, err := cluster.ReadPath(ctx, "../testdata/overlays/flexible-ipam.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, probs := cluster.Build(cluster.Overlay(objs, top))
-	if probs.Err() != nil {
-		t.Fatal(probs.Err())
-	}
+	st := overlayState(t, "flexible-ipam.yaml")
 	cfg := DefaultConfig()
 	cfg.BridgingMode = true
 	if _, _, err := Build(ctx, st, cfg); err == nil || !strings.Contains(err.Error(), "requires the noEncap traffic mode") {

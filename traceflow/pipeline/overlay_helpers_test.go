@@ -12,24 +12,34 @@ import (
 // cluster with overlay (a file of ../testdata/overlays) on top.
 func overlayModel(t *testing.T, overlay string) *Model {
 	t.Helper()
+	m, _, err := Build(context.Background(), overlayState(t, overlay), DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// overlayState is the cluster state of the test fixture with the objects
+// of testdata/overlays/overlay on top (none when overlay is "").
+func overlayState(t *testing.T, overlay string) *cluster.State {
+	t.Helper()
 	ctx := context.Background()
 	objs, err := cluster.ReadPath(ctx, "../testdata/cluster")
 	if err != nil {
 		t.Fatal(err)
 	}
-	top, err := cluster.ReadPath(ctx, "../testdata/overlays/"+overlay)
-	if err != nil {
-		t.Fatal(err)
+	if overlay != "" {
+		top, err := cluster.ReadPath(ctx, "../testdata/overlays/"+overlay)
+		if err != nil {
+			t.Fatal(err)
+		}
+		objs = cluster.Overlay(objs, top)
 	}
-	st, probs := cluster.Build(cluster.Overlay(objs, top))
+	st, probs := cluster.Build(objs)
 	if probs.Err() != nil {
 		t.Fatal(probs.Err())
 	}
-	m, _, err := Build(ctx, st, DefaultConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	return m
+	return st
 }
 
 // stateWith builds the cluster state of base with the objects of yaml

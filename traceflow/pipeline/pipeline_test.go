@@ -71,14 +71,7 @@ func TestBuildIsDeterministic(t *testing.T) {
 // (elsewhere it is a Service without endpoints).
 func TestServiceAddresses(t *testing.T) {
 	ctx := context.Background()
-	objs, err := cluster.ReadPath(ctx, "../testdata/cluster")
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, probs := cluster.Build(objs)
-	if probs.Err() != nil {
-		t.Fatal(probs.Err())
-	}
+	st := overlayState(t, "")
 	m, _, err := Build(ctx, st, DefaultConfig())
 	if err != nil {
 		t.Fatal(err)
@@ -118,14 +111,7 @@ func TestServiceAddresses(t *testing.T) {
 // without proxyAll there is no NodePortMark table and no nodePort flow.
 func TestNodePortMark(t *testing.T) {
 	ctx := context.Background()
-	objs, err := cluster.ReadPath(ctx, "../testdata/cluster")
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, probs := cluster.Build(objs)
-	if probs.Err() != nil {
-		t.Fatal(probs.Err())
-	}
+	st := overlayState(t, "")
 	dump := func(proxyAll bool) string {
 		cfg := DefaultConfig()
 		cfg.ProxyAll = proxyAll
@@ -264,14 +250,7 @@ func TestPolicySCTPPort(t *testing.T) {
 // a Service without affinity goes straight to EndpointDNAT.
 func TestSessionAffinityFlows(t *testing.T) {
 	ctx := context.Background()
-	objs, err := cluster.ReadPath(ctx, "../testdata/cluster")
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, probs := cluster.Build(objs)
-	if probs.Err() != nil {
-		t.Fatal(probs.Err())
-	}
+	st := overlayState(t, "")
 	timeouts := map[string]int{}
 	for _, s := range st.Services {
 		timeouts[s.Name] = s.AffinityTimeout

@@ -4,8 +4,6 @@ import (
 	"context"
 	"strings"
 	"testing"
-
-	"sluice/traceflow/cluster"
 )
 
 // TestWireGuardFlows compares encap mode with and without WireGuard on
@@ -15,14 +13,7 @@ import (
 // Egress flow through it stay.
 func TestWireGuardFlows(t *testing.T) {
 	ctx := context.Background()
-	objs, err := cluster.ReadPath(ctx, "../testdata/cluster")
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, probs := cluster.Build(objs)
-	if probs.Err() != nil {
-		t.Fatal(probs.Err())
-	}
+	st := overlayState(t, "")
 	flows := func(enc EncryptionMode) []string {
 		cfg := DefaultConfig()
 		cfg.Tag, cfg.Encryption = 7, enc

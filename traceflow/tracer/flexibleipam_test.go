@@ -75,11 +75,7 @@ func TestFlexibleIPAMPorts(t *testing.T) {
 // traced.
 func TestFlexibleIPAMOwnNode(t *testing.T) {
 	ctx := context.Background()
-	c := corpus.Case{Mode: string(pipeline.NoEncap), EnableBridgingMode: true, Overlays: []string{"flexible-ipam.yaml"}}
-	m, err := c.Model(ctx, "../testdata")
-	if err != nil {
-		t.Fatal(err)
-	}
+	m := bridgingModel(t)
 	for _, r := range []struct {
 		src, dst string
 		refused  bool
@@ -125,11 +121,7 @@ func TestFlexibleIPAMOwnNode(t *testing.T) {
 // with the pool's VLAN; an untagged pool's Pod's leaves untagged.
 func TestFlexibleIPAMVLANTag(t *testing.T) {
 	ctx := context.Background()
-	c := corpus.Case{Mode: string(pipeline.NoEncap), EnableBridgingMode: true, Overlays: []string{"flexible-ipam.yaml"}}
-	m, err := c.Model(ctx, "../testdata")
-	if err != nil {
-		t.Fatal(err)
-	}
+	m := bridgingModel(t)
 	nm := m.Nodes["k8s-node-1"]
 	router := datapath.MAC{0x02, 0xaa, 0, 0, 0, 1}
 	for _, r := range []struct {
@@ -159,11 +151,7 @@ func TestFlexibleIPAMVLANTag(t *testing.T) {
 // Pod gets the packet; a frame on another VLAN is the host's.
 func TestFlexibleIPAMFromUplink(t *testing.T) {
 	ctx := context.Background()
-	c := corpus.Case{Mode: string(pipeline.NoEncap), EnableBridgingMode: true, Overlays: []string{"flexible-ipam.yaml"}}
-	m, err := c.Model(ctx, "../testdata")
-	if err != nil {
-		t.Fatal(err)
-	}
+	m := bridgingModel(t)
 	nm := m.Nodes["k8s-node-1"]
 	for _, r := range []struct {
 		dst  string
@@ -189,4 +177,16 @@ func TestFlexibleIPAMFromUplink(t *testing.T) {
 			t.Errorf("to %s on VLAN %d: outputs %+v, want port %d untagged", r.dst, r.vlan, res.Outputs, r.port)
 		}
 	}
+}
+
+// bridgingModel is the model of the fixture with its FlexibleIPAM overlay,
+// in noEncap mode with the bridging mode on.
+func bridgingModel(t *testing.T) *pipeline.Model {
+	t.Helper()
+	c := corpus.Case{Mode: string(pipeline.NoEncap), EnableBridgingMode: true, Overlays: []string{"flexible-ipam.yaml"}}
+	m, err := c.Model(context.Background(), "../testdata")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
 }
