@@ -86,35 +86,48 @@ sluice: {ipfixAddress: "127.0.0.1:0", apiAddress: "127.0.0.1:0", ui: {address: "
 	}
 }
 
-// TestWebUIFastPathNotice: on Proxy mode's fast path records bypass the
-// pipeline's buffer; the UI gets a sample of them and says so.
+// TestWebUIFastPathNotice: with a fast path on (Proxy mode's, or
+// Aggregate mode's with flowCollector the only sink), records reach the
+// sink already encoded; the UI says it shows a sample, naming the key that
+// turns the fast path off, and still gets the records (all of them at this
+// rate), enriched as exported, as the collector does.
 func TestWebUIFastPathNotice(t *testing.T) {
-	coll := stubcollector.New(t)
-	a := testagg.Start(t, fmt.Sprintf(`
-mode: Proxy
+	for _, c := range []struct{ mode, extra, key string }{
+		{"Proxy", "", "sluice.proxy.fastPath"},
+		{"Aggregate", "activeFlowRecordTimeout: 1s\n", "sluice.aggregate.fastPath"},
+	} {
+		t.Run(c.mode, func(t *testing.T) {
+			coll := stubcollector.New(t)
+			a := testagg.Start(t, fmt.Sprintf(`
+mode: %s
 aggregatorTransportProtocol: tcp
-flowCollector: {enable: true, address: "%s:tcp"}
+%sflowCollector: {enable: true, address: "%s:tcp"}
 sluice: {ipfixAddress: "127.0.0.1:0", apiAddress: "127.0.0.1:0", ui: {address: "127.0.0.1:0"}}
-`, coll.Addr()))
-	var info ui.Info
-	getJSON(t, "http://"+a.Addrs().UI+"/api/info", &info)
-	if !strings.Contains(info.Notice, "fast path") || !strings.Contains(info.Notice, "sample") {
-		t.Errorf("info %+v", info)
+`, c.mode, c.extra, coll.Addr()))
+			var info ui.Info
+			getJSON(t, "http://"+a.Addrs().UI+"/api/info", &info)
+			if !strings.Contains(info.Notice, c.key) || !strings.Contains(info.Notice, "sample") {
+				t.Errorf("info %+v", info)
+			}
+			sendUIRecords(t, a.Addrs().IPFIX, 5)
+			var page ui.FlowsPage
+			testkit.WaitFor(t, "5 sampled rows in the UI", func() bool {
+				getJSON(t, "http://"+a.Addrs().UI+"/api/flows", &page)
+				return len(page.Rows) == 5
+			})
+			for _, r := range page.Rows {
+				if !strings.HasPrefix(r.SrcPod, "client-") || r.DstPod != "server" || r.SrcNS != "web" || r.Proto != "TCP" || r.DstPort != 443 {
+					t.Errorf("row %+v", r)
+				}
+			}
+			testkit.WaitFor(t, "the 5 records at the collector", func() bool { return coll.Len() == 5 })
+			for _, f := range coll.FlowsSince(0) {
+				if !strings.HasPrefix(f.SourcePodName, "client-") || f.DestinationPodName != "server" || f.DestinationPort != 443 {
+					t.Errorf("at the collector: %+v", f)
+				}
+			}
+		})
 	}
-	// The records the fast path forwards as octets still reach the
-	// pages, as a sample (all of them at this rate), enriched as exported.
-	sendUIRecords(t, a.Addrs().IPFIX, 5)
-	var page ui.FlowsPage
-	testkit.WaitFor(t, "5 sampled rows in the UI", func() bool {
-		getJSON(t, "http://"+a.Addrs().UI+"/api/flows", &page)
-		return len(page.Rows) == 5
-	})
-	for _, r := range page.Rows {
-		if !strings.HasPrefix(r.SrcPod, "client-") || r.DstPod != "server" || r.SrcNS != "web" || r.Proto != "TCP" || r.DstPort != 443 {
-			t.Errorf("row %+v", r)
-		}
-	}
-	testkit.WaitFor(t, "the 5 records forwarded to the collector", func() bool { return coll.Len() == 5 })
 }
 
 // TestWebUIHosts: the aggregator's UI answers loopback and the names of
@@ -197,41 +210,4 @@ func sendUIRecords(t *testing.T, addr string, n int) {
 		}
 	}
 	enc.Flush()
-}
-
-// TestWebUIAggregateFastPath: in Aggregate mode with flowCollector (IPFIX)
-// the only sink, exports take the fast path; the UI says it shows a
-// sample and still gets the exported records (all of them at this rate),
-// as the collector does.
-func TestWebUIAggregateFastPath(t *testing.T) {
-	coll := stubcollector.New(t)
-	a := testagg.Start(t, fmt.Sprintf(`
-mode: Aggregate
-aggregatorTransportProtocol: tcp
-activeFlowRecordTimeout: 1s
-flowCollector: {enable: true, address: "%s:tcp"}
-sluice: {ipfixAddress: "127.0.0.1:0", apiAddress: "127.0.0.1:0", grpcAddress: "", ui: {address: "127.0.0.1:0"}}
-`, coll.Addr()))
-	var info ui.Info
-	getJSON(t, "http://"+a.Addrs().UI+"/api/info", &info)
-	if !strings.Contains(info.Notice, "sluice.aggregate.fastPath") || !strings.Contains(info.Notice, "sample") {
-		t.Errorf("info %+v", info)
-	}
-	sendUIRecords(t, a.Addrs().IPFIX, 5)
-	var page ui.FlowsPage
-	testkit.WaitFor(t, "5 sampled rows in the UI", func() bool {
-		getJSON(t, "http://"+a.Addrs().UI+"/api/flows", &page)
-		return len(page.Rows) == 5
-	})
-	for _, r := range page.Rows {
-		if !strings.HasPrefix(r.SrcPod, "client-") || r.DstPod != "server" || r.SrcNS != "web" || r.Proto != "TCP" || r.DstPort != 443 {
-			t.Errorf("row %+v", r)
-		}
-	}
-	testkit.WaitFor(t, "the 5 records exported to the collector", func() bool { return coll.Len() >= 5 })
-	for _, f := range coll.FlowsSince(0) {
-		if !strings.HasPrefix(f.SourcePodName, "client-") || f.DestinationPodName != "server" || f.DestinationPort != 443 {
-			t.Errorf("exported %+v", f)
-		}
-	}
 }
