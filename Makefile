@@ -33,7 +33,7 @@ test: deps ui-check generate-check manifests-check vet staticcheck unit interop 
 
 deps:
 	./scripts/install-deps.sh
-	KUBE_VERSION=$(KUBE_VERSION) ./scripts/build-kube-apiserver.sh >/dev/null
+	KUBE_VERSION=$(KUBE_VERSION) ./scripts/build-kube.sh >/dev/null
 	HELM_VERSION=$(HELM_VERSION) ./scripts/build-helm.sh >/dev/null
 	VERSITYGW_VERSION=$(VERSITYGW_VERSION) ./scripts/build-versitygw.sh >/dev/null
 

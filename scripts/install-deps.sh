@@ -20,7 +20,7 @@ command -v conntrack >/dev/null || need+=(conntrack)
 # datapath: no kernel module; the test starts its own daemons).
 command -v ovs-vswitchd >/dev/null || need+=(openvswitch-switch)
 # The Kubernetes tests: etcd beside a kube-apiserver built from source
-# (scripts/build-kube-apiserver.sh, run by `make deps`).
+# (scripts/build-kube.sh, run by `make deps`).
 command -v etcd >/dev/null || need+=(etcd-server)
 # The ClickHouse sink's tests start their own server (Debian's 18.16).
 command -v clickhouse-server >/dev/null || need+=(clickhouse-server)

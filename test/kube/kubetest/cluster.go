@@ -1,5 +1,5 @@
 // Package kubetest runs a real Kubernetes control plane for tests: Debian's
-// etcd and a kube-apiserver built from source (scripts/build-kube-apiserver.sh)
+// etcd and a kube-apiserver built from source (scripts/build-kube.sh)
 // on loopback, with RBAC authorization and service account tokens. No
 // kubelet, scheduler or controller-manager runs: Pods are API objects only.
 package kubetest
@@ -44,13 +44,18 @@ const KubeVersion = "v1.37.2"
 const APIServerEnv = "SLUICE_KUBE_APISERVER"
 
 // APIServerPath returns where the build script puts kube-apiserver:
-// $SLUICE_CACHE, else $XDG_CACHE_HOME/sluice, else ~/.cache/sluice, then
-// kube-apiserver-<version>/kube-apiserver. $SLUICE_KUBE_APISERVER wins.
+// BinDir()/kube-apiserver. $SLUICE_KUBE_APISERVER wins.
 func APIServerPath() string {
 	if p := os.Getenv(APIServerEnv); p != "" {
 		return p
 	}
-	return filepath.Join(CacheDir(), "kube-apiserver-"+KubeVersion, "kube-apiserver")
+	return filepath.Join(BinDir(), "kube-apiserver")
+}
+
+// BinDir is where scripts/build-kube.sh puts the Kubernetes binaries:
+// CacheDir()/kube-<version>/bin.
+func BinDir() string {
+	return filepath.Join(CacheDir(), "kube-"+KubeVersion, "bin")
 }
 
 // CacheDir is the folder outside the repository where tools built once
@@ -97,7 +102,7 @@ func Start(ctx context.Context, dir string) (*Cluster, error) {
 	}
 	kasBin := APIServerPath()
 	if _, err := os.Stat(kasBin); err != nil {
-		return nil, fmt.Errorf("kube-apiserver: %w (run scripts/build-kube-apiserver.sh)", err)
+		return nil, fmt.Errorf("kube-apiserver: %w (run scripts/build-kube.sh)", err)
 	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
