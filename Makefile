@@ -27,9 +27,9 @@ SLUICE_CACHE  ?= $(HOME)/.cache/sluice
 export SLUICE_CACHE
 HELM          := $(SLUICE_CACHE)/helm-$(HELM_VERSION)/helm
 
-.PHONY: test deps vet staticcheck unit interop fuzz bench soak build generate generate-check manifests manifests-check image ui ui-check ui-screenshots
+.PHONY: cluster-test cluster-up cluster-down test deps vet staticcheck unit interop fuzz bench soak build generate generate-check manifests manifests-check image ui ui-check ui-screenshots
 
-test: deps ui-check generate-check manifests-check vet staticcheck unit interop fuzz
+test: deps ui-check generate-check manifests-check vet staticcheck unit interop cluster-test fuzz
 
 deps:
 	./scripts/install-deps.sh
@@ -56,6 +56,20 @@ unit:
 
 interop:
 	cd interop && $(GO) test -race ./...
+
+# The real-cluster tests (test/cluster): scripts/local-cluster.sh brings up
+# a single-node Kubernetes cluster (kubelet, containerd, CNI, kube-proxy)
+# with the image `make image` writes, the tests `helm install` the chart
+# and drive a workload, and the cluster is taken down. On their own, after
+# the other tests: they change the machine's network while they run.
+cluster-test:
+	SLUICE_CLUSTER_TESTS=1 $(GO) test -race -count=1 -timeout 30m ./test/cluster
+
+# A cluster to try a change on by hand (docs/development.md).
+cluster-up:
+	./scripts/local-cluster.sh up
+cluster-down:
+	./scripts/local-cluster.sh down
 
 fuzz:
 	FUZZTIME=$(FUZZTIME) ./scripts/fuzz.sh

@@ -22,6 +22,14 @@ command -v ovs-vswitchd >/dev/null || need+=(openvswitch-switch)
 # The Kubernetes tests: etcd beside a kube-apiserver built from source
 # (scripts/build-kube.sh, run by `make deps`).
 command -v etcd >/dev/null || need+=(etcd-server)
+# The real-cluster tests (test/cluster, scripts/local-cluster.sh): a
+# container runtime and the bridge CNI beside the Kubernetes binaries
+# scripts/build-kube.sh builds.
+command -v containerd >/dev/null || need+=(containerd)
+command -v runc >/dev/null || need+=(runc)
+[[ -x /usr/lib/cni/bridge ]] || need+=(containernetworking-plugins)
+command -v iptables >/dev/null || need+=(iptables)
+command -v openssl >/dev/null || need+=(openssl)
 # The ClickHouse sink's tests start their own server (Debian's 18.16).
 command -v clickhouse-server >/dev/null || need+=(clickhouse-server)
 command -v clickhouse-client >/dev/null || need+=(clickhouse-client)

@@ -17,6 +17,7 @@ import (
 	"os"
 	"path"
 	"runtime"
+	"strings"
 	"time"
 )
 
@@ -47,6 +48,14 @@ type Options struct {
 	Ref string
 	// Arch is the GOARCH of Binary; runtime.GOARCH if empty.
 	Arch string
+
+	// Program, Cmd and User make an image of another static program
+	// (the real-cluster tests' workload): where Binary goes and the
+	// entrypoint (BinaryPath if empty), the default command (["version"]
+	// if nil) and the user ("65532:65532" if empty).
+	Program string
+	Cmd     []string
+	User    string
 }
 
 // Descriptor points at a blob.
@@ -115,7 +124,16 @@ func Build(w io.Writer, o Options) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("image: %w", err)
 	}
-	layerTar, err := rootfs(bin)
+	if o.Program == "" {
+		o.Program = BinaryPath
+	}
+	if o.Cmd == nil {
+		o.Cmd = []string{"version"}
+	}
+	if o.User == "" {
+		o.User = fmt.Sprintf("%d:%d", NonRootUID, NonRootUID)
+	}
+	layerTar, err := rootfs(bin, o.Program)
 	if err != nil {
 		return "", err
 	}
@@ -131,9 +149,9 @@ func Build(w io.Writer, o Options) (string, error) {
 	cfg := Config{
 		Architecture: o.Arch, OS: "linux", Created: epoch.Format(time.RFC3339),
 		Config: ContainerConfig{
-			User:       fmt.Sprintf("%d:%d", NonRootUID, NonRootUID),
-			Entrypoint: []string{BinaryPath},
-			Cmd:        []string{"version"},
+			User:       o.User,
+			Entrypoint: []string{o.Program},
+			Cmd:        o.Cmd,
 			Env:        []string{"PATH=/usr/local/bin"},
 			WorkingDir: "/",
 			ExposedPorts: map[string]struct{}{"4739/tcp": {}, "4739/udp": {}, "14739/tcp": {}, "14740/tcp": {},
@@ -156,7 +174,9 @@ func Build(w io.Writer, o Options) (string, error) {
 	}
 	idx := Index{SchemaVersion: 2, MediaType: mediaIndex, Manifests: []Descriptor{{
 		MediaType: mediaManifest, Digest: digest(manJSON), Size: int64(len(manJSON)),
-		Annotations: map[string]string{"org.opencontainers.image.ref.name": o.Ref},
+		// containerd's importer (ctr images import) names the image by
+		// its own annotation; the OCI one is for other tools.
+		Annotations: map[string]string{"org.opencontainers.image.ref.name": o.Ref, "io.containerd.image.name": o.Ref},
 		Platform:    &Platform{Architecture: o.Arch, OS: "linux"},
 	}}}
 	idxJSON, err := json.Marshal(idx)
@@ -192,7 +212,7 @@ func Build(w io.Writer, o Options) (string, error) {
 }
 
 // rootfs is the image's only layer, uncompressed.
-func rootfs(bin []byte) ([]byte, error) {
+func rootfs(bin []byte, program string) ([]byte, error) {
 	var b bytes.Buffer
 	tw := tar.NewWriter(&b)
 	passwd := fmt.Sprintf("root:x:0:0:root:/root:/sbin/nologin\nnonroot:x:%d:%d:nonroot:/home/nonroot:/sbin/nologin\n", NonRootUID, NonRootUID)
@@ -214,7 +234,7 @@ func rootfs(bin []byte) ([]byte, error) {
 	if err := writeFile(tw, "etc/group", 0o644, 0, []byte(group)); err != nil {
 		return nil, err
 	}
-	if err := writeFile(tw, path.Clean(BinaryPath[1:]), 0o755, 0, bin); err != nil {
+	if err := writeFile(tw, path.Clean(strings.TrimPrefix(program, "/")), 0o755, 0, bin); err != nil {
 		return nil, err
 	}
 	if err := tw.Close(); err != nil {

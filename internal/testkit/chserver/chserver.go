@@ -35,6 +35,11 @@ type Options struct {
 	// TLS adds the secure native port with a certificate from a CA
 	// generated in the test (CAFile).
 	TLS bool
+	// Host is the address the server listens on and accepts users from
+	// (any client address when it is not loopback); 127.0.0.1 if empty.
+	// The real-cluster tests use the Node's bridge address, which Pods
+	// reach.
+	Host string
 }
 
 // Server is a running clickhouse-server.
@@ -61,10 +66,16 @@ func Start(tb testing.TB, o Options) *Server {
 			"`apt-get install clickhouse-server clickhouse-client` (scripts/install-deps.sh, run by `make test`, does it)", Binary, err)
 	}
 	dir := tb.TempDir()
-	s := &Server{tb: tb, dir: dir, Addr: freeAddr(tb)}
+	host, nets := o.Host, "127.0.0.1"
+	if host == "" {
+		host = "127.0.0.1"
+	} else if ip := net.ParseIP(host); ip == nil || !ip.IsLoopback() {
+		nets = "::/0"
+	}
+	s := &Server{tb: tb, dir: dir, Addr: freeAddr(tb, host)}
 	var tlsConf string
 	if o.TLS {
-		s.SecureAddr = freeAddr(tb)
+		s.SecureAddr = freeAddr(tb, host)
 		cd := filepath.Join(dir, "certs")
 		if _, err := certs.Ensure(cd, certs.Options{}); err != nil {
 			tb.Fatal(err)
@@ -83,7 +94,7 @@ func Start(tb testing.TB, o Options) *Server {
 	conf := fmt.Sprintf(`<?xml version="1.0"?>
 <yandex>
   <logger><level>information</level><log>%[1]s/server.log</log><errorlog>%[1]s/server.err.log</errorlog><size>50M</size><count>1</count></logger>
-  <listen_host>127.0.0.1</listen_host>
+  <listen_host>%[5]s</listen_host>
   <tcp_port>%[2]s</tcp_port>%[3]s
   <path>%[4]s</path>
   <tmp_path>%[4]stmp/</tmp_path>
@@ -95,17 +106,17 @@ func Start(tb testing.TB, o Options) *Server {
   <default_database>default</default_database>
   <timezone>UTC</timezone>
 </yandex>
-`, dir, port(s.Addr), tlsConf, data)
+`, dir, port(s.Addr), tlsConf, data, host)
 	var users strings.Builder
 	users.WriteString(`<?xml version="1.0"?>
 <yandex>
   <profiles><default></default></profiles>
   <quotas><default></default></quotas>
   <users>
-    <default><password></password><networks><ip>127.0.0.1</ip></networks><profile>default</profile><quota>default</quota></default>
+    <default><password></password><networks><ip>` + nets + `</ip></networks><profile>default</profile><quota>default</quota></default>
 `)
 	for name, pw := range o.Users {
-		fmt.Fprintf(&users, "    <%[1]s><password>%[2]s</password><networks><ip>127.0.0.1</ip></networks><profile>default</profile><quota>default</quota></%[1]s>\n", name, pw)
+		fmt.Fprintf(&users, "    <%[1]s><password>%[2]s</password><networks><ip>%[3]s</ip></networks><profile>default</profile><quota>default</quota></%[1]s>\n", name, pw, nets)
 	}
 	users.WriteString("  </users>\n</yandex>\n")
 	for name, text := range map[string]string{"config.xml": conf, "users.xml": users.String()} {
@@ -246,8 +257,8 @@ func (s *Server) Count(c driver.Conn, table string) int64 {
 	return int64(n)
 }
 
-func freeAddr(tb testing.TB) string {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+func freeAddr(tb testing.TB, host string) string {
+	ln, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
 	if err != nil {
 		tb.Fatal(err)
 	}
