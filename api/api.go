@@ -22,7 +22,10 @@ import (
 type Server struct {
 	Mux   *http.ServeMux
 	ready atomic.Bool
-	log   *slog.Logger
+	// reason says what a server that is not ready waits for; /readyz
+	// shows it so that a probe's failure explains itself.
+	reason atomic.Pointer[string]
+	log    *slog.Logger
 }
 
 // New returns a server whose /metrics exposes gatherer.
@@ -37,7 +40,11 @@ func New(gatherer prometheus.Gatherer, log *slog.Logger) *Server {
 	})
 	s.Mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
 		if !s.ready.Load() {
-			http.Error(w, "not ready", http.StatusServiceUnavailable)
+			msg := "not ready"
+			if r := s.reason.Load(); r != nil && *r != "" {
+				msg += ": " + *r
+			}
+			http.Error(w, msg, http.StatusServiceUnavailable)
 			return
 		}
 		fmt.Fprintln(w, "ok")
@@ -47,6 +54,13 @@ func New(gatherer prometheus.Gatherer, log *slog.Logger) *Server {
 
 // SetReady flips /readyz.
 func (s *Server) SetReady(ready bool) { s.ready.Store(ready) }
+
+// SetNotReady makes /readyz answer 503 with reason, what the process waits
+// for.
+func (s *Server) SetNotReady(reason string) {
+	s.reason.Store(&reason)
+	s.ready.Store(false)
+}
 
 // Serve serves on ln until ctx ends, then shuts down gracefully.
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {

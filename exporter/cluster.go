@@ -16,10 +16,6 @@ import (
 	"sluice/exporter/nodecidr"
 )
 
-// nodeLookupTimeout bounds the wait for the Node's Pod CIDRs, and for the
-// certificates, at start-up.
-const nodeLookupTimeout = 2 * time.Minute
-
 // exporterAPIConfig is how the exporter reaches the API server for its
 // own Node and its certificates: the Pod's service account in a cluster,
 // else the kubeconfig file in $KUBECONFIG; nil when there is neither.
@@ -48,8 +44,10 @@ const syntheticLookupTimeout = 10 * time.Second
 
 // inClusterPodCIDRs reads Node node's Pod CIDRs from the API server when
 // the exporter runs in a Pod (the DaemonSet of the chart), or $KUBECONFIG
-// is set; otherwise it returns none. With optional (the synthetic source),
-// a failed look-up is a warning and returns none.
+// is set; otherwise it returns none. A Node without one yet is waited for
+// until ctx ends (/readyz says so meanwhile: a restart would not help).
+// With optional (the synthetic source), a failed look-up is a warning and
+// returns none.
 func inClusterPodCIDRs(ctx context.Context, node string, optional bool, log *slog.Logger) ([]netip.Prefix, error) {
 	client, err := exporterAPIClient()
 	if err != nil {
@@ -58,12 +56,11 @@ func inClusterPodCIDRs(ctx context.Context, node string, optional bool, log *slo
 	if client == nil {
 		return nil, nil
 	}
-	timeout := nodeLookupTimeout
 	if optional {
-		timeout = syntheticLookupTimeout
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, syntheticLookupTimeout)
+		defer cancel()
 	}
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
 	p, err := nodecidr.Lookup(ctx, client, node, log)
 	if err != nil && optional {
 		log.Warn("no Pod CIDR from the Node object", "node", node, "error", err)
@@ -76,10 +73,32 @@ func inClusterPodCIDRs(ctx context.Context, node string, optional bool, log *slo
 	return p, nil
 }
 
+// waitPodCIDRs waits until the live cluster's Node node has Pod CIDRs in
+// store (its informer follows the Node), or ctx ends.
+func waitPodCIDRs(ctx context.Context, store enrich.Store, node string, log *slog.Logger) ([]netip.Prefix, error) {
+	t := time.NewTicker(nodecidr.RetryInterval)
+	defer t.Stop()
+	for logged := false; ; logged = true {
+		if n, ok := store.NodeByName(node); ok && len(n.PodCIDRs) > 0 {
+			log.Info("Pod CIDRs from the Node object", "node", node, "pod_cidrs", n.PodCIDRs)
+			return n.PodCIDRs, nil
+		}
+		if !logged {
+			log.Info("the Node has no Pod CIDR yet; waiting (give --pod-cidr where the cluster does not allocate them)", "node", node)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("--pod-cidr not given, and Node %q has no Pod CIDR: %w", node, ctx.Err())
+		case <-t.C:
+		}
+	}
+}
+
 // clusterCertDir fetches the aggregator's CA and the exporters' client
 // certificate from namespace ns through the API (see package kubecerts)
 // into a new private directory, and returns it for --tls-cert-dir. The
-// aggregator publishes them when it starts, so they are waited for.
+// aggregator publishes them when it starts, so they are waited for, until
+// ctx ends (/readyz says so meanwhile).
 func clusterCertDir(ctx context.Context, ns string, log *slog.Logger) (string, error) {
 	client, err := exporterAPIClient()
 	if err != nil {
@@ -92,8 +111,6 @@ func clusterCertDir(ctx context.Context, ns string, log *slog.Logger) (string, e
 	if err != nil {
 		return "", fmt.Errorf("--tls-from-namespace: %w", err)
 	}
-	ctx, cancel := context.WithTimeout(ctx, nodeLookupTimeout)
-	defer cancel()
 	for {
 		err := kubecerts.Fetch(ctx, client, ns, dir)
 		if err == nil {

@@ -83,9 +83,16 @@ type Options struct {
 	// waiting for the aggregator.
 	MaxConnections, BufferSize int
 	// MetricsAddress is where /metrics, /healthz and /readyz are served;
-	// empty serves none.
+	// empty serves none. API, if set, replaces it: a server its caller
+	// already serves (from before the exporter could be built, so that
+	// probes answer during the set-up), of Registry's metrics; the
+	// exporter only makes it ready.
 	MetricsAddress string
-	Log            *slog.Logger
+	API            *api.Server
+	// Registry, if set, receives the exporter's metrics; otherwise New
+	// makes one, with the Go and process collectors.
+	Registry *prometheus.Registry
+	Log      *slog.Logger
 }
 
 // Exporter is a configured exporter.
@@ -148,9 +155,12 @@ func New(o Options) (*Exporter, error) {
 	if o.DeniedRate < 0 || o.DeniedBurst < 0 {
 		return nil, errors.New("exporter: the denied-connection rate and burst must not be negative")
 	}
-	e := &Exporter{o: o, reg: prometheus.NewRegistry(), q: queue.New(o.BufferSize), pm: pm,
+	e := &Exporter{o: o, reg: o.Registry, q: queue.New(o.BufferSize), pm: pm,
 		denied: tokenBucket{rate: o.DeniedRate, burst: o.DeniedBurst}}
-	e.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	if e.reg == nil {
+		e.reg = prometheus.NewRegistry()
+		e.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	}
 	e.m = newMetrics(e.reg, e.q, o.Attributor)
 	e.store, err = connstore.New(connstore.Options[connMeta]{
 		ActiveTimeout: o.ActiveTimeout, IdleTimeout: o.IdleTimeout, MaxConnections: o.MaxConnections,
@@ -165,7 +175,9 @@ func New(o Options) (*Exporter, error) {
 			return nil, fmt.Errorf("exporter: %w", err)
 		}
 	}
-	if o.MetricsAddress != "" {
+	if o.API != nil {
+		e.api = o.API
+	} else if o.MetricsAddress != "" {
 		e.api = api.New(e.reg, o.Log)
 		if e.apiLn, err = net.Listen("tcp", o.MetricsAddress); err != nil {
 			return nil, fmt.Errorf("exporter: metrics address: %w", err)
@@ -231,7 +243,7 @@ func (e *Exporter) Run(ctx context.Context) error {
 	tdone := make(chan struct{})
 	go func() { defer close(tdone); _ = e.transport.Run(tctx, e.q) }()
 	apiDone := make(chan error, 1)
-	if e.api != nil {
+	if e.apiLn != nil {
 		go func() { apiDone <- e.api.Serve(ctx, e.apiLn) }()
 	} else {
 		apiDone <- nil

@@ -21,7 +21,7 @@ func resolver(c collectoraddr.Collector, store enrich.Store) func(ctx context.Co
 			return net.JoinHostPort(c.Host, port), nil
 		}
 		if store == nil {
-			return "", errors.New("the collector address names a Service, but there is no metadata source (--inventory or --kubeconfig) to look it up")
+			return "", errors.New("the collector address names a Service, but there is no metadata source (--in-cluster, --kubeconfig or --inventory) to look it up")
 		}
 		svc, ok := store.ServiceByName(ns, name)
 		if !ok || len(svc.ClusterIPs) == 0 {

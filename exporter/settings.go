@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -13,7 +14,12 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"sluice/api"
 	"sluice/certs"
+	"sluice/certs/kubecerts"
 	"sluice/enrich"
 	"sluice/exporter/attribution"
 	"sluice/exporter/collectoraddr"
@@ -38,6 +44,7 @@ type Settings struct {
 	Inventory    string   // --inventory
 	Kubeconfig   string   // --kubeconfig
 	InCluster    bool     // --in-cluster: metadata and attribution with the Pod's ServiceAccount
+	Attribution  bool     // --attribution (default true): policy attribution beside the metadata
 	Profile      string   // --ie-profile
 	// ProfileSet says --ie-profile was given (it applies to IPFIX only).
 	ProfileSet     bool
@@ -124,14 +131,67 @@ func parsePrefixes(flag string, vals []string) ([]netip.Prefix, error) {
 	return out, nil
 }
 
-// Run checks s, opens the sources it names and runs an exporter until ctx
-// ends.
+// Run checks s, serves /healthz, /readyz and /metrics at once, opens the
+// sources it names and runs an exporter until ctx ends. While it waits
+// for what the set-up needs (certificates, the cluster's metadata, the
+// Node's Pod CIDR), /healthz answers 200 and /readyz 503 with what it
+// waits for, so that probes do not restart it; ended during the set-up (a
+// SIGTERM), it returns nil.
 func (s Settings) Run(ctx context.Context, log *slog.Logger) error {
 	coll, podCIDRs, clusterCIDRs, err := s.check()
 	if err != nil {
 		return err
 	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	bgCtx, stopBg := context.WithCancel(ctx)
+	defer stopBg()
+	st := &setup{}
+	if s.MetricsAddress != "" {
+		ln, err := net.Listen("tcp", s.MetricsAddress)
+		if err != nil {
+			return fmt.Errorf("--metrics-address: %w", err)
+		}
+		st.api = api.New(reg, log)
+		wg.Go(func() {
+			if err := st.api.Serve(bgCtx, ln); err != nil {
+				log.Error("/healthz, /readyz and /metrics are no longer served", "err", err)
+			}
+		})
+		log.Info("serving /healthz, /readyz and /metrics", "address", ln.Addr().String())
+	}
+	st.waiting("starting")
+	err = s.run(ctx, bgCtx, &wg, st, reg, coll, podCIDRs, clusterCIDRs, log)
+	if err != nil && ctx.Err() != nil {
+		log.Info("stopped before the set-up was complete", "waiting_for", st.what)
+		return nil
+	}
+	return err
+}
+
+// setup is what the exporter waits for before it exports, for /readyz.
+type setup struct {
+	api  *api.Server // nil without --metrics-address
+	what string
+}
+
+func (st *setup) waiting(what string) {
+	st.what = what
+	if st.api != nil {
+		st.api.SetNotReady("waiting for " + what)
+	}
+}
+
+// run is Run once the probes are served: ctx is the run's, bgCtx (ended
+// when Run returns) that of the background tasks wg waits for.
+func (s Settings) run(ctx, bgCtx context.Context, wg *sync.WaitGroup, st *setup, reg *prometheus.Registry,
+	coll collectoraddr.Collector, podCIDRs, clusterCIDRs []netip.Prefix, log *slog.Logger) error {
+	var err error
 	if ns := s.TLS.FromNamespace; ns != "" {
+		st.waiting(fmt.Sprintf("the aggregator's certificates (ConfigMap %s and Secret %s in namespace %s)",
+			kubecerts.CAConfigMap, kubecerts.ClientSecret, ns))
 		if s.TLS.CertDir, err = clusterCertDir(ctx, ns, log); err != nil {
 			return err
 		}
@@ -144,38 +204,40 @@ func (s Settings) Run(ctx context.Context, log *slog.Logger) error {
 	if coll.Proto == "grpc" && s.ProfileSet {
 		log.Warn("--ie-profile applies to IPFIX only; over gRPC every field the exporter has is sent", "ie_profile", s.Profile)
 	}
-
-	var wg sync.WaitGroup
-	defer wg.Wait()
-	bgCtx, stopBg := context.WithCancel(ctx)
-	defer stopBg()
 	if tlsReload != nil {
 		wg.Go(func() { tlsReload.Run(bgCtx) })
 	}
 	meta, err := enrich.OpenSource(enrich.SourceOptions{Inventory: s.Inventory, Kubeconfig: s.Kubeconfig, InCluster: s.InCluster, Logger: log})
 	if err != nil {
-		if s.Inventory != "" {
-			return fmt.Errorf("--inventory: %w", err)
-		}
-		return fmt.Errorf("--kubeconfig: %w", err)
+		return fmt.Errorf("%s: %w", s.metadataFlag(), err)
 	}
 	var store enrich.Store
 	if meta != nil {
 		store = meta
+		st.waiting("the Pods, Nodes and Services of the cluster (" + s.metadataFlag() + ")")
 		wg.Go(func() { _ = meta.Run(bgCtx) })
 		select {
 		case <-meta.Ready():
 		case <-ctx.Done():
-			return nil
+			return ctx.Err()
 		}
 	}
 	if len(podCIDRs) == 0 && store != nil {
 		if n, ok := store.NodeByName(s.Node); ok {
 			podCIDRs = n.PodCIDRs
 		}
+		// The live cluster allocates Pod CIDRs after the Node registers:
+		// wait for the Node to get one, as its informer reports.
+		if len(podCIDRs) == 0 && s.Inventory == "" && s.Source != "synthetic" {
+			st.waiting(fmt.Sprintf("a Pod CIDR of Node %s (spec.podCIDRs; or give --pod-cidr)", s.Node))
+			if podCIDRs, err = waitPodCIDRs(ctx, store, s.Node, log); err != nil {
+				return err
+			}
+		}
 	}
 	if len(podCIDRs) == 0 && store == nil {
 		// In a Pod (or with $KUBECONFIG), the Node object tells.
+		st.waiting(fmt.Sprintf("a Pod CIDR of Node %s (spec.podCIDRs; or give --pod-cidr)", s.Node))
 		if podCIDRs, err = inClusterPodCIDRs(ctx, s.Node, s.Source == "synthetic", log); err != nil {
 			return err
 		}
@@ -188,23 +250,35 @@ func (s Settings) Run(ctx context.Context, log *slog.Logger) error {
 		log.Info("no Pod CIDR given; the synthetic source uses a default", "pod_cidr", podCIDRs[0])
 	}
 
-	attr, err := s.openAttribution(bgCtx, &wg, log)
+	attr, err := s.openAttribution(bgCtx, wg, log)
 	if err != nil {
 		return err
 	}
-	src, err := s.openSource(podCIDRs, clusterCIDRs)
+	src, err := s.openSource(podCIDRs, clusterCIDRs, reg, log)
 	if err != nil {
 		return err
 	}
+	st.waiting("the first read of the connection table")
 	e, err := New(Options{Node: s.Node, PodCIDRs: podCIDRs, ClusterCIDRs: clusterCIDRs, Source: src, Store: store, Attributor: attr,
 		Collector: coll, Profile: s.Profile, TLS: tlsConf, PollInterval: s.PollInterval, ActiveTimeout: s.ActiveTimeout,
 		IdleTimeout: s.IdleTimeout, MaxConnections: s.MaxConnections, BufferSize: s.BufferSize,
-		MetricsAddress: s.MetricsAddress, Log: log})
+		API: st.api, Registry: reg, Log: log})
 	if err != nil {
 		src.Close()
 		return err
 	}
 	return e.Run(ctx)
+}
+
+// metadataFlag names the flag of the metadata source, for errors.
+func (s *Settings) metadataFlag() string {
+	switch {
+	case s.Inventory != "":
+		return "--inventory"
+	case s.InCluster:
+		return "--in-cluster"
+	}
+	return "--kubeconfig"
 }
 
 // How often the policy attribution model is rebuilt at most: the
@@ -218,9 +292,13 @@ const (
 
 // openAttribution loads the policy model from the metadata source's
 // objects and keeps it current in the background; nil when there is no
-// metadata source. A state the model cannot use is a warning: the
+// metadata source or --attribution=false. A state the model cannot use is
+// a warning: the
 // exporter runs without attribution until a reload succeeds.
 func (s *Settings) openAttribution(ctx context.Context, wg *sync.WaitGroup, log *slog.Logger) (*attribution.Attributor, error) {
+	if !s.Attribution {
+		return nil, nil
+	}
 	if s.Inventory != "" {
 		a := attribution.New(attribution.Options{Log: log})
 		l := attribution.NewLoader(a, attribution.FileSource(s.Inventory), pipeline.DefaultConfig())
@@ -263,13 +341,16 @@ func (s *Settings) openAttribution(ctx context.Context, wg *sync.WaitGroup, log 
 	return a, nil
 }
 
-// openSource opens the connection source --source names.
-func (s *Settings) openSource(podCIDRs, clusterCIDRs []netip.Prefix) (source.Source, error) {
+// openSource opens the connection source --source names. For conntrack
+// it also makes sure conntrack counts bytes and packets (see
+// checkAccounting).
+func (s *Settings) openSource(podCIDRs, clusterCIDRs []netip.Prefix, reg prometheus.Registerer, log *slog.Logger) (source.Source, error) {
 	if s.Source == "conntrack" {
 		src, err := ctnetlink.Open(s.Netns)
 		if err != nil {
 			return nil, fmt.Errorf("--source conntrack: %w", err)
 		}
+		s.checkAccounting(reg, log)
 		return src, nil
 	}
 	src, err := synthetic.New(synthetic.Options{Rate: s.Rate, PodCIDRs: podCIDRs, PeerCIDRs: clusterCIDRs,
@@ -278,6 +359,33 @@ func (s *Settings) openSource(podCIDRs, clusterCIDRs []netip.Prefix) (source.Sou
 		return nil, fmt.Errorf("--source synthetic: %w", err)
 	}
 	return src, nil
+}
+
+// checkAccounting turns conntrack's accounting on in the network namespace
+// read when it is off: without it every counter of every record is 0. A
+// container whose /proc/sys is read-only cannot: then it warns, once, what
+// to set on the Node. The gauge follows the sysctl.
+func (s *Settings) checkAccounting(reg prometheus.Registerer, log *slog.Logger) {
+	was, _ := ctnetlink.Accounting(s.Netns)
+	on, err := ctnetlink.EnableAccounting(s.Netns)
+	switch {
+	case err != nil:
+		log.Warn("conntrack does not count bytes and packets, and the exporter cannot turn it on: "+
+			"the byte and packet counters of every flow record will be 0. "+
+			"Set the sysctl "+ctnetlink.AccountingSysctl+"=1 on the Node (in the network namespace the exporter reads), "+
+			"or run the exporter where /proc/sys is writable", "netns", s.Netns, "err", err)
+	case on && !was:
+		log.Info("turned conntrack accounting on, for the byte and packet counters (connections older than this have none)",
+			"sysctl", ctnetlink.AccountingSysctl+"=1", "netns", s.Netns)
+	}
+	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sluice_exporter_conntrack_accounting",
+		Help: "1 when conntrack counts bytes and packets (" + ctnetlink.AccountingSysctl + "=1 in the network namespace read); 0 when the counters are all 0."},
+		func() float64 {
+			if on, err := ctnetlink.Accounting(s.Netns); err == nil && on {
+				return 1
+			}
+			return 0
+		}))
 }
 
 // config is the client TLS configuration for the collector protocol: nil

@@ -56,6 +56,7 @@ chosen Antrea agent version. See docs/exporter.md.`,
 	fl.StringVar(&f.s.Inventory, "inventory", "", "Pod metadata from this file (kubectl get pods,nodes,services -A -o yaml), re-read when it changes")
 	fl.StringVar(&f.s.Kubeconfig, "kubeconfig", "", "Pod metadata and policy attribution from the cluster this kubeconfig names")
 	fl.BoolVar(&f.s.InCluster, "in-cluster", false, "Pod metadata and policy attribution from the cluster this Pod runs in, with its ServiceAccount (which needs get, list and watch on what docs/exporter.md lists)")
+	fl.BoolVar(&f.s.Attribution, "attribution", true, "with --in-cluster, --kubeconfig or --inventory: also name the policy rules and Egress acting on each connection; false keeps the Pod metadata only (and needs only pods, nodes and services)")
 	fl.StringVar(&f.s.Profile, "ie-profile", ipfixmap.NewestAgent, "IPFIX only: Antrea agent version whose elements are sent: "+fmt.Sprint(ipfixmap.AgentVersions()))
 	fl.Float64Var(&f.s.Rate, "rate", 100, "synthetic source: new connections per second")
 	fl.DurationVar(&f.s.PollInterval, "poll-interval", exporter.DefaultPollInterval, "how often the connection table is read (at least 1s)")

@@ -11,17 +11,15 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"sluice/flow"
 	"sluice/internal/testkit"
+	"sluice/internal/testkit/netns"
 	"sluice/internal/testkit/stubcollector"
 	"sluice/internal/testkit/testagg"
 )
@@ -167,38 +165,8 @@ func sweepStale(ip string) {
 	}
 }
 
-// inNetns runs fn on a thread inside the named namespace. Sockets made
-// there stay in it when used from other threads.
-func inNetns(name string, fn func() error) error {
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		orig, err := os.Open("/proc/thread-self/ns/net")
-		if err != nil {
-			errc <- err
-			return
-		}
-		defer orig.Close()
-		target, err := os.Open(filepath.Join("/var/run/netns", name))
-		if err != nil {
-			errc <- err
-			return
-		}
-		defer target.Close()
-		if err := unix.Setns(int(target.Fd()), unix.CLONE_NEWNET); err != nil {
-			errc <- fmt.Errorf("setns %s: %w", name, err)
-			return
-		}
-		err = fn()
-		// A thread that cannot go back is left locked, so it dies with
-		// this goroutine instead of serving others in the wrong namespace.
-		if unix.Setns(int(orig.Fd()), unix.CLONE_NEWNET) == nil {
-			runtime.UnlockOSThread()
-		}
-		errc <- err
-	}()
-	return <-errc
-}
+// inNetns runs fn on a thread inside the named namespace.
+var inNetns = netns.Do
 
 // buildSluice builds the command once per test binary.
 var buildOnce struct {

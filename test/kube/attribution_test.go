@@ -24,8 +24,9 @@ import (
 
 // TestExporterAttributionWatch follows the cluster state with the
 // informers of the exporter's policy attribution, authenticated as the
-// chart's exporter ServiceAccount. With the chart's defaults every list is
-// forbidden, an error naming the resource; with
+// chart's exporter ServiceAccount. With the chart's defaults (Pod
+// metadata only: Pods, Nodes, Services) every other list is forbidden, an
+// error naming the resource; with
 // exporter.attribution.enable=true every list and watch is allowed, the
 // same watch recovers, the model is built from what it holds, and a
 // NetworkPolicy created afterwards reaches a connection's verdict (a new
@@ -41,7 +42,8 @@ func TestExporterAttributionWatch(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The chart's defaults first: the exporter may only get Nodes.
+	// The chart's defaults first: the exporter may read Pods, Nodes and
+	// Services only.
 	installDefaults(t, ctx, c)
 	tidyForModel(t, ctx, c)
 	createFixture(t, ctx, adminDyn)
@@ -72,10 +74,13 @@ func TestExporterAttributionWatch(t *testing.T) {
 			return false, nil
 		}
 		msg := lastErr.Error()
-		for _, r := range []string{"pods", "namespaces", "networkpolicies.networking.k8s.io", "endpointslices.discovery.k8s.io"} {
+		for _, r := range []string{"namespaces", "networkpolicies.networking.k8s.io", "endpointslices.discovery.k8s.io"} {
 			if !strings.Contains(msg, "listing "+r+": ") || !strings.Contains(msg, "needs get, list and watch on "+r) {
 				return false, nil
 			}
+		}
+		if strings.Contains(msg, "listing pods: ") {
+			return false, fmt.Errorf("pods forbidden with the chart's defaults: %s", msg)
 		}
 		return strings.Contains(msg, "forbidden"), nil
 	}); err != nil {

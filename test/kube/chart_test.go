@@ -123,10 +123,14 @@ func chartVariants() []chartVariant {
 				t.Errorf("exporter env %+v: no NODE_NAME from spec.nodeName", ec.Env)
 			}
 			args := strings.Join(ec.Args, " ")
+			// Pod metadata from the cluster (the collector names a Service;
+			// Pods are named), without policy attribution.
 			if !strings.Contains(args, "--collector=flow-aggregator/flow-aggregator:14739:grpc") || strings.Contains(args, "--pod-cidr") ||
-				!strings.Contains(args, "--tls-from-namespace=flow-aggregator") || strings.Contains(args, "--in-cluster") {
+				!strings.Contains(args, "--tls-from-namespace=flow-aggregator") || !slices.Contains(ec.Args, "--in-cluster") ||
+				!slices.Contains(ec.Args, "--attribution=false") {
 				t.Errorf("exporter args %q", args)
 			}
+			checkExporterRBAC(t, r, false)
 			if _, ok := r["HorizontalPodAutoscaler/flow-aggregator"]; ok {
 				t.Error("an HPA by default")
 			}
@@ -153,9 +157,11 @@ func chartVariants() []chartVariant {
 		{name: "attribution", set: []string{"exporter.attribution.enable=true"}, check: func(t *testing.T, r rendered) {
 			var ds appsv1.DaemonSet
 			r.get(t, "DaemonSet", "flow-aggregator-exporter", &ds)
-			if args := ds.Spec.Template.Spec.Containers[0].Args; !slices.Contains(args, "--in-cluster") {
-				t.Errorf("exporter args %q: no --in-cluster", args)
+			if args := ds.Spec.Template.Spec.Containers[0].Args; !slices.Contains(args, "--in-cluster") ||
+				slices.ContainsFunc(args, func(a string) bool { return strings.HasPrefix(a, "--attribution") }) {
+				t.Errorf("exporter args %q: want --in-cluster, and attribution on (its default)", args)
 			}
+			checkExporterRBAC(t, r, true)
 		}},
 		{name: "no-traceflow", set: []string{"sluice.traceflow.enable=false"}, check: func(t *testing.T, r rendered) {
 			checkTraceflowRendered(t, r, aggregatorConfig(t, r), false)
@@ -349,5 +355,39 @@ func checkUIRendered(t *testing.T, r rendered, cfg *config.Aggregator, addr stri
 	}
 	if got != port {
 		t.Errorf("aggregator container port ui = %d, want %d", got, port)
+	}
+}
+
+// checkExporterRBAC checks the exporter's ClusterRole: get, list and watch
+// on Pods, Nodes and Services (Pod metadata, the Node's Pod CIDRs, the
+// aggregator's Service) always; on what the policy model is built from
+// only with attribution; nothing else.
+func checkExporterRBAC(t *testing.T, r rendered, attribution bool) {
+	t.Helper()
+	var role rbacv1.ClusterRole
+	r.get(t, "ClusterRole", "flow-aggregator-exporter", &role)
+	got := map[string]string{}
+	for _, rule := range role.Rules {
+		for _, g := range rule.APIGroups {
+			for _, res := range rule.Resources {
+				got[g+"/"+res] = strings.Join(rule.Verbs, ",")
+			}
+		}
+	}
+	want := map[string]string{"/pods": "get,list,watch", "/nodes": "get,list,watch", "/services": "get,list,watch"}
+	if attribution {
+		for _, k := range []string{"/namespaces", "discovery.k8s.io/endpointslices", "networking.k8s.io/networkpolicies",
+			"crd.antrea.io/egresses", "crd.antrea.io/networkpolicies", "crd.antrea.io/clusternetworkpolicies",
+			"crd.antrea.io/clustergroups", "crd.antrea.io/groups"} {
+			want[k] = "get,list,watch"
+		}
+	}
+	if len(got) != len(want) {
+		t.Errorf("ClusterRole flow-aggregator-exporter grants %v, want %v", got, want)
+	}
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("ClusterRole flow-aggregator-exporter grants %q on %s, want %q", got[k], k, v)
+		}
 	}
 }

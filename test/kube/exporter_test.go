@@ -17,7 +17,7 @@ import (
 // chart's exporter ServiceAccount, as the exporter does without
 // --pod-cidr: a dual-stack Node's two CIDRs, and a Node whose CIDR is
 // allocated only after the exporter started asking. The same account may
-// get Nodes, and nothing more.
+// read Pods, Nodes and Services (its Pod metadata), and nothing more.
 func TestExporterNodePodCIDRs(t *testing.T) {
 	c := cluster(t)
 	ctx := testContext(t, 2*time.Minute)
@@ -100,12 +100,13 @@ func TestExporterNodePodCIDRs(t *testing.T) {
 		t.Error("no error for a missing Node")
 	}
 
-	// Least privilege: get Nodes only.
+	// Least privilege: read Pods, Nodes and Services; no more without
+	// policy attribution.
 	for _, c := range []struct {
 		verb, resource string
 		want           bool
-	}{{"get", "nodes", true}, {"list", "nodes", false}, {"watch", "nodes", false}, {"get", "pods", false},
-		{"list", "secrets", false}, {"update", "nodes", false}} {
+	}{{"get", "nodes", true}, {"list", "nodes", true}, {"watch", "nodes", true}, {"watch", "pods", true}, {"list", "services", true},
+		{"list", "namespaces", false}, {"list", "secrets", false}, {"update", "nodes", false}, {"update", "pods", false}} {
 		ok, err := canI(ctx, sa, c.verb, c.resource)
 		if err != nil {
 			t.Fatal(err)
