@@ -22,6 +22,9 @@ command -v ovs-vswitchd >/dev/null || need+=(openvswitch-switch)
 # The Kubernetes tests: etcd beside a kube-apiserver built from source
 # (scripts/build-kube.sh, run by `make deps`).
 command -v etcd >/dev/null || need+=(etcd-server)
+# The image test imports the image into a containerd of its own, as a
+# containerd Node does (`ctr -n k8s.io images import`).
+command -v containerd >/dev/null || need+=(containerd)
 # The ClickHouse sink's tests start their own server (Debian's 18.16).
 command -v clickhouse-server >/dev/null || need+=(clickhouse-server)
 command -v clickhouse-client >/dev/null || need+=(clickhouse-client)
