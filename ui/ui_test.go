@@ -284,6 +284,10 @@ func TestWorkload(t *testing.T) {
 	for _, c := range []struct{ pod, labels, want string }{
 		{"frontend-1", `{"app":"frontend"}`, "frontend"},
 		{"web-7d9f8b6c5d-x2k9p", "", "web"},
+		// A suffix without a digit: only the pod-template-hash label tells
+		// it (the cluster's metadata names the Deployment; see
+		// Options.PodWorkload).
+		{"server-564c497b9d-hhbdl", `{"pod-template-hash":"564c497b9d"}`, "server"},
 		{"postgres-0", "{}", "postgres"},
 		{"coredns", "", "coredns"},
 		{"api-server", "", "api-server"},
