@@ -27,6 +27,14 @@ SLUICE_CACHE  ?= $(HOME)/.cache/sluice
 export SLUICE_CACHE
 HELM          := $(SLUICE_CACHE)/helm-$(HELM_VERSION)/helm
 
+# The release is the chart's appVersion, and nothing else: `make image`
+# stamps the binary with it and names the image as the chart's default
+# image (sluice:v<appVersion>; the image's index carries the normalized
+# name docker.io/library/sluice:v<appVersion> that kubelet looks for).
+VERSION       := $(shell sed -n 's/^appVersion: *"*\([^"]*\)"* *$$/\1/p' deploy/helm/sluice/Chart.yaml)
+IMAGE_REF     := sluice:v$(VERSION)
+STATIC_BINARY := bin/sluice-linux-static
+
 .PHONY: cluster-test cluster-up cluster-down test deps vet staticcheck unit interop fuzz bench soak build generate generate-check manifests manifests-check image ui ui-check ui-screenshots
 
 test: deps ui-check generate-check manifests-check vet staticcheck unit interop cluster-test fuzz
@@ -50,9 +58,11 @@ staticcheck:
 	$(GOBIN)/staticcheck ./...
 	cd interop && $(GOBIN)/staticcheck ./...
 
-# 20m: the Kubernetes and image tests build the sluice binary first.
-unit:
-	$(GO) test -race -timeout 20m ./...
+# 20m: the Kubernetes tests build the sluice binary first. The image test
+# takes the static binary `make image` built (SLUICE_STATIC_BINARY) rather
+# than compiling it again with flags no other build shares.
+unit: image
+	SLUICE_STATIC_BINARY=$(CURDIR)/$(STATIC_BINARY) $(GO) test -race -timeout 20m ./...
 
 interop:
 	cd interop && $(GO) test -race ./...
@@ -141,5 +151,5 @@ manifests-check: manifests
 # daemon or registry: bin/sluice-image.tar (see Dockerfile for the same
 # image with a builder).
 image:
-	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w" -o bin/sluice-linux-static ./cmd/sluice
-	$(GO) run ./cmd/sluice-image -binary bin/sluice-linux-static -o bin/sluice-image.tar -ref sluice:latest
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w -X main.version=$(VERSION)" -o $(STATIC_BINARY) ./cmd/sluice
+	$(GO) run ./cmd/sluice-image -binary $(STATIC_BINARY) -o bin/sluice-image.tar -ref $(IMAGE_REF)

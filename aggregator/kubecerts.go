@@ -2,9 +2,11 @@ package aggregator
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
 	"sluice/certs/kubecerts"
@@ -19,8 +21,9 @@ const clusterCertsTimeout = 30 * time.Second
 // metadata from the API server, and POD_NAMESPACE set as the chart does),
 // copies the CA kept in that namespace into the certificate directory
 // before certificates are generated there, and returns the function that
-// publishes the result for the exporters (see package kubecerts). Outside
-// a cluster both do nothing.
+// publishes the result for the exporters (see package kubecerts), owned by
+// the ConfigMap FA_CONFIG_MAP_NAME names (the chart's) so that uninstalling
+// the release deletes them. Outside a cluster both do nothing.
 func (a *Aggregator) restoreClusterCerts(dir string) (publish func() error, err error) {
 	none := func() error { return nil }
 	ns := os.Getenv("POD_NAMESPACE")
@@ -37,6 +40,16 @@ func (a *Aggregator) restoreClusterCerts(dir string) (publish func() error, err 
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), clusterCertsTimeout)
 	defer cancel()
+	var owner *metav1.OwnerReference
+	if name := os.Getenv(kubecerts.OwnerConfigMapEnv); name != "" {
+		// Before anything is generated: a missing grant stops the start.
+		if owner, err = kubecerts.Owner(ctx, client, ns, name); err != nil {
+			return none, fmt.Errorf("%s: %w", kubecerts.OwnerConfigMapEnv, err)
+		}
+	} else {
+		a.log.Warn("certificate objects get no owner: "+kubecerts.OwnerConfigMapEnv+" is not set, so uninstalling leaves them behind",
+			"namespace", ns)
+	}
 	found, err := kubecerts.Restore(ctx, client, ns, dir)
 	if err != nil {
 		return none, err
@@ -44,7 +57,7 @@ func (a *Aggregator) restoreClusterCerts(dir string) (publish func() error, err 
 	return func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), clusterCertsTimeout)
 		defer cancel()
-		if err := kubecerts.Publish(ctx, client, ns, dir, found); err != nil {
+		if err := kubecerts.Publish(ctx, client, ns, dir, found, owner); err != nil {
 			return err
 		}
 		a.log.Info("TLS certificates published for the exporters", "namespace", ns,

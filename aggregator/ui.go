@@ -3,7 +3,10 @@ package aggregator
 import (
 	"context"
 	"net"
+	"net/netip"
+	"time"
 
+	"sluice/enrich"
 	"sluice/flow"
 	"sluice/flow/flowjson"
 	"sluice/ring"
@@ -49,6 +52,9 @@ func (a *Aggregator) setupUI(o Options) error {
 	if uo.Cluster == nil && a.liveObjects != nil {
 		uo.Cluster = a.liveObjects
 	}
+	if a.meta != nil {
+		uo.PodWorkload = podWorkload(a.meta)
+	}
 	if a.encoded != nil {
 		// Records forwarded as octets never pass a.buf: the UI reads a
 		// sample of them from a buffer of its own.
@@ -75,6 +81,19 @@ func (a *Aggregator) setupUI(o Options) error {
 	}
 	a.ui = srv
 	return nil
+}
+
+// podWorkload names a Pod's workload from its controller as the metadata
+// source knows it: the Pod that held ip when the flow started, if it is
+// the Pod the record names.
+func podWorkload(meta enrich.Store) ui.PodWorkload {
+	return func(ns, pod string, ip netip.Addr, at time.Time) (string, string, bool) {
+		p, ok := meta.PodByIP(ip, at)
+		if !ok || p.Namespace != ns || p.Name != pod || !p.Workload.Known() {
+			return "", "", false
+		}
+		return p.Workload.Kind, p.Workload.Name, true
+	}
 }
 
 // runUI serves the UI and runs its tap until ctx ends; the returned

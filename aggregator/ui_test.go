@@ -6,6 +6,8 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -181,9 +183,77 @@ sluice: {ipfixAddress: "127.0.0.1:0", apiAddress: "127.0.0.1:0", ui: {address: "
 	}
 }
 
+// TestWebUIWorkloadFromOwner: with Pod metadata (here an inventory, as
+// `kubectl get pods -o yaml` prints it), the UI groups a Deployment's Pod
+// under the Deployment, read from the Pod's controller, though its name's
+// random suffix has no digit (which name parsing took for part of the
+// name); Pods the metadata does not place keep the guess from their name.
+func TestWebUIWorkloadFromOwner(t *testing.T) {
+	dir := t.TempDir()
+	inv := filepath.Join(dir, "inventory.yaml")
+	if err := os.WriteFile(inv, []byte(`apiVersion: v1
+kind: List
+items:
+- apiVersion: v1
+  kind: Pod
+  metadata:
+    name: server-564c497b9d-hhbdl
+    namespace: web
+    uid: 0b5b9d1e-0000-4000-8000-000000000001
+    creationTimestamp: "2025-01-01T00:00:00Z"
+    labels: {pod-template-hash: 564c497b9d, tier: backend}
+    ownerReferences:
+    - {apiVersion: apps/v1, kind: ReplicaSet, name: server-564c497b9d, uid: 0b5b9d1e-0000-4000-8000-000000000002, controller: true}
+  spec: {nodeName: node-a}
+  status: {podIP: 10.244.1.9}
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	coll := stubcollector.New(t)
+	a := testagg.Start(t, fmt.Sprintf(`
+mode: Proxy
+aggregatorTransportProtocol: tcp
+flowCollector: {enable: true, address: "%s:tcp"}
+sluice: {ipfixAddress: "127.0.0.1:0", apiAddress: "127.0.0.1:0", inventory: %s, ui: {address: "127.0.0.1:0"}, proxy: {fastPath: false}}
+`, coll.Addr(), inv))
+	base := "http://" + a.Addrs().UI
+	sendUIRecordsTo(t, a.Addrs().IPFIX, 2, "server-564c497b9d-hhbdl")
+	var page ui.FlowsPage
+	testkit.WaitFor(t, "2 rows in the UI", func() bool {
+		getJSON(t, base+"/api/flows", &page)
+		return len(page.Rows) == 2
+	})
+	for _, r := range page.Rows {
+		if r.DstWL != "server" || r.DstWLKind != "Deployment" || r.SrcWL != "client" || r.SrcWLKind != "" {
+			t.Errorf("row workloads: source %q (%q), destination %q (%q); want client (guessed), server (Deployment)",
+				r.SrcWL, r.SrcWLKind, r.DstWL, r.DstWLKind)
+		}
+	}
+	var g ui.Graph
+	getJSON(t, base+"/api/map", &g)
+	found := false
+	for _, e := range g.Endpoints {
+		if e.Pod == "server-564c497b9d-hhbdl" {
+			found = true
+			if e.Workload != "server" || e.WorkloadKind != "Deployment" {
+				t.Errorf("map endpoint %+v: want workload server (Deployment)", e)
+			}
+		}
+	}
+	if !found {
+		t.Errorf("no endpoint for the server Pod on the map: %+v", g.Endpoints)
+	}
+}
+
 // sendUIRecords sends n records of web/client-i to web/server over IPFIX
 // (TCP) to addr, as an Antrea v2.7 agent would.
 func sendUIRecords(t *testing.T, addr string, n int) {
+	t.Helper()
+	sendUIRecordsTo(t, addr, n, "server")
+}
+
+// sendUIRecordsTo is sendUIRecords to the Pod web/dstPod (10.244.1.9).
+func sendUIRecordsTo(t *testing.T, addr string, n int, dstPod string) {
 	t.Helper()
 	tb, _ := ipfixmap.NewTable(ipfix.DefaultRegistry())
 	names, _ := ipfixmap.AgentElements("v2.7", 4)
@@ -203,7 +273,7 @@ func sendUIRecords(t *testing.T, addr string, n int) {
 			SourcePort: uint16(40000 + i), DestinationPort: 443, Protocol: 6, FlowType: flow.FlowTypeIntraNode,
 			Stats:              flow.Stats{OctetTotalCount: 1000, PacketTotalCount: 10, OctetDeltaCount: 1000, PacketDeltaCount: 10},
 			SourcePodNamespace: "web", SourcePodName: fmt.Sprintf("client-%d", i), SourceNodeName: "node-a",
-			DestinationPodNamespace: "web", DestinationPodName: "server", DestinationNodeName: "node-a",
+			DestinationPodNamespace: "web", DestinationPodName: dstPod, DestinationNodeName: "node-a",
 		}
 		if err := ipfixmap.WriteRecord(enc.Begin(1, tmpl), els, &f); err != nil {
 			t.Fatal(err)

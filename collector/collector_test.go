@@ -43,7 +43,10 @@ func newHarnessWith(t testing.TB, buffer int, o collector.Options) *harness {
 		t.Fatal(err)
 	}
 	h := &harness{out: make(chan flow.Batch, buffer), m: collector.NewMetrics(prometheus.NewRegistry())}
-	o.Table, o.Out, o.Metrics, o.Log = tb, h.out, h.m, slog.New(slog.NewTextHandler(io.Discard, nil))
+	o.Table, o.Out, o.Metrics = tb, h.out, h.m
+	if o.Log == nil {
+		o.Log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
 	h.srv, err = collector.New(o)
 	if err != nil {
 		t.Fatal(err)

@@ -247,7 +247,9 @@ func (e *exportService) export(sctx context.Context, r *http.Request) error {
 			<-done
 		}
 	}()
-	log.Info("gRPC export stream opened")
+	// Exporters open a stream per export (every second or so): at info
+	// level that would be two lines per exporter per second.
+	log.Debug("gRPC export stream opened")
 	for {
 		var end streamEnd
 		select {
@@ -277,7 +279,7 @@ func (e *exportService) export(sctx context.Context, r *http.Request) error {
 					return err
 				}
 			}
-			log.Info("gRPC export stream closed", "records", end.n, "invalid", end.bad)
+			log.Debug("gRPC export stream closed", "records", end.n, "invalid", end.bad)
 			return nil
 		case end.counted:
 			return end.err

@@ -3,11 +3,13 @@ package collector_test
 import (
 	"context"
 	"crypto/tls"
+	"encoding/json"
 	"io"
 	"log/slog"
 	"net"
 	"net/netip"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -20,6 +22,7 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 
 	"sluice/certs"
+	"sluice/collector"
 	"sluice/exporter/grpcsend"
 	"sluice/exporter/queue"
 	"sluice/flow"
@@ -298,6 +301,47 @@ func TestGRPCWireCompatibility(t *testing.T) {
 	testkit.WaitFor(t, "2 skewed fields counted", func() bool {
 		return testutil.ToFloat64(h.m.SkewUnknown.WithLabelValues("127.0.0.1")) == 2
 	})
+}
+
+// TestGRPCStreamLogQuiet: a normal export stream (opened, records sent,
+// closed by the exporter) writes nothing at info level or above, since
+// exporters open one per export; its opening and closing are at debug
+// level. The log is captured at debug level so that the test sees the
+// lines it expects to be quiet.
+func TestGRPCStreamLogQuiet(t *testing.T) {
+	var logs testkit.LogBuffer
+	h := newHarnessWith(t, 16, collector.Options{Log: slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
+	b := bundle(t)
+	addr, _ := h.grpcServer(t, b)
+	sendRaw(t, addr, b, flowtest.Wire(flowtest.Full(1, false), nil, nil))
+	h.collect(t, 1)
+	// The handler logs the closing before it answers the exporter, and
+	// sendRaw returns with the answer.
+	var info, debug []string
+	for _, line := range strings.Split(strings.TrimSpace(logs.String()), "\n") {
+		var rec struct {
+			Level string `json:"level"`
+			Msg   string `json:"msg"`
+		}
+		if err := json.Unmarshal([]byte(line), &rec); err != nil {
+			t.Fatalf("log line %q: %v", line, err)
+		}
+		var lvl slog.Level
+		if err := lvl.UnmarshalText([]byte(rec.Level)); err != nil {
+			t.Fatalf("log line %q: %v", line, err)
+		}
+		if lvl >= slog.LevelInfo {
+			info = append(info, line)
+		} else if strings.Contains(rec.Msg, "stream") {
+			debug = append(debug, rec.Msg)
+		}
+	}
+	if len(info) > 0 {
+		t.Errorf("a normal export stream logged at info level or above:\n%s", strings.Join(info, "\n"))
+	}
+	if want := []string{"gRPC export stream opened", "gRPC export stream closed"}; !slices.Equal(debug, want) {
+		t.Errorf("debug lines about the stream %q, want %q", debug, want)
+	}
 }
 
 func TestGRPCInvalidRecordsAreCounted(t *testing.T) {

@@ -66,6 +66,9 @@ type Pod struct {
 	Created time.Time
 	// Deleted is when the Pod was seen to be gone; zero while it is alive.
 	Deleted time.Time
+	// Workload is what runs the Pod, from its controller owner reference
+	// (for the web UI's grouping; no record field carries it).
+	Workload Workload
 
 	// labelsJSON caches LabelsJSON for Pods owned by a Store; "" means not
 	// computed.

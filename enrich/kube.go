@@ -15,6 +15,7 @@ import (
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -667,6 +668,10 @@ func convertPod(p *corev1.Pod, invalid *atomic.Uint64) *Pod {
 	if len(ips) == 0 {
 		ips = appendAddr(ips, p.Status.PodIP, invalid)
 	}
+	var wl Workload
+	if c := metav1.GetControllerOfNoCopy(p); c != nil {
+		wl = workloadOf(c.Kind, c.Name, p.Labels)
+	}
 	return normalizePod(Pod{
 		Namespace: p.Namespace,
 		Name:      p.Name,
@@ -675,6 +680,7 @@ func convertPod(p *corev1.Pod, invalid *atomic.Uint64) *Pod {
 		Labels:    p.Labels,
 		IPs:       ips,
 		Created:   p.CreationTimestamp.Time,
+		Workload:  wl,
 	})
 }
 
@@ -752,7 +758,8 @@ func samePod(a, b *corev1.Pod) bool {
 		a.CreationTimestamp.Equal(&b.CreationTimestamp) &&
 		a.Status.PodIP == b.Status.PodIP &&
 		slices.Equal(a.Status.PodIPs, b.Status.PodIPs) &&
-		maps.Equal(a.Labels, b.Labels)
+		maps.Equal(a.Labels, b.Labels) &&
+		slices.Equal(a.OwnerReferences, b.OwnerReferences)
 }
 
 func sameNode(a, b *Node) bool {
@@ -773,8 +780,14 @@ func sameService(a, b *Service) bool {
 func trimObject(obj any) (any, error) {
 	switch o := obj.(type) {
 	case *corev1.Pod:
+		m := kubemeta.Trim(&o.ObjectMeta)
+		// The controller names the Pod's workload (for the web UI).
+		if c := metav1.GetControllerOfNoCopy(o); c != nil {
+			m.OwnerReferences = []metav1.OwnerReference{{APIVersion: c.APIVersion, Kind: c.Kind, Name: c.Name,
+				UID: c.UID, Controller: c.Controller}}
+		}
 		return &corev1.Pod{
-			ObjectMeta: kubemeta.Trim(&o.ObjectMeta),
+			ObjectMeta: m,
 			Spec:       corev1.PodSpec{NodeName: o.Spec.NodeName, HostNetwork: o.Spec.HostNetwork},
 			Status:     corev1.PodStatus{PodIP: o.Status.PodIP, PodIPs: o.Status.PodIPs},
 		}, nil

@@ -726,3 +726,56 @@ func BenchmarkKubeEventPerRebuild(b *testing.B) {
 		}
 	}
 }
+
+func withOwner(kind, name string, controller bool) kpodOpt {
+	return func(p *corev1.Pod) {
+		p.OwnerReferences = append(p.OwnerReferences, metav1.OwnerReference{APIVersion: "apps/v1", Kind: kind,
+			Name: name, UID: types.UID("u-" + name), Controller: &controller})
+	}
+}
+
+// TestKubePodWorkload: through the informers and their trim, a Pod's
+// workload is its controller, a Deployment's ReplicaSet read as the
+// Deployment (its name less the pod-template-hash), whatever the Pod's
+// name looks like; a Pod without a controller has none. An adoption (the
+// controller set later) is an update that is seen.
+func TestKubePodWorkload(t *testing.T) {
+	hash := map[string]string{"pod-template-hash": "564c497b9d"}
+	cases := []struct {
+		pod  *corev1.Pod
+		want Workload
+	}{
+		// A suffix without a digit: name parsing cannot tell it.
+		{kpod("server-564c497b9d-hhbdl", "u1", at(0), []string{"10.0.0.1"}, withLabels(hash),
+			withOwner("ReplicaSet", "server-564c497b9d", true)), Workload{"Deployment", "server"}},
+		{kpod("cache-0", "u2", at(0), []string{"10.0.0.2"}, withOwner("StatefulSet", "cache", true)), Workload{"StatefulSet", "cache"}},
+		{kpod("agent-x7k2p", "u3", at(0), []string{"10.0.0.3"}, withOwner("DaemonSet", "agent", true)), Workload{"DaemonSet", "agent"}},
+		{kpod("migrate-29012345-abcde", "u4", at(0), []string{"10.0.0.4"}, withOwner("Job", "migrate-29012345", true)), Workload{"Job", "migrate-29012345"}},
+		// A ReplicaSet of its own (no pod-template-hash): kept as it is.
+		{kpod("rs-abcde", "u5", at(0), []string{"10.0.0.5"}, withOwner("ReplicaSet", "rs", true)), Workload{"ReplicaSet", "rs"}},
+		// An owner that is not the controller does not name a workload.
+		{kpod("loose-abcde", "u6", at(0), []string{"10.0.0.6"}, withOwner("ReplicaSet", "loose", false)), Workload{}},
+		{kpod("bare", "u7", at(0), []string{"10.0.0.7"}), Workload{}},
+	}
+	var objs []kruntime.Object
+	for _, c := range cases {
+		objs = append(objs, c.pod)
+	}
+	h := startKube(t, KubeOptions{}, objs...)
+	for _, c := range cases {
+		p, ok := h.k.PodByIP(mustAddr(c.pod.Status.PodIP), time.Time{})
+		if !ok || p.Workload != c.want || p.Workload.Known() != (c.want != Workload{}) {
+			t.Errorf("Pod %s: workload %+v (found %v), want %+v", c.pod.Name, p.Workload, ok, c.want)
+		}
+	}
+
+	bare := cases[len(cases)-1].pod
+	withOwner("StatefulSet", "adopter", true)(bare)
+	if _, err := h.client.CoreV1().Pods("ns").Update(h.ctx, bare, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	testkit.WaitFor(t, "the adoption seen", func() bool {
+		p, ok := h.k.PodByIP(mustAddr(bare.Status.PodIP), time.Time{})
+		return ok && p.Workload == Workload{"StatefulSet", "adopter"}
+	})
+}

@@ -32,6 +32,12 @@ type (
 		UID               string            `json:"uid"`
 		CreationTimestamp string            `json:"creationTimestamp"`
 		Labels            map[string]string `json:"labels"`
+		OwnerReferences   []k8sOwnerRef     `json:"ownerReferences"`
+	}
+	k8sOwnerRef struct {
+		Kind       string `json:"kind"`
+		Name       string `json:"name"`
+		Controller bool   `json:"controller"`
 	}
 	k8sSpec struct {
 		NodeName    string           `json:"nodeName"`    // Pod
@@ -229,6 +235,13 @@ func (c *inventoryContents) addPod(obj *k8sObject) error {
 			ips = append(ips, ip)
 		}
 	}
+	var wl Workload
+	for _, o := range obj.Metadata.OwnerReferences {
+		if o.Controller {
+			wl = workloadOf(o.Kind, o.Name, obj.Metadata.Labels)
+			break
+		}
+	}
 	c.pods = append(c.pods, normalizePod(Pod{
 		Namespace: obj.Metadata.Namespace,
 		Name:      obj.Metadata.Name,
@@ -237,6 +250,7 @@ func (c *inventoryContents) addPod(obj *k8sObject) error {
 		Labels:    obj.Metadata.Labels,
 		IPs:       ips,
 		Created:   created,
+		Workload:  wl,
 	}))
 	return nil
 }

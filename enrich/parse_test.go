@@ -259,3 +259,41 @@ func BenchmarkParseInventory(b *testing.B) {
 		})
 	}
 }
+
+// TestInventoryPodWorkload: Pods read from `kubectl get -o yaml` name
+// their workload from their controller owner reference, as the informers'
+// do.
+func TestInventoryPodWorkload(t *testing.T) {
+	const doc = `apiVersion: v1
+kind: List
+items:
+- apiVersion: v1
+  kind: Pod
+  metadata:
+    name: server-564c497b9d-hhbdl
+    namespace: shop
+    labels: {app: web, pod-template-hash: 564c497b9d}
+    ownerReferences:
+    - {apiVersion: apps/v1, kind: ReplicaSet, name: server-564c497b9d, uid: u1, controller: true, blockOwnerDeletion: true}
+  status: {podIP: 10.0.0.1}
+- apiVersion: v1
+  kind: Pod
+  metadata:
+    name: bare
+    namespace: shop
+  status: {podIP: 10.0.0.2}
+`
+	inv, err := parseInventory(context.Background(), []byte(doc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]Workload{"server-564c497b9d-hhbdl": {"Deployment", "server"}, "bare": {}}
+	if len(inv.pods) != len(want) {
+		t.Fatalf("%d Pods, want %d", len(inv.pods), len(want))
+	}
+	for _, p := range inv.pods {
+		if p.Workload != want[p.Name] {
+			t.Errorf("Pod %s: workload %+v, want %+v", p.Name, p.Workload, want[p.Name])
+		}
+	}
+}

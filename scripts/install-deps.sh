@@ -24,7 +24,8 @@ command -v ovs-vswitchd >/dev/null || need+=(openvswitch-switch)
 command -v etcd >/dev/null || need+=(etcd-server)
 # The real-cluster tests (test/cluster, scripts/local-cluster.sh): a
 # container runtime and the bridge CNI beside the Kubernetes binaries
-# scripts/build-kube.sh builds.
+# scripts/build-kube.sh builds. The image test also imports the image into
+# a containerd of its own, as a containerd Node does.
 command -v containerd >/dev/null || need+=(containerd)
 command -v runc >/dev/null || need+=(runc)
 [[ -x /usr/lib/cni/bridge ]] || need+=(containernetworking-plugins)

@@ -118,12 +118,17 @@ EOF
   chmod 600 "$DIR/admin.kubeconfig"
 }
 
-save_sysctls() {
+# save_state records what `down` must put back: the sysctls, the nftables
+# tables that exist (the kubelet's iptables canaries make new ones), and
+# whether /run/netns is a mount yet (the first network namespace makes it).
+save_state() {
   : >"$DIR/sysctls.saved"
   for s in "${SYSCTLS[@]}"; do
     v=$(sysctl -n "$s" 2>/dev/null) || continue
     echo "$s=$v" >>"$DIR/sysctls.saved"
   done
+  nft list tables >"$DIR/nft-tables.saved"
+  if grep -q " /run/netns " /proc/self/mounts; then touch "$DIR/netns-mount.saved"; fi
 }
 
 network() {
@@ -216,8 +221,7 @@ control_plane() {
     --service-account-private-key-file "$p/sa.key" --root-ca-file "$p/ca.crt" \
     --cluster-cidr "$CLUSTER_CIDR" --allocate-node-cidrs=true --node-cidr-mask-size 24 \
     --service-cluster-ip-range "$SERVICE_CIDR" --use-service-account-credentials=true \
-    --leader-elect=false --bind-address 127.0.0.1 --secure-port 10257 \
-    --controllers '*,-cloud-node-lifecycle-controller,-service-lb-controller,-node-route-controller'
+    --leader-elect=false --bind-address 127.0.0.1 --secure-port 10257
   start kube-scheduler "$KBIN/kube-scheduler" --kubeconfig "$DIR/admin.kubeconfig" \
     --authentication-kubeconfig "$DIR/admin.kubeconfig" --authorization-kubeconfig "$DIR/admin.kubeconfig" \
     --leader-elect=false --bind-address 127.0.0.1 --secure-port 10259
@@ -291,7 +295,7 @@ up() {
   KBIN=$(KUBE_VERSION=${KUBE_VERSION:-v1.37.2} "$REPO/scripts/build-kube.sh")
   mkdir -p "$DIR/logs" "$DIR/pids"
   echo "$KBIN" >"$DIR/kubebin"
-  save_sysctls
+  save_state
   certs
   network
   containerd_
@@ -364,6 +368,26 @@ down() {
   for t in "ip kube-proxy" "ip6 kube-proxy" "inet sluice-local-cluster"; do
     nft list table $t >/dev/null 2>&1 && nft delete table $t
   done
+  # The kubelet's iptables chains (KUBE-IPTABLES-HINT, KUBE-KUBELET-CANARY),
+  # then the tables that did not exist before `up`.
+  for ipt in iptables ip6tables; do
+    for table in mangle nat filter; do
+      $ipt -t $table -S 2>/dev/null | grep -E '^-A [^ ]+ .*-j KUBE-' | grep -v '^-A KUBE-' | sed 's/^-A /-D /' |
+        while read -r rule; do eval "$ipt -t $table $rule" 2>/dev/null || true; done
+      for chain in $($ipt -t $table -S 2>/dev/null | awk '$1 == "-N" && $2 ~ /^KUBE-/ {print $2}'); do
+        $ipt -t $table -F "$chain" 2>/dev/null || true
+        $ipt -t $table -X "$chain" 2>/dev/null || true
+      done
+    done
+  done
+  if [[ -f $DIR/nft-tables.saved ]]; then
+    nft list tables | while read -r _ family name; do
+      grep -qx "table $family $name" "$DIR/nft-tables.saved" || nft delete table "$family" "$name" 2>/dev/null || true
+    done
+  fi
+  if [[ -f $DIR/sysctls.saved && ! -f $DIR/netns-mount.saved ]] && ! ls /run/netns/* >/dev/null 2>&1; then
+    umount /run/netns 2>/dev/null || true
+  fi
   ip link show "$BRIDGE" >/dev/null 2>&1 && ip link delete "$BRIDGE"
   if [[ -f $DIR/sysctls.saved ]]; then
     while IFS= read -r kv; do sysctl -qw "$kv" || true; done <"$DIR/sysctls.saved"

@@ -19,7 +19,7 @@ func BenchmarkTap(b *testing.B) {
 	}
 	h := newHistory(DefaultHistory)
 	g := newEdges(DefaultMaxEdges, prometheus.NewCounter(prometheus.CounterOpts{Name: "x"}))
-	wl := workloads{}
+	wl := &workloads{}
 	es := make([]entry, 0, 512)
 	now := time.Now()
 	b.ReportAllocs()

@@ -10,35 +10,41 @@ import (
 )
 
 // Row is one flow record as the Flows page shows it: the columns of its
-// table, named for the page. Every value is taken from the record;
-// nothing is guessed except Workload (see workload).
+// table, named for the page. Every value is taken from the record, but
+// the workloads: from the Pods' controllers when the cluster's metadata
+// knows them (the Kind fields say which), else guessed (see workload).
 type Row struct {
-	Seq      uint64 `json:"seq"`
-	Time     int64  `json:"t"` // end time, Unix milliseconds
-	Start    int64  `json:"start"`
-	SrcNS    string `json:"srcNs,omitempty"`
-	SrcPod   string `json:"srcPod,omitempty"`
-	SrcWL    string `json:"srcWl,omitempty"`
-	SrcNode  string `json:"srcNode,omitempty"`
-	SrcIP    string `json:"srcIp"`
-	SrcPort  uint16 `json:"srcPort"`
-	DstNS    string `json:"dstNs,omitempty"`
-	DstPod   string `json:"dstPod,omitempty"`
-	DstWL    string `json:"dstWl,omitempty"`
-	DstNode  string `json:"dstNode,omitempty"`
-	DstIP    string `json:"dstIp"`
-	DstPort  uint16 `json:"dstPort"`
-	Service  string `json:"svc,omitempty"`
-	Proto    string `json:"proto"`
-	Bytes    uint64 `json:"bytes"`
-	Delta    uint64 `json:"delta"`
-	BPS      uint64 `json:"bps"` // bits per second over the record's life
-	Policy   string `json:"policy,omitempty"`
-	Action   string `json:"action,omitempty"`
-	Egress   string `json:"egress,omitempty"`
-	EgressIP string `json:"egressIp,omitempty"`
-	EgressN  string `json:"egressNode,omitempty"`
-	FlowType string `json:"type,omitempty"`
+	Seq    uint64 `json:"seq"`
+	Time   int64  `json:"t"` // end time, Unix milliseconds
+	Start  int64  `json:"start"`
+	SrcNS  string `json:"srcNs,omitempty"`
+	SrcPod string `json:"srcPod,omitempty"`
+	SrcWL  string `json:"srcWl,omitempty"`
+	// SrcWLKind is the kind of the source Pod's controller (Deployment,
+	// StatefulSet, DaemonSet, Job...); "" when SrcWL is a guess.
+	SrcWLKind string `json:"srcWlKind,omitempty"`
+	SrcNode   string `json:"srcNode,omitempty"`
+	SrcIP     string `json:"srcIp"`
+	SrcPort   uint16 `json:"srcPort"`
+	DstNS     string `json:"dstNs,omitempty"`
+	DstPod    string `json:"dstPod,omitempty"`
+	DstWL     string `json:"dstWl,omitempty"`
+	// DstWLKind is SrcWLKind of the destination Pod.
+	DstWLKind string `json:"dstWlKind,omitempty"`
+	DstNode   string `json:"dstNode,omitempty"`
+	DstIP     string `json:"dstIp"`
+	DstPort   uint16 `json:"dstPort"`
+	Service   string `json:"svc,omitempty"`
+	Proto     string `json:"proto"`
+	Bytes     uint64 `json:"bytes"`
+	Delta     uint64 `json:"delta"`
+	BPS       uint64 `json:"bps"` // bits per second over the record's life
+	Policy    string `json:"policy,omitempty"`
+	Action    string `json:"action,omitempty"`
+	Egress    string `json:"egress,omitempty"`
+	EgressIP  string `json:"egressIp,omitempty"`
+	EgressN   string `json:"egressNode,omitempty"`
+	FlowType  string `json:"type,omitempty"`
 }
 
 func addrString(a netip.Addr) string {
@@ -71,31 +77,50 @@ func policyText(p flow.Policy) string {
 	return s
 }
 
-// workloads caches workload names by Pod and labels: the same Pods come
-// back record after record, and reading their labels is the costly part
-// of a row. Bounded: emptied when full.
-type workloads map[string]string
+// PodWorkload names the workload of the Pod ns/pod that held ip at time
+// at: its controller's kind and name (a Deployment for a Deployment's
+// ReplicaSet); ok is false when that is not known.
+type PodWorkload func(ns, pod string, ip netip.Addr, at time.Time) (kind, name string, ok bool)
+
+// workloads names the Pods' workloads: from known (the cluster's Pod
+// metadata) when it knows them, else guessed from labels and names,
+// guesses cached by Pod and labels (the same Pods come back record after
+// record, and reading their labels is the costly part of a row; the
+// cache is bounded: emptied when full). Known ones are not cached: the
+// Pod's metadata may arrive after its first records.
+type workloads struct {
+	known   PodWorkload
+	guessed map[string]string
+}
 
 const maxWorkloads = 4096
 
-func (w workloads) of(pod, labels string) string {
+func (w *workloads) of(ns, pod, labels string, ip netip.Addr, at time.Time) (kind, name string) {
 	if w == nil {
-		return workload(pod, labels)
+		return "", workload(pod, labels)
+	}
+	if w.known != nil {
+		if kind, name, ok := w.known(ns, pod, ip, at); ok {
+			return kind, name
+		}
+	}
+	if w.guessed == nil {
+		w.guessed = map[string]string{}
 	}
 	k := pod + "\x00" + labels
-	if v, ok := w[k]; ok {
-		return v
+	if v, ok := w.guessed[k]; ok {
+		return "", v
 	}
-	if len(w) >= maxWorkloads {
-		clear(w)
+	if len(w.guessed) >= maxWorkloads {
+		clear(w.guessed)
 	}
 	v := workload(pod, labels)
-	w[k] = v
-	return v
+	w.guessed[k] = v
+	return "", v
 }
 
 // newRow makes the page's row of f (wl may be nil).
-func newRow(seq uint64, f *flow.Flow, wl workloads) Row {
+func newRow(seq uint64, f *flow.Flow, wl *workloads) Row {
 	r := Row{
 		Seq: seq, Time: unixMilli(f.EndTime), Start: unixMilli(f.StartTime),
 		SrcNS: f.SourcePodNamespace, SrcPod: f.SourcePodName, SrcNode: f.SourceNodeName,
@@ -109,10 +134,10 @@ func newRow(seq uint64, f *flow.Flow, wl workloads) Row {
 		FlowType: flow.FlowTypeName(f.FlowType),
 	}
 	if r.SrcPod != "" {
-		r.SrcWL = wl.of(r.SrcPod, f.SourcePodLabels)
+		r.SrcWLKind, r.SrcWL = wl.of(r.SrcNS, r.SrcPod, f.SourcePodLabels, f.SourceIP, f.StartTime)
 	}
 	if r.DstPod != "" {
-		r.DstWL = wl.of(r.DstPod, f.DestinationPodLabels)
+		r.DstWLKind, r.DstWL = wl.of(r.DstNS, r.DstPod, f.DestinationPodLabels, f.DestinationIP, f.StartTime)
 	}
 	if d := f.EndTime.Sub(f.StartTime); d >= time.Second {
 		r.BPS = uint64(float64(r.Bytes*8) / d.Seconds())
@@ -140,10 +165,12 @@ func newRow(seq uint64, f *flow.Flow, wl workloads) Row {
 // denied reports whether the row's connection was dropped or rejected.
 func (r *Row) denied() bool { return r.Action == "Drop" || r.Action == "Reject" }
 
-// workload names the Pod's workload: its app.kubernetes.io/name or app
-// label when it has one, else its name without the suffixes a
-// ReplicaSet or StatefulSet adds (the part after the last dash when it
-// is a number or a hash-like token).
+// workload guesses the Pod's workload when its controller is not known:
+// its app.kubernetes.io/name or app label when it has one; else, with a
+// pod-template-hash label (a Deployment's Pod), its name up to
+// "-<hash>-"; else its name without the suffixes a ReplicaSet or
+// StatefulSet adds (the part after the last dash when it is a number or a
+// hash-like token: a guess, which misses random suffixes without a digit).
 func workload(pod, labels string) string {
 	if labels != "" && labels != "{}" {
 		var m map[string]string
@@ -151,6 +178,11 @@ func workload(pod, labels string) string {
 			for _, k := range []string{"app.kubernetes.io/name", "app"} {
 				if v := m[k]; v != "" {
 					return v
+				}
+			}
+			if h := m["pod-template-hash"]; h != "" {
+				if i := strings.LastIndex(pod, "-"+h+"-"); i > 0 {
+					return pod[:i]
 				}
 			}
 		}

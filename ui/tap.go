@@ -175,7 +175,7 @@ func (s *Server) tap(ctx context.Context) {
 	var es []entry
 	var lost uint64
 	seq := uint64(0)
-	wl := workloads{}
+	wl := &workloads{known: s.o.PodWorkload}
 	for {
 		var ok bool
 		batch, ok = c.Next(ctx, batch[:0], 512)
@@ -215,10 +215,13 @@ type Endpoint struct {
 	Kind     string `json:"kind"`
 	NS       string `json:"ns,omitempty"`
 	Workload string `json:"wl,omitempty"`
-	Pod      string `json:"pod,omitempty"`
-	Node     string `json:"node,omitempty"`
-	IP       string `json:"ip,omitempty"`
-	Egress   string `json:"egress,omitempty"`
+	// WorkloadKind is the kind of the Pod's controller; "" when Workload
+	// is guessed from the Pod's labels or name.
+	WorkloadKind string `json:"wlKind,omitempty"`
+	Pod          string `json:"pod,omitempty"`
+	Node         string `json:"node,omitempty"`
+	IP           string `json:"ip,omitempty"`
+	Egress       string `json:"egress,omitempty"`
 }
 
 // Edge is traffic from one endpoint to another.
@@ -277,12 +280,12 @@ func newEdges(max int, dropped prometheus.Counter) *edges {
 // when the traffic left through an Egress.
 func rowEndpoints(r *Row) (src, dst Endpoint, egress *Endpoint) {
 	if r.SrcPod != "" {
-		src = Endpoint{ID: "pod:" + r.SrcNS + "/" + r.SrcPod, Kind: KindPod, NS: r.SrcNS, Workload: r.SrcWL, Pod: r.SrcPod, Node: r.SrcNode, IP: r.SrcIP}
+		src = Endpoint{ID: "pod:" + r.SrcNS + "/" + r.SrcPod, Kind: KindPod, NS: r.SrcNS, Workload: r.SrcWL, WorkloadKind: r.SrcWLKind, Pod: r.SrcPod, Node: r.SrcNode, IP: r.SrcIP}
 	} else {
 		src = Endpoint{ID: "ip:" + r.SrcIP, Kind: KindExternal, IP: r.SrcIP}
 	}
 	if r.DstPod != "" {
-		dst = Endpoint{ID: "pod:" + r.DstNS + "/" + r.DstPod, Kind: KindPod, NS: r.DstNS, Workload: r.DstWL, Pod: r.DstPod, Node: r.DstNode, IP: r.DstIP}
+		dst = Endpoint{ID: "pod:" + r.DstNS + "/" + r.DstPod, Kind: KindPod, NS: r.DstNS, Workload: r.DstWL, WorkloadKind: r.DstWLKind, Pod: r.DstPod, Node: r.DstNode, IP: r.DstIP}
 	} else {
 		dst = Endpoint{ID: "ip:" + r.DstIP, Kind: KindExternal, IP: r.DstIP}
 	}

@@ -67,6 +67,11 @@ type Options struct {
 	// model needs.
 	Cluster  func(context.Context) ([]cluster.Object, error)
 	Settings modelrun.Settings
+	// PodWorkload names Pods' workloads from the cluster's metadata (their
+	// controllers), for the rows and the map's grouping; nil, or a Pod it
+	// does not know, and the workload is guessed from the Pod's labels
+	// and name.
+	PodWorkload PodWorkload
 	// Render renders a record with every field for the Flows page's
 	// details (the flow-record API's JSON); nil uses the record's Go
 	// fields.

@@ -6,7 +6,10 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
+	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -284,6 +287,10 @@ func TestWorkload(t *testing.T) {
 	for _, c := range []struct{ pod, labels, want string }{
 		{"frontend-1", `{"app":"frontend"}`, "frontend"},
 		{"web-7d9f8b6c5d-x2k9p", "", "web"},
+		// A suffix without a digit: only the pod-template-hash label tells
+		// it (the cluster's metadata names the Deployment; see
+		// Options.PodWorkload).
+		{"server-564c497b9d-hhbdl", `{"pod-template-hash":"564c497b9d"}`, "server"},
 		{"postgres-0", "{}", "postgres"},
 		{"coredns", "", "coredns"},
 		{"api-server", "", "api-server"},
@@ -299,5 +306,53 @@ func TestURL(t *testing.T) {
 		if got := URL(in); got != want {
 			t.Errorf("URL(%q) = %q, want %q", in, got, want)
 		}
+	}
+}
+
+// TestWorkloadFromPodWorkload: a Pod whose controller PodWorkload knows is
+// shown under that workload, with its kind, in the rows and on the map,
+// whatever its name; one it does not know keeps the guess from its name.
+func TestWorkloadFromPodWorkload(t *testing.T) {
+	buf := ring.New[*flow.Flow](64)
+	server := netip.MustParseAddr("10.244.2.7")
+	var asked atomic.Int64
+	known := func(ns, pod string, ip netip.Addr, at time.Time) (string, string, bool) {
+		asked.Add(1)
+		if ns == "shop" && pod == "server-564c497b9d-hhbdl" && ip == server && !at.IsZero() {
+			return "Deployment", "server", true
+		}
+		return "", "", false
+	}
+	s, hs := testServer(t, Options{Buffer: buf, PodWorkload: known})
+	f := flowtest.Full(1, true)
+	f.SourcePodNamespace, f.SourcePodName, f.SourcePodLabels = "shop", "client-7", ""
+	f.DestinationPodNamespace, f.DestinationPodName, f.DestinationPodLabels = "shop", "server-564c497b9d-hhbdl", ""
+	f.DestinationIP = server
+	buf.Produce(f)
+	waitSeen(t, s, 1)
+	var page FlowsPage
+	getJSON(t, hs.URL+"/api/flows", http.StatusOK, &page)
+	if len(page.Rows) != 1 {
+		t.Fatalf("%d rows", len(page.Rows))
+	}
+	r := page.Rows[0]
+	if r.DstWL != "server" || r.DstWLKind != "Deployment" || r.SrcWL != "client" || r.SrcWLKind != "" {
+		t.Errorf("workloads: source %q (%q), destination %q (%q); want client (guessed), server (Deployment)",
+			r.SrcWL, r.SrcWLKind, r.DstWL, r.DstWLKind)
+	}
+	var g Graph
+	getJSON(t, hs.URL+"/api/map", http.StatusOK, &g)
+	var wl []string
+	for _, e := range g.Endpoints {
+		if e.Kind == KindPod {
+			wl = append(wl, e.Pod+"="+e.WorkloadKind+"/"+e.Workload)
+		}
+	}
+	slices.Sort(wl)
+	if want := []string{"client-7=/client", "server-564c497b9d-hhbdl=Deployment/server"}; !slices.Equal(wl, want) {
+		t.Errorf("map endpoints %q, want %q", wl, want)
+	}
+	if asked.Load() == 0 {
+		t.Error("PodWorkload was never asked")
 	}
 }

@@ -12,6 +12,12 @@
 //
 // The aggregator calls Restore before it generates or renews certificates
 // in its directory (package certs) and Publish after; exporters call Fetch.
+//
+// The aggregator creates these objects at run time, so Helm does not know
+// them: Publish gives them an owner reference to an object of the release
+// (the aggregator's ConfigMap, see Owner), and Kubernetes' garbage
+// collector deletes them when `helm uninstall` deletes that object. Were
+// they left behind, a reinstall would take up the old CA.
 package kubecerts
 
 import (
@@ -74,12 +80,62 @@ func Restore(ctx context.Context, client kubernetes.Interface, ns, dir string) (
 	return true, nil
 }
 
+// OwnerConfigMapEnv names the environment variable holding the name of
+// the ConfigMap, in the aggregator's namespace, that owns the published
+// objects: the chart sets it to the aggregator's own ConfigMap
+// (<fullname>-configmap), as the reference's chart sets it.
+const OwnerConfigMapEnv = "FA_CONFIG_MAP_NAME"
+
+// Owner returns an owner reference to the ConfigMap name in namespace ns,
+// for Publish. It needs get on that ConfigMap.
+func Owner(ctx context.Context, client kubernetes.Interface, ns, name string) (*metav1.OwnerReference, error) {
+	cm, err := client.CoreV1().ConfigMaps(ns).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("kubecerts: reading ConfigMap %s/%s, the owner of the certificate objects: %w", ns, name, err)
+	}
+	// Neither controller nor blockOwnerDeletion: the owner is not a
+	// controller of these objects, and blocking its deletion would need
+	// update on its finalizers where that is enforced.
+	return &metav1.OwnerReference{APIVersion: "v1", Kind: "ConfigMap", Name: cm.Name, UID: cm.UID}, nil
+}
+
+// withOwner returns refs with owner in it and whether that changed refs.
+// A reference to an object of the owner's kind and name with another UID
+// (an owner deleted and created again) is replaced; other owners stay.
+func withOwner(refs []metav1.OwnerReference, owner *metav1.OwnerReference) ([]metav1.OwnerReference, bool) {
+	if owner == nil {
+		return refs, false
+	}
+	out := make([]metav1.OwnerReference, 0, len(refs)+1)
+	have := false
+	for _, r := range refs {
+		switch {
+		case r.UID == owner.UID:
+			have = true
+			out = append(out, r)
+		case r.Kind == owner.Kind && r.Name == owner.Name && r.APIVersion == owner.APIVersion:
+			// a stale reference: dropped
+		default:
+			out = append(out, r)
+		}
+	}
+	if have && len(out) == len(refs) {
+		return refs, false
+	}
+	if !have {
+		out = append(out, *owner)
+	}
+	return out, true
+}
+
 // Publish creates or updates the CA Secret, the CA ConfigMap and the
 // client Secret in namespace ns from the files in dir, leaving objects
-// that already hold the same data untouched. replaceCA is Restore's
-// answer: a CA Secret that appeared since (another replica's) is never
-// overwritten; that is ErrCAConflict.
-func Publish(ctx context.Context, client kubernetes.Interface, ns, dir string, replaceCA bool) error {
+// that already hold the same data and owner untouched. replaceCA is
+// Restore's answer: a CA Secret that appeared since (another replica's) is
+// never overwritten; that is ErrCAConflict. With owner (see Owner), every
+// object gets an owner reference to it, including objects an earlier
+// version created without one; nil leaves owner references as they are.
+func Publish(ctx context.Context, client kubernetes.Interface, ns, dir string, replaceCA bool, owner *metav1.OwnerReference) error {
 	read := func(name string) ([]byte, error) {
 		b, err := os.ReadFile(filepath.Join(dir, name))
 		if err != nil {
@@ -104,29 +160,34 @@ func Publish(ctx context.Context, client kubernetes.Interface, ns, dir string, r
 		return err
 	}
 	labels := map[string]string{"app.kubernetes.io/name": "sluice", "app.kubernetes.io/component": "aggregator"}
+	meta := func(name string) metav1.ObjectMeta {
+		m := metav1.ObjectMeta{Name: name, Namespace: ns, Labels: labels}
+		m.OwnerReferences, _ = withOwner(nil, owner)
+		return m
+	}
 	if err := putSecret(ctx, client, &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Name: CASecret, Namespace: ns, Labels: labels},
+		ObjectMeta: meta(CASecret),
 		Type:       corev1.SecretTypeOpaque,
 		Data:       map[string][]byte{certs.CACertFile: ca, certs.CAKeyFile: caKey},
-	}, replaceCA); err != nil {
+	}, replaceCA, owner); err != nil {
 		return err
 	}
 	if err := putConfigMap(ctx, client, &corev1.ConfigMap{
-		ObjectMeta: metav1.ObjectMeta{Name: CAConfigMap, Namespace: ns, Labels: labels},
+		ObjectMeta: meta(CAConfigMap),
 		Data:       map[string]string{certs.CACertFile: string(ca)},
-	}); err != nil {
+	}, owner); err != nil {
 		return err
 	}
 	return putSecret(ctx, client, &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Name: ClientSecret, Namespace: ns, Labels: labels},
+		ObjectMeta: meta(ClientSecret),
 		Type:       corev1.SecretTypeTLS,
 		Data:       map[string][]byte{corev1.TLSCertKey: crt, corev1.TLSPrivateKeyKey: key, certs.CACertFile: ca},
-	}, true)
+	}, true, owner)
 }
 
-// putSecret creates want or updates it when its data differ; with
-// replace false, differing data is ErrCAConflict instead.
-func putSecret(ctx context.Context, client kubernetes.Interface, want *corev1.Secret, replace bool) error {
+// putSecret creates want or updates it when its data or owner differ;
+// with replace false, differing data is ErrCAConflict instead.
+func putSecret(ctx context.Context, client kubernetes.Interface, want *corev1.Secret, replace bool, owner *metav1.OwnerReference) error {
 	api := client.CoreV1().Secrets(want.Namespace)
 	have, err := api.Get(ctx, want.Name, metav1.GetOptions{})
 	switch {
@@ -142,20 +203,25 @@ func putSecret(ctx context.Context, client kubernetes.Interface, want *corev1.Se
 	case err != nil:
 		return fmt.Errorf("kubecerts: reading Secret %s/%s: %w", want.Namespace, want.Name, err)
 	}
-	if sameBytes(have.Data, want.Data) {
+	refs, adopt := withOwner(have.OwnerReferences, owner)
+	same := sameBytes(have.Data, want.Data)
+	if same && !adopt {
 		return nil
 	}
-	if !replace {
+	if !same && !replace {
 		return ErrCAConflict
 	}
-	have.Data, have.Type = want.Data, want.Type
+	if !same {
+		have.Data, have.Type = want.Data, want.Type
+	}
+	have.OwnerReferences = refs
 	if _, err := api.Update(ctx, have, metav1.UpdateOptions{}); err != nil {
 		return fmt.Errorf("kubecerts: updating Secret %s/%s: %w", want.Namespace, want.Name, err)
 	}
 	return nil
 }
 
-func putConfigMap(ctx context.Context, client kubernetes.Interface, want *corev1.ConfigMap) error {
+func putConfigMap(ctx context.Context, client kubernetes.Interface, want *corev1.ConfigMap, owner *metav1.OwnerReference) error {
 	api := client.CoreV1().ConfigMaps(want.Namespace)
 	have, err := api.Get(ctx, want.Name, metav1.GetOptions{})
 	switch {
@@ -167,10 +233,11 @@ func putConfigMap(ctx context.Context, client kubernetes.Interface, want *corev1
 	case err != nil:
 		return fmt.Errorf("kubecerts: reading ConfigMap %s/%s: %w", want.Namespace, want.Name, err)
 	}
-	if have.Data[certs.CACertFile] == want.Data[certs.CACertFile] {
+	refs, adopt := withOwner(have.OwnerReferences, owner)
+	if have.Data[certs.CACertFile] == want.Data[certs.CACertFile] && !adopt {
 		return nil
 	}
-	have.Data = want.Data
+	have.Data, have.OwnerReferences = want.Data, refs
 	if _, err := api.Update(ctx, have, metav1.UpdateOptions{}); err != nil {
 		return fmt.Errorf("kubecerts: updating ConfigMap %s/%s: %w", want.Namespace, want.Name, err)
 	}

@@ -8,7 +8,8 @@ import (
 	"github.com/spf13/cobra"
 )
 
-// version is the release this source tree is; builds from a tag may set it
+// version is the release this source tree is (the chart's appVersion) as a
+// development build; `make image` and the Dockerfile set the release itself
 // with -ldflags "-X main.version=...".
 var version = "0.1.0-dev"
 

@@ -2,7 +2,9 @@
 // in a tar file, without a container daemon or a registry: one layer with
 // the static sluice binary, the users of /etc/passwd and a /tmp, on an
 // empty base (what the Dockerfile's final stage holds). The tar loads with
-// `podman load`, `skopeo copy oci-archive:...` or `docker load`.
+// `ctr images import` (containerd, what kubelet uses), `kind load
+// image-archive`, `podman load`, `skopeo copy oci-archive:...` or
+// `docker load`, under the image's normalized name (see Options.Ref).
 package image
 
 import (
@@ -36,6 +38,17 @@ const (
 	mediaLayer    = "application/vnd.oci.image.layer.v1.tar+gzip"
 )
 
+// Annotations of the layout index's manifest entry that name the image.
+const (
+	// AnnotationRefName is the OCI image specification's name of an
+	// image in a layout.
+	AnnotationRefName = "org.opencontainers.image.ref.name"
+	// AnnotationImageName is containerd's: `ctr images import` (and
+	// `kind load image-archive`, which runs it) takes the image's name from
+	// it and, without it, drops names that are not bare tags.
+	AnnotationImageName = "io.containerd.image.name"
+)
+
 // epoch stamps every file, so that the same binary gives the same image.
 var epoch = time.Unix(0, 0).UTC()
 
@@ -43,8 +56,11 @@ var epoch = time.Unix(0, 0).UTC()
 type Options struct {
 	// Binary is the static sluice executable to put in.
 	Binary string
-	// Ref is the image reference recorded in the layout's index
-	// (org.opencontainers.image.ref.name), such as "sluice:v0.1.0".
+	// Ref is the image reference, such as "sluice:v0.1.0". The layout's
+	// index records it normalized (see Normalize) in both
+	// AnnotationImageName and AnnotationRefName: kubelet asks the runtime
+	// for the normalized name of a Pod's image, so an image imported
+	// under the short name would not be found.
 	Ref string
 	// Arch is the GOARCH of Binary; runtime.GOARCH if empty.
 	Arch string
@@ -120,6 +136,10 @@ func Build(w io.Writer, o Options) (string, error) {
 	if o.Arch == "" {
 		o.Arch = runtime.GOARCH
 	}
+	name, err := Normalize(o.Ref)
+	if err != nil {
+		return "", fmt.Errorf("image: %w", err)
+	}
 	bin, err := os.ReadFile(o.Binary)
 	if err != nil {
 		return "", fmt.Errorf("image: %w", err)
@@ -174,9 +194,7 @@ func Build(w io.Writer, o Options) (string, error) {
 	}
 	idx := Index{SchemaVersion: 2, MediaType: mediaIndex, Manifests: []Descriptor{{
 		MediaType: mediaManifest, Digest: digest(manJSON), Size: int64(len(manJSON)),
-		// containerd's importer (ctr images import) names the image by
-		// its own annotation; the OCI one is for other tools.
-		Annotations: map[string]string{"org.opencontainers.image.ref.name": o.Ref, "io.containerd.image.name": o.Ref},
+		Annotations: map[string]string{AnnotationImageName: name, AnnotationRefName: name},
 		Platform:    &Platform{Architecture: o.Arch, OS: "linux"},
 	}}}
 	idxJSON, err := json.Marshal(idx)
@@ -209,6 +227,47 @@ func Build(w io.Writer, o Options) (string, error) {
 		return "", err
 	}
 	return digest(manJSON), nil
+}
+
+// Normalize gives the full name container runtimes and kubelet resolve an
+// image reference to, as Docker's reference grammar does: a first path
+// component with no ".", ":" or the name "localhost" is not a registry,
+// so the name is on docker.io, where one-component names are under
+// "library/"; no tag and no digest means ":latest". So "sluice:v0.1.0" is
+// "docker.io/library/sluice:v0.1.0".
+func Normalize(ref string) (string, error) {
+	if ref == "" || strings.ContainsAny(ref, " \t\n") || strings.HasPrefix(ref, "/") || strings.Contains(ref, "//") {
+		return "", fmt.Errorf("image reference %q is not valid", ref)
+	}
+	name, rest := ref, ""
+	if i := strings.IndexByte(ref, '@'); i >= 0 {
+		name, rest = ref[:i], ref[i:]
+	}
+	// A tag follows the last ":" after the last "/" (a ":" before it is a
+	// registry's port).
+	if i := strings.LastIndexByte(name, ':'); i > strings.LastIndexByte(name, '/') {
+		name, rest = name[:i], name[i:]+rest
+	}
+	if name == "" || strings.HasSuffix(name, "/") || rest == ":" {
+		return "", fmt.Errorf("image reference %q is not valid", ref)
+	}
+	domain, path, more := strings.Cut(name, "/")
+	if !more || (!strings.ContainsAny(domain, ".:") && domain != "localhost") {
+		domain, path = "docker.io", name
+	}
+	if domain == "index.docker.io" {
+		domain = "docker.io"
+	}
+	if path != strings.ToLower(path) {
+		return "", fmt.Errorf("image reference %q: repository names are lower case", ref)
+	}
+	if domain == "docker.io" && !strings.Contains(path, "/") {
+		path = "library/" + path
+	}
+	if rest == "" {
+		rest = ":latest"
+	}
+	return domain + "/" + path + rest, nil
 }
 
 // rootfs is the image's only layer, uncompressed.

@@ -136,7 +136,24 @@ func chartVariants() []chartVariant {
 			}
 			checkTraceflowRendered(t, r, cfg, true)
 			checkUIRendered(t, r, cfg, "", nil, 0)
+			checkSinkCredentials(t, r, nil)
+			if cfg.S3Uploader.Endpoint != "" {
+				t.Errorf("s3Uploader.endpoint %q by default", cfg.S3Uploader.Endpoint)
+			}
 		}},
+		{name: "sink-credentials", set: []string{"clickHouse.enable=true", "clickHouse.connectionSecret.username=flows",
+			"clickHouse.connectionSecret.password=pw", "s3Uploader.enable=true", "s3Uploader.bucketName=flows",
+			"s3Uploader.endpoint=http://minio.storage.svc:9000", "s3Uploader.awsCredentials.aws_access_key_id=AKID",
+			"s3Uploader.awsCredentials.aws_secret_access_key=SECRET", "s3Uploader.awsCredentials.aws_session_token=TOKEN"},
+			check: func(t *testing.T, r rendered) {
+				cfg := aggregatorConfig(t, r)
+				if !cfg.ClickHouse.Enable || !cfg.S3Uploader.Enable || cfg.S3Uploader.Endpoint != "http://minio.storage.svc:9000" {
+					t.Errorf("clickHouse.enable %v, s3Uploader.enable %v, s3Uploader.endpoint %q", cfg.ClickHouse.Enable,
+						cfg.S3Uploader.Enable, cfg.S3Uploader.Endpoint)
+				}
+				checkSinkCredentials(t, r, map[string]string{"CH_USERNAME": "flows", "CH_PASSWORD": "pw",
+					"AWS_ACCESS_KEY_ID": "AKID", "AWS_SECRET_ACCESS_KEY": "SECRET", "AWS_SESSION_TOKEN": "TOKEN"})
+			}},
 		{name: "ui", set: []string{"sluice.ui.enable=true"}, check: func(t *testing.T, r rendered) {
 			// On the Pod's loopback: kubectl port-forward reaches it, the
 			// Service does not list it.
@@ -388,6 +405,55 @@ func checkExporterRBAC(t *testing.T, r rendered, attribution bool) {
 	for k, v := range want {
 		if got[k] != v {
 			t.Errorf("ClusterRole flow-aggregator-exporter grants %q on %s, want %q", got[k], k, v)
+		}
+	}
+}
+
+// checkSinkCredentials checks that the aggregator takes the sinks'
+// credentials from the reference's Secrets, each optional, and, when want
+// names values, that the chart made those Secrets so that each variable
+// gets want's value (none made when want is nil). It also checks
+// FA_CONFIG_MAP_NAME, the owner of the certificate objects.
+func checkSinkCredentials(t *testing.T, r rendered, want map[string]string) {
+	t.Helper()
+	var d appsv1.Deployment
+	r.get(t, "Deployment", "flow-aggregator", &d)
+	refs := map[string]string{"CH_USERNAME": "clickhouse-secret/username", "CH_PASSWORD": "clickhouse-secret/password",
+		"AWS_ACCESS_KEY_ID":     "flow-aggregator-aws-credentials/aws_access_key_id",
+		"AWS_SECRET_ACCESS_KEY": "flow-aggregator-aws-credentials/aws_secret_access_key",
+		"AWS_SESSION_TOKEN":     "flow-aggregator-aws-credentials/aws_session_token"}
+	env := map[string]corev1.EnvVar{}
+	for _, e := range d.Spec.Template.Spec.Containers[0].Env {
+		env[e.Name] = e
+	}
+	if e := env["FA_CONFIG_MAP_NAME"]; e.Value != "flow-aggregator-configmap" {
+		t.Errorf("FA_CONFIG_MAP_NAME %+v, want the aggregator's ConfigMap flow-aggregator-configmap", e)
+	}
+	for name, ref := range refs {
+		e, ok := env[name]
+		if !ok || e.ValueFrom == nil || e.ValueFrom.SecretKeyRef == nil {
+			t.Errorf("aggregator env %s: %+v, want it from Secret %s", name, e, ref)
+			continue
+		}
+		k := e.ValueFrom.SecretKeyRef
+		if k.Name+"/"+k.Key != ref || k.Optional == nil || !*k.Optional {
+			t.Errorf("aggregator env %s from %s/%s (optional %v), want %s, optional", name, k.Name, k.Key, k.Optional, ref)
+			continue
+		}
+		_, made := r["Secret/"+k.Name]
+		if want == nil {
+			if made {
+				t.Errorf("Secret %s rendered though no credentials are set", k.Name)
+			}
+			continue
+		}
+		var sec corev1.Secret
+		r.get(t, "Secret", k.Name, &sec)
+		if sec.Namespace != d.Namespace {
+			t.Errorf("Secret %s in namespace %q, the aggregator's is %q", k.Name, sec.Namespace, d.Namespace)
+		}
+		if got := string(sec.Data[k.Key]); got != want[name] {
+			t.Errorf("%s from Secret %s key %s would be %q, want %q", name, k.Name, k.Key, got, want[name])
 		}
 	}
 }

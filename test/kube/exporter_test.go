@@ -148,6 +148,12 @@ func TestAggregatorLeastPrivilege(t *testing.T) {
 	}{{"update", "secrets", "flow-aggregator", "flow-aggregator-ca-tls", true},
 		{"get", "configmaps", "flow-aggregator", "flow-aggregator-ca", true},
 		{"create", "secrets", "flow-aggregator", "", true},
+		// Its ConfigMap, to make it the owner of the three; not to change it.
+		{"get", "configmaps", "flow-aggregator", "flow-aggregator-configmap", true},
+		{"update", "configmaps", "flow-aggregator", "flow-aggregator-configmap", false},
+		{"get", "configmaps", "flow-aggregator", "other", false},
+		// The sinks' credentials reach it as environment variables.
+		{"get", "secrets", "flow-aggregator", "clickhouse-secret", false},
 		{"get", "secrets", "flow-aggregator", "other", false},
 		{"get", "secrets", "kube-system", "flow-aggregator-ca-tls", false}} {
 		ok, err := canINamed(ctx, sa, c.verb, c.resource, c.ns, c.name)

@@ -42,10 +42,10 @@ func TestKubecertsCAConflict(t *testing.T) {
 		t.Fatalf("Restore in an empty namespace: %v, %v", found, err)
 	}
 	// The other replica publishes first.
-	if err := kubecerts.Publish(ctx, admin, ns, theirs, false); err != nil {
+	if err := kubecerts.Publish(ctx, admin, ns, theirs, false, nil); err != nil {
 		t.Fatal(err)
 	}
-	if err := kubecerts.Publish(ctx, admin, ns, mine, false); !errors.Is(err, kubecerts.ErrCAConflict) {
+	if err := kubecerts.Publish(ctx, admin, ns, mine, false, nil); !errors.Is(err, kubecerts.ErrCAConflict) {
 		t.Fatalf("Publish over another replica's CA: %v, want ErrCAConflict", err)
 	}
 	// Restarted with an empty directory, this replica adopts their CA.
@@ -60,7 +60,7 @@ func TestKubecertsCAConflict(t *testing.T) {
 	if !sameFile(t, filepath.Join(fresh, certs.CACertFile), filepath.Join(theirs, certs.CACertFile)) {
 		t.Fatal("the restored CA is not the published one")
 	}
-	if err := kubecerts.Publish(ctx, admin, ns, fresh, found); err != nil {
+	if err := kubecerts.Publish(ctx, admin, ns, fresh, found, nil); err != nil {
 		t.Fatal(err)
 	}
 	got := t.TempDir()

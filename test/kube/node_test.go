@@ -76,7 +76,7 @@ func (cr *chartRelease) publishCerts(t *testing.T, ctx context.Context, c *kubet
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := kubecerts.Publish(ctx, admin, cr.ns, dir, false); err != nil {
+	if err := kubecerts.Publish(ctx, admin, cr.ns, dir, false, nil); err != nil {
 		t.Fatal(err)
 	}
 }

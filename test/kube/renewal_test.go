@@ -51,7 +51,7 @@ func TestClusterCARenewedAtStart(t *testing.T) {
 		RenewBefore: 24 * time.Hour}); err != nil {
 		t.Fatal(err)
 	}
-	if err := kubecerts.Publish(ctx, admin, ns, old, true); err != nil {
+	if err := kubecerts.Publish(ctx, admin, ns, old, true, nil); err != nil {
 		t.Fatal(err)
 	}
 	oldCA, err := os.ReadFile(filepath.Join(old, certs.CACertFile))

@@ -7,12 +7,16 @@ export interface Row {
   srcNs?: string
   srcPod?: string
   srcWl?: string
+  // The kind of the Pod's controller (Deployment, StatefulSet...); absent
+  // when the workload is guessed from the Pod's labels or name.
+  srcWlKind?: string
   srcNode?: string
   srcIp: string
   srcPort: number
   dstNs?: string
   dstPod?: string
   dstWl?: string
+  dstWlKind?: string
   dstNode?: string
   dstIp: string
   dstPort: number
@@ -49,6 +53,7 @@ export interface Endpoint {
   kind: 'pod' | 'external' | 'egress'
   ns?: string
   wl?: string
+  wlKind?: string
   pod?: string
   node?: string
   ip?: string

@@ -37,7 +37,7 @@ function groupKey(e: Endpoint, g: Grouping): { id: string; label: string; detail
     case 'ns':
       return { id: 'ns:' + e.ns, label: e.ns ?? '', detail: 'namespace' }
     case 'wl':
-      return { id: 'wl:' + e.ns + '/' + e.wl, label: e.ns + '/' + e.wl, detail: 'workload' }
+      return { id: 'wl:' + e.ns + '/' + e.wl, label: e.ns + '/' + e.wl, detail: e.wlKind ?? 'workload' }
   }
   return { id: 'pod:' + e.ns + '/' + e.pod, label: e.ns + '/' + e.pod, detail: 'Pod' + (e.node ? ' on ' + e.node : '') }
 }

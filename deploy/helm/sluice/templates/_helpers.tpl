@@ -14,6 +14,13 @@ that name (the name exporters and certificates expect), else
 {{- end }}
 {{- end }}
 
+{{/* The aggregator's ConfigMap. The aggregator makes it the owner of the
+certificate objects it creates (FA_CONFIG_MAP_NAME), so that uninstalling
+deletes them. */}}
+{{- define "sluice.configMapName" -}}
+{{- printf "%s-configmap" (include "sluice.fullname" .) }}
+{{- end }}
+
 {{- define "sluice.exporterName" -}}
 {{- printf "%s-exporter" (include "sluice.fullname" .) | trunc 63 | trimSuffix "-" }}
 {{- end }}
