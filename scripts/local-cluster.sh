@@ -129,6 +129,7 @@ save_state() {
   done
   nft list tables >"$DIR/nft-tables.saved"
   if grep -q " /run/netns " /proc/self/mounts; then touch "$DIR/netns-mount.saved"; fi
+  ls /run/netns 2>/dev/null >"$DIR/netns.saved" || true
 }
 
 network() {
@@ -322,11 +323,22 @@ stop_pid() {
 down() {
   need_root
   [[ -d $DIR ]] || { log "nothing under $DIR"; return 0; }
-  # The kubelet first, so that it restarts nothing; then every container
-  # and sandbox through containerd, so their mounts and network
-  # namespaces go the ordinary way.
+  KBIN=$(cat "$DIR/kubebin" 2>/dev/null || true)
+  # No controller or scheduler makes new Pods; then every Pod is deleted
+  # and the kubelet tears each one down the ordinary way (the CNI's DEL
+  # frees its address and network namespace).
+  stop_pid kube-controller-manager
+  stop_pid kube-scheduler
+  if [[ -n $KBIN ]] && kubectl_ get --raw /readyz >/dev/null 2>&1; then
+    kubectl_ delete pods --all -A --grace-period=0 --force --wait=false >/dev/null 2>&1 || true
+    for _ in $(seq 120); do
+      [[ -z $(ctr -a "$SOCK" -n k8s.io containers ls -q 2>/dev/null) ]] && break
+      sleep 0.5
+    done
+  fi
   stop_pid kubelet
   stop_pid kube-proxy
+  # What is left (the kubelet did not finish): killed through containerd.
   if [[ -S $SOCK ]]; then
     for id in $(ctr -a "$SOCK" -n k8s.io tasks ls -q 2>/dev/null); do
       ctr -a "$SOCK" -n k8s.io tasks kill -s KILL "$id" >/dev/null 2>&1 || true
@@ -341,25 +353,27 @@ down() {
       ctr -a "$SOCK" -n k8s.io containers delete "$id" >/dev/null 2>&1 || true
     done
   fi
-  stop_pid kube-scheduler
-  stop_pid kube-controller-manager
   stop_pid kube-apiserver
   stop_pid etcd
   stop_pid containerd
   # Shims outlive containerd by design; theirs are ours.
   pkill -KILL -f "containerd-shim-runc-v2 .*-address $SOCK" 2>/dev/null || true
-  # Network namespaces the CNI made for the Pods (containerd names them
-  # cni-<uuid>); their veths go with them.
-  for ns in /var/run/netns/cni-*; do
+  # Network namespaces the CNI made for the Pods and the kubelet did not
+  # tear down (containerd names them cni-<uuid>): those that were not there
+  # before `up`. `ip netns add` (by anyone, meanwhile) may have mounted
+  # /run/netns over the folder that holds their mounts: that goes first.
+  if [[ -f $DIR/sysctls.saved && ! -f $DIR/netns-mount.saved ]]; then
+    while grep -q " /run/netns " /proc/self/mounts; do umount /run/netns 2>/dev/null || break; done
+  fi
+  for ns in /run/netns/cni-*; do
     [[ -e $ns ]] || continue
-    if ip netns exec "$(basename "$ns")" ip -o addr 2>/dev/null | grep -q "10\.244\.0\."; then
-      umount "$ns" 2>/dev/null || true
-      rm -f "$ns"
-    fi
+    grep -qx "$(basename "$ns")" "$DIR/netns.saved" 2>/dev/null && continue
+    while grep -q " $ns " /proc/self/mounts; do umount "$ns" 2>/dev/null || break; done
+    rm -f "$ns" 2>/dev/null || true
   done
   # Mounts under our folder (overlay roots, projected volumes, shm),
   # deepest first.
-  grep -o " $DIR[^ ]*" /proc/self/mounts | sort -r | while read -r m; do umount -l "$m" 2>/dev/null || true; done
+  { grep -o " $DIR[^ ]*" /proc/self/mounts || true; } | sort -r | while read -r m; do umount -l "$m" 2>/dev/null || true; done
   # cgroups the kubelet made.
   for c in /sys/fs/cgroup/*/kubepods /sys/fs/cgroup/kubepods; do
     [[ -d $c ]] || continue
@@ -372,9 +386,9 @@ down() {
   # then the tables that did not exist before `up`.
   for ipt in iptables ip6tables; do
     for table in mangle nat filter; do
-      $ipt -t $table -S 2>/dev/null | grep -E '^-A [^ ]+ .*-j KUBE-' | grep -v '^-A KUBE-' | sed 's/^-A /-D /' |
-        while read -r rule; do eval "$ipt -t $table $rule" 2>/dev/null || true; done
-      for chain in $($ipt -t $table -S 2>/dev/null | awk '$1 == "-N" && $2 ~ /^KUBE-/ {print $2}'); do
+      { $ipt -t $table -S 2>/dev/null || true; } | { grep -E '^-A [^ ]+ .*-j KUBE-' || true; } | { grep -v '^-A KUBE-' || true; } |
+        sed 's/^-A /-D /' | while read -r rule; do eval "$ipt -t $table $rule" 2>/dev/null || true; done
+      for chain in $({ $ipt -t $table -S 2>/dev/null || true; } | awk '$1 == "-N" && $2 ~ /^KUBE-/ {print $2}'); do
         $ipt -t $table -F "$chain" 2>/dev/null || true
         $ipt -t $table -X "$chain" 2>/dev/null || true
       done
@@ -385,9 +399,7 @@ down() {
       grep -qx "table $family $name" "$DIR/nft-tables.saved" || nft delete table "$family" "$name" 2>/dev/null || true
     done
   fi
-  if [[ -f $DIR/sysctls.saved && ! -f $DIR/netns-mount.saved ]] && ! ls /run/netns/* >/dev/null 2>&1; then
-    umount /run/netns 2>/dev/null || true
-  fi
+
   ip link show "$BRIDGE" >/dev/null 2>&1 && ip link delete "$BRIDGE"
   if [[ -f $DIR/sysctls.saved ]]; then
     while IFS= read -r kv; do sysctl -qw "$kv" || true; done <"$DIR/sysctls.saved"
