@@ -420,3 +420,57 @@ func TestNewRefusesUnsupportedSinks(t *testing.T) {
 		t.Errorf("New with the flow logger in Proxy mode: %v", err)
 	}
 }
+
+// TestRunEndsWhenTheMetadataSourceFails: a Pod metadata source whose Run
+// fails (here a real Kubernetes source, whose second Run is refused)
+// ends the aggregator's run with its error, instead of leaving a process
+// that serves records without enrichment and says nothing.
+func TestRunEndsWhenTheMetadataSourceFails(t *testing.T) {
+	dir := t.TempDir()
+	// A server that refuses connections: the permission check cannot ask
+	// it, which the aggregator tolerates (it starts anyway).
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	server := "https://" + ln.Addr().String()
+	ln.Close()
+	kc := filepath.Join(dir, "kubeconfig")
+	if err := os.WriteFile(kc, []byte(`apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: "`+server+`", insecure-skip-tls-verify: true}}]
+users: [{name: u, user: {token: t}}]
+contexts: [{name: c, context: {cluster: c, user: u}}]
+current-context: c
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.Parse([]byte(fmt.Sprintf("mode: Proxy\naggregatorTransportProtocol: tcp\nsluice:\n  ipfixAddress: 127.0.0.1:0\n  apiAddress: 127.0.0.1:0\n  grpcAddress: \"\"\n  kubeconfig: %s\n", kc)), "t.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := aggregator.New(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := a.MetadataSourceForTest()
+	if src == nil {
+		t.Fatal("no metadata source")
+	}
+	// Its one Run, ended at once: the aggregator's is then refused.
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := src.Run(ctx); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- a.Run(context.Background()) }()
+	select {
+	case err := <-done:
+		if err == nil || !strings.Contains(err.Error(), "Pod metadata source failed") || !strings.Contains(err.Error(), "more than once") {
+			t.Fatalf("run ended with %v, want the metadata source's error", err)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("Run did not return after its metadata source failed")
+	}
+}

@@ -162,7 +162,13 @@ func (s Settings) Run(ctx context.Context, log *slog.Logger) error {
 	var store enrich.Store
 	if meta != nil {
 		store = meta
-		wg.Go(func() { _ = meta.Run(bgCtx) })
+		// A source that fails closes Ready too: say so, or records would
+		// go without metadata and no one would know why.
+		wg.Go(func() {
+			if err := meta.Run(bgCtx); err != nil && bgCtx.Err() == nil {
+				log.Error("the Pod metadata source failed; records go on without its metadata", "err", err)
+			}
+		})
 		select {
 		case <-meta.Ready():
 		case <-ctx.Done():
