@@ -154,7 +154,8 @@ type FlowCollector struct {
 	// TemplateRefreshTimeout is how often templates are re-sent over UDP.
 	TemplateRefreshTimeout Duration `yaml:"templateRefreshTimeout"`
 	// MaxIPFIXMsgSize is the largest message sent; 0 means chosen from the
-	// transport (and the path MTU for UDP).
+	// transport: 65535 octets over TCP, 1400 over UDP (an Ethernet frame
+	// with room for the headers; the path MTU is not probed).
 	MaxIPFIXMsgSize int          `yaml:"maxIPFIXMsgSize"`
 	TLS             CollectorTLS `yaml:"tls"`
 	// IncludeK8sNames exports the names of Pods, Nodes and so on.
