@@ -13,6 +13,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -54,6 +55,20 @@ func metrics(t *testing.T, api string) string {
 // them with the Proxy-mode elements; a client without a certificate is
 // refused and counted. The same, record for record, on the fast path
 // (the default) and without it.
+// metricValue is the value of series (name and labels, as /metrics
+// prints them) in the text m, or -1 when m has none.
+func metricValue(m, series string) float64 {
+	for line := range strings.Lines(m) {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), series+" "); ok {
+			f, err := strconv.ParseFloat(v, 64)
+			if err == nil {
+				return f
+			}
+		}
+	}
+	return -1
+}
+
 func TestProxyOverMutualTLS(t *testing.T) {
 	for _, fast := range []bool{true, false} {
 		t.Run(fmt.Sprintf("fastPath=%v", fast), func(t *testing.T) { testProxyOverMutualTLS(t, fast) })
@@ -202,7 +217,13 @@ sluice: {ipfixAddress: "127.0.0.1:0", apiAddress: "127.0.0.1:0"}
 		f.Stats.OctetTotalCount = 990 // the destination saw a little less
 	})
 	testkit.WaitFor(t, "20 correlated records", func() bool { return coll.Len() >= 20 })
-	time.Sleep(1500 * time.Millisecond) // nothing more should come: one record per connection
+	// Nothing more comes: the store has taken all 40 records, and the
+	// collector holds every record the sink sent.
+	testkit.WaitFor(t, "the collector to hold what the sink sent", func() bool {
+		m := metrics(t, a.Addrs().API)
+		return metricValue(m, "sluice_aggregate_records_total") == 40 &&
+			metricValue(m, `sluice_sink_records_exported_total{sink="flowCollector"}`) == float64(coll.Len())
+	})
 	got := coll.Records()
 	if len(got) != 20 {
 		t.Fatalf("%d records for 20 connections", len(got))
