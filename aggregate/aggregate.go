@@ -251,7 +251,7 @@ func (s *Store) Add(now time.Time, f *flow.Flow, emit func(*flow.Flow)) {
 
 	i, slot, ok := s.lookup(h, &k)
 	if !ok {
-		s.create(nowNs, h, slot, &k, f, corr, sd, ingressHalf, emit)
+		s.create(&arrival{f: f, k: k, h: h, nowNs: nowNs, corr: corr, sd: sd, ingressHalf: ingressHalf}, slot, emit)
 		return
 	}
 	e := s.slab.at(i)
@@ -294,9 +294,23 @@ func (s *Store) lookup(h uint32, k *key) (i, slot uint32, ok bool) {
 	}
 }
 
+// arrival is a record as Add classified it: its flow's key and the key's
+// hash, when it came, whether it needs correlation, which Node's side it
+// is, and whether it is the ingress-Node half of a from-external flow.
+type arrival struct {
+	f           *flow.Flow
+	k           key
+	h           uint32
+	nowNs       int64
+	corr        bool
+	sd          side
+	ingressHalf bool
+}
+
 // create stores the first record of a flow (§3.3); slot is the index slot
 // lookup found for it.
-func (s *Store) create(nowNs int64, h, slot uint32, k *key, f *flow.Flow, corr bool, sd side, ingressHalf bool, emit func(*flow.Flow)) {
+func (s *Store) create(a *arrival, slot uint32, emit func(*flow.Flow)) {
+	f, h, nowNs, corr, sd := a.f, a.h, a.nowNs, a.corr, a.sd
 	if s.n >= s.maxFlows {
 		s.evictOldest(emit)
 		// Removal shifts slots back: look for the slot again.
@@ -304,7 +318,7 @@ func (s *Store) create(nowNs int64, h, slot uint32, k *key, f *flow.Flow, corr b
 	}
 	i := s.slab.alloc()
 	e := s.slab.at(i)
-	e.key = *k
+	e.key = a.k
 	e.hash = h
 	e.flags = fLive | fUpdated
 	e.present = f.Present
@@ -325,7 +339,7 @@ func (s *Store) create(nowNs int64, h, slot uint32, k *key, f *flow.Flow, corr b
 	e.snatPort = f.ProxySnatPort
 	e.ingType, e.ingAc = f.Ingress.Type, f.Ingress.RuleAction
 	e.egType, e.egAc = f.Egress.Type, f.Egress.RuleAction
-	if ingressHalf {
+	if a.ingressHalf {
 		e.flags |= fSrcIP
 		e.str[sSrcIP] = s.strs.addAddr(f.SourceIP)
 		e.srcPort = f.SourcePort

@@ -8,6 +8,7 @@ package aggregator
 import (
 	"context"
 	"crypto/tls"
+	"fmt"
 	"log/slog"
 	"net"
 	"sync"
@@ -252,7 +253,17 @@ func (a *Aggregator) Run(ctx context.Context) error {
 		stages.Go(func() { a.certReloader.Run(runCtx) })
 	}
 	if a.meta != nil {
-		stages.Go(func() { _ = a.meta.Run(runCtx) })
+		// A source that fails (while setting up, say) closes Ready too:
+		// without this the aggregator would serve on without enrichment
+		// and without a word. It ends the run like a failed listener.
+		stages.Go(func() {
+			if err := a.meta.Run(runCtx); err != nil && runCtx.Err() == nil {
+				select {
+				case errs <- fmt.Errorf("the Pod metadata source failed: %w", err):
+				default:
+				}
+			}
+		})
 		// Like the reference, wait (bounded by the source's own sync
 		// timeout) for the cluster's objects before taking records, so
 		// that early records are enriched too.

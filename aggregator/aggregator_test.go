@@ -13,6 +13,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -54,6 +55,20 @@ func metrics(t *testing.T, api string) string {
 // them with the Proxy-mode elements; a client without a certificate is
 // refused and counted. The same, record for record, on the fast path
 // (the default) and without it.
+// metricValue is the value of series (name and labels, as /metrics
+// prints them) in the text m, or -1 when m has none.
+func metricValue(m, series string) float64 {
+	for line := range strings.Lines(m) {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), series+" "); ok {
+			f, err := strconv.ParseFloat(v, 64)
+			if err == nil {
+				return f
+			}
+		}
+	}
+	return -1
+}
+
 func TestProxyOverMutualTLS(t *testing.T) {
 	for _, fast := range []bool{true, false} {
 		t.Run(fmt.Sprintf("fastPath=%v", fast), func(t *testing.T) { testProxyOverMutualTLS(t, fast) })
@@ -202,7 +217,13 @@ sluice: {ipfixAddress: "127.0.0.1:0", apiAddress: "127.0.0.1:0"}
 		f.Stats.OctetTotalCount = 990 // the destination saw a little less
 	})
 	testkit.WaitFor(t, "20 correlated records", func() bool { return coll.Len() >= 20 })
-	time.Sleep(1500 * time.Millisecond) // nothing more should come: one record per connection
+	// Nothing more comes: the store has taken all 40 records, and the
+	// collector holds every record the sink sent.
+	testkit.WaitFor(t, "the collector to hold what the sink sent", func() bool {
+		m := metrics(t, a.Addrs().API)
+		return metricValue(m, "sluice_aggregate_records_total") == 40 &&
+			metricValue(m, `sluice_sink_records_exported_total{sink="flowCollector"}`) == float64(coll.Len())
+	})
 	got := coll.Records()
 	if len(got) != 20 {
 		t.Fatalf("%d records for 20 connections", len(got))
@@ -418,5 +439,59 @@ func TestNewRefusesUnsupportedSinks(t *testing.T) {
 	_, err := aggregator.New(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err == nil || !strings.Contains(err.Error(), "flowLogger.enable: the flow logger sink cannot be used in Proxy mode") {
 		t.Errorf("New with the flow logger in Proxy mode: %v", err)
+	}
+}
+
+// TestRunEndsWhenTheMetadataSourceFails: a Pod metadata source whose Run
+// fails (here a real Kubernetes source, whose second Run is refused)
+// ends the aggregator's run with its error, instead of leaving a process
+// that serves records without enrichment and says nothing.
+func TestRunEndsWhenTheMetadataSourceFails(t *testing.T) {
+	dir := t.TempDir()
+	// A server that refuses connections: the permission check cannot ask
+	// it, which the aggregator tolerates (it starts anyway).
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	server := "https://" + ln.Addr().String()
+	ln.Close()
+	kc := filepath.Join(dir, "kubeconfig")
+	if err := os.WriteFile(kc, []byte(`apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: "`+server+`", insecure-skip-tls-verify: true}}]
+users: [{name: u, user: {token: t}}]
+contexts: [{name: c, context: {cluster: c, user: u}}]
+current-context: c
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.Parse([]byte(fmt.Sprintf("mode: Proxy\naggregatorTransportProtocol: tcp\nsluice:\n  ipfixAddress: 127.0.0.1:0\n  apiAddress: 127.0.0.1:0\n  grpcAddress: \"\"\n  kubeconfig: %s\n", kc)), "t.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := aggregator.New(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := a.MetadataSourceForTest()
+	if src == nil {
+		t.Fatal("no metadata source")
+	}
+	// Its one Run, ended at once: the aggregator's is then refused.
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := src.Run(ctx); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- a.Run(context.Background()) }()
+	select {
+	case err := <-done:
+		if err == nil || !strings.Contains(err.Error(), "Pod metadata source failed") || !strings.Contains(err.Error(), "more than once") {
+			t.Fatalf("run ended with %v, want the metadata source's error", err)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("Run did not return after its metadata source failed")
 	}
 }

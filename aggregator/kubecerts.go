@@ -2,12 +2,15 @@ package aggregator
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
 
 	"sluice/certs/kubecerts"
 	"sluice/enrich"
@@ -64,4 +67,43 @@ func (a *Aggregator) restoreClusterCerts(dir string) (publish func() error, err 
 			"configMap", kubecerts.CAConfigMap, "secret", kubecerts.ClientSecret)
 		return nil
 	}, nil
+}
+
+// inClusterNamespaceFile is where a Pod's service account namespace is.
+const inClusterNamespaceFile = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
+
+// kubeAccess is sink.Env.Kube: a client of the cluster the aggregator
+// reads metadata from (sluice.kubeconfig, or the Pod's service account)
+// and the namespace it runs in: POD_NAMESPACE (the chart sets it), else
+// the kubeconfig context's namespace ("default" when it names none), else
+// the service account's.
+func (a *Aggregator) kubeAccess() (kubernetes.Interface, string, error) {
+	kc := a.cfg.Sluice.Kubeconfig
+	if kc == "" && !enrich.InClusterEnv() {
+		return nil, "", errors.New("neither sluice.kubeconfig nor a Pod's service account")
+	}
+	rc, err := enrich.KubeConfig(kc)
+	if err != nil {
+		return nil, "", err
+	}
+	client, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return nil, "", fmt.Errorf("kubernetes client: %w", err)
+	}
+	ns := os.Getenv("POD_NAMESPACE")
+	switch {
+	case ns != "":
+	case kc != "":
+		cc := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(&clientcmd.ClientConfigLoadingRules{ExplicitPath: kc}, &clientcmd.ConfigOverrides{})
+		if ns, _, err = cc.Namespace(); err != nil {
+			return nil, "", fmt.Errorf("kubeconfig %s: namespace: %w", kc, err)
+		}
+	default:
+		b, err := os.ReadFile(inClusterNamespaceFile)
+		if err != nil {
+			return nil, "", fmt.Errorf("the Pod's namespace (set POD_NAMESPACE): %w", err)
+		}
+		ns = strings.TrimSpace(string(b))
+	}
+	return client, ns, nil
 }

@@ -156,6 +156,38 @@ func LoadClient(certFile, keyFile, caFile string) (*Bundle, error) {
 	return b, nil
 }
 
+// PEM is TLS material held in memory (read from a Kubernetes Secret, say),
+// with the name errors give it ("Secret ns/name key tls.crt").
+type PEM struct {
+	Data []byte
+	Name string
+}
+
+// ParseClient is LoadClient for material in memory: ca verifies the
+// server (no Data: the system roots), cert and key are the client pair
+// (both or neither).
+func ParseClient(cert, key, ca PEM) (*Bundle, error) {
+	if (len(cert.Data) == 0) != (len(key.Data) == 0) {
+		return nil, errors.New("certs: a client certificate and its key must be given together")
+	}
+	b := &Bundle{}
+	if len(cert.Data) > 0 {
+		pair, err := parsePair(cert, key)
+		if err != nil {
+			return nil, err
+		}
+		b.Client = &pair
+	}
+	if len(ca.Data) > 0 {
+		pool, err := parsePool(ca)
+		if err != nil {
+			return nil, err
+		}
+		b.CAPool = pool
+	}
+	return b, nil
+}
+
 // loadPair reads and checks a certificate file and its key file, naming the
 // faulty file in errors.
 func loadPair(certFile, keyFile string) (tls.Certificate, error) {
@@ -167,16 +199,22 @@ func loadPair(certFile, keyFile string) (tls.Certificate, error) {
 	if err != nil {
 		return tls.Certificate{}, fmt.Errorf("certs: reading key: %w", err)
 	}
-	certs, err := parseCerts(certPEM)
+	return parsePair(PEM{certPEM, certFile}, PEM{keyPEM, keyFile})
+}
+
+// parsePair checks a certificate and its key, naming the faulty one in
+// errors.
+func parsePair(cert, key PEM) (tls.Certificate, error) {
+	certs, err := parseCerts(cert.Data)
 	if err != nil {
-		return tls.Certificate{}, fmt.Errorf("certs: %s: %w", certFile, err)
+		return tls.Certificate{}, fmt.Errorf("certs: %s: %w", cert.Name, err)
 	}
-	if _, err := parseKey(keyPEM); err != nil {
-		return tls.Certificate{}, fmt.Errorf("certs: %s: %w", keyFile, err)
+	if _, err := parseKey(key.Data); err != nil {
+		return tls.Certificate{}, fmt.Errorf("certs: %s: %w", key.Name, err)
 	}
-	pair, err := tls.X509KeyPair(certPEM, keyPEM)
+	pair, err := tls.X509KeyPair(cert.Data, key.Data)
 	if err != nil {
-		return tls.Certificate{}, fmt.Errorf("certs: %s with key %s: %w", certFile, keyFile, err)
+		return tls.Certificate{}, fmt.Errorf("certs: %s with key %s: %w", cert.Name, key.Name, err)
 	}
 	if pair.Leaf == nil {
 		pair.Leaf = certs[0]
@@ -190,9 +228,14 @@ func loadPool(caFile string) (*x509.CertPool, error) {
 	if err != nil {
 		return nil, fmt.Errorf("certs: reading CA: %w", err)
 	}
-	certs, err := parseCerts(data)
+	return parsePool(PEM{data, caFile})
+}
+
+// parsePool makes a pool of PEM CA certificates.
+func parsePool(ca PEM) (*x509.CertPool, error) {
+	certs, err := parseCerts(ca.Data)
 	if err != nil {
-		return nil, fmt.Errorf("certs: %s: %w", caFile, err)
+		return nil, fmt.Errorf("certs: %s: %w", ca.Name, err)
 	}
 	pool := x509.NewCertPool()
 	for _, c := range certs {

@@ -154,7 +154,8 @@ type FlowCollector struct {
 	// TemplateRefreshTimeout is how often templates are re-sent over UDP.
 	TemplateRefreshTimeout Duration `yaml:"templateRefreshTimeout"`
 	// MaxIPFIXMsgSize is the largest message sent; 0 means chosen from the
-	// transport (and the path MTU for UDP).
+	// transport: 65535 octets over TCP, 1400 over UDP (an Ethernet frame
+	// with room for the headers; the path MTU is not probed).
 	MaxIPFIXMsgSize int          `yaml:"maxIPFIXMsgSize"`
 	TLS             CollectorTLS `yaml:"tls"`
 	// IncludeK8sNames exports the names of Pods, Nodes and so on.
@@ -164,9 +165,11 @@ type FlowCollector struct {
 }
 
 // CollectorTLS is the `flowCollector.tls` section. In Kubernetes the CA and
-// the client key pair come from Secrets named here; outside it, from the
-// files of Sluice.CollectorTLS. Without a CA, the system roots are used;
-// without a client certificate, none is presented.
+// the client key pair come from Secrets named here, in the aggregator's
+// namespace, read through the API at start-up and before each connection
+// (package sink/ipfixout); outside it, from the files of
+// Sluice.CollectorTLS. Without a CA, the system roots are used; without a
+// client certificate, none is presented.
 type CollectorTLS struct {
 	Enable bool `yaml:"enable"`
 	// CASecretName is a Secret holding `ca.crt`.
@@ -174,7 +177,8 @@ type CollectorTLS struct {
 	// ServerName is checked against the collector's certificate; empty
 	// means the host of the address.
 	ServerName string `yaml:"serverName"`
-	// ClientSecretName is a kubernetes.io/tls Secret with the client pair.
+	// ClientSecretName is a kubernetes.io/tls Secret with the client pair
+	// (`tls.crt`, `tls.key`).
 	ClientSecretName string `yaml:"clientSecretName"`
 	// MinVersion is VersionTLS12 or VersionTLS13.
 	MinVersion string `yaml:"minVersion"`

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"sluice/internal/testkit"
@@ -407,7 +408,19 @@ func TestNewInventoryErrors(t *testing.T) {
 	}
 }
 
+// TestInventoryRunFollowsFile runs in a synctest bubble: its clock
+// moves only when every goroutine waits, so "ten poll intervals have
+// passed" is a wait for exactly that, not a guess.
 func TestInventoryRunFollowsFile(t *testing.T) {
+	synctest.Test(t, testInventoryRunFollowsFile)
+}
+
+func testInventoryRunFollowsFile(t *testing.T) {
+	// pollsPass returns once Run has polled the file ten more times.
+	pollsPass := func() {
+		time.Sleep(50 * time.Millisecond)
+		synctest.Wait()
+	}
 	a := testPod{name: "a", uid: "ua", ip: "10.0.0.1", created: at(0)}
 	inv, path, logs := newTestInventory(t, listYAML(true, a), InventoryOptions{Interval: 5 * time.Millisecond})
 	ctx, cancel := context.WithCancel(context.Background())
@@ -422,7 +435,7 @@ func TestInventoryRunFollowsFile(t *testing.T) {
 	// A broken file is reported once, however many times it is polled.
 	writeFile(t, path, "kind: List\nitems: [\n")
 	testkit.WaitFor(t, "load error", func() bool { return inv.Stats().LoadErrors == 1 })
-	time.Sleep(50 * time.Millisecond)
+	pollsPass()
 	if st := inv.Stats(); st.LoadErrors != 1 {
 		t.Errorf("LoadErrors = %d, want 1", st.LoadErrors)
 	}
@@ -435,7 +448,7 @@ func TestInventoryRunFollowsFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	testkit.WaitFor(t, "missing file error", func() bool { return inv.Stats().LoadErrors == 2 })
-	time.Sleep(50 * time.Millisecond)
+	pollsPass()
 	if st := inv.Stats(); st.LoadErrors != 2 {
 		t.Errorf("LoadErrors = %d, want 2", st.LoadErrors)
 	}

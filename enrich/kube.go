@@ -490,10 +490,14 @@ func (ev *kubeEvent) apply(tx *txn) {
 
 func (k *Kube) onPodAdd(obj any, isInInitialList bool) {
 	k.events.Add(1)
-	p, ok := obj.(*corev1.Pod)
-	if !ok {
-		return
+	if p, ok := obj.(*corev1.Pod); ok {
+		k.podSet(p)
 	}
+}
+
+// podSet records a Pod added or changed (host-network Pods are counted,
+// not indexed).
+func (k *Kube) podSet(p *corev1.Pod) {
 	if p.Spec.HostNetwork {
 		k.hostNetworkPods.Add(1)
 		return
@@ -510,9 +514,9 @@ func (k *Kube) onPodUpdate(oldObj, newObj any) {
 	}
 	if old != nil && old.UID != p.UID {
 		// Deleted and created again under the same name during a watch
-		// gap: the relist reports it as an update.
-		k.onPodDelete(old)
-		k.onPodAdd(p, false)
+		// gap: the relist reports it as an update, one event.
+		k.podDeleted(old, old.Namespace, old.Name)
+		k.podSet(p)
 		return
 	}
 	if old != nil && samePod(old, p) {
@@ -536,32 +540,22 @@ func (k *Kube) onPodUpdate(oldObj, newObj any) {
 
 func (k *Kube) onPodDelete(obj any) {
 	k.events.Add(1)
-	if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-		k.tombstones.Add(1)
-		obj = tomb.Obj
-		if _, ok := obj.(*corev1.Pod); !ok {
-			ns, name, err := cache.SplitMetaNamespaceKey(tomb.Key)
-			if err != nil {
-				k.log.Warn("kubernetes: unusable Pod tombstone", "key", tomb.Key, "error", err)
-				return
-			}
-			k.enqueue(kubeEvent{op: opDeletePodNamed, at: k.now(), namespace: ns, name: name})
-			return
-		}
+	if p, ns, name, ok := deleted[*corev1.Pod](k, obj, "Pod"); ok {
+		k.podDeleted(p, ns, name)
 	}
-	p, ok := obj.(*corev1.Pod)
-	if !ok {
-		return
-	}
-	if p.Spec.HostNetwork {
+}
+
+// podDeleted records the deletion of Pod p, or, when only a tombstone's
+// key is known (p nil or without a UID), of the Pod named ns/name.
+func (k *Kube) podDeleted(p *corev1.Pod, ns, name string) {
+	switch {
+	case p != nil && p.Spec.HostNetwork:
 		k.hostNetworkPods.Add(-1)
-		return
+	case p == nil || p.UID == "":
+		k.enqueue(kubeEvent{op: opDeletePodNamed, at: k.now(), namespace: ns, name: name})
+	default:
+		k.enqueue(kubeEvent{op: opDeletePod, at: k.now(), uid: string(p.UID)})
 	}
-	if p.UID == "" {
-		k.enqueue(kubeEvent{op: opDeletePodNamed, at: k.now(), namespace: p.Namespace, name: p.Name})
-		return
-	}
-	k.enqueue(kubeEvent{op: opDeletePod, at: k.now(), uid: string(p.UID)})
 }
 
 func (k *Kube) onNodeAdd(obj any, isInInitialList bool) {
@@ -587,20 +581,9 @@ func (k *Kube) onNodeUpdate(oldObj, newObj any) {
 
 func (k *Kube) onNodeDelete(obj any) {
 	k.events.Add(1)
-	name := ""
-	switch o := obj.(type) {
-	case *corev1.Node:
-		name = o.Name
-	case cache.DeletedFinalStateUnknown:
-		k.tombstones.Add(1)
-		name = o.Key // Nodes are cluster-scoped: the key is the name
-		if n, ok := o.Obj.(*corev1.Node); ok {
-			name = n.Name
-		}
-	default:
-		return
+	if _, _, name, ok := deleted[*corev1.Node](k, obj, "Node"); ok {
+		k.enqueue(kubeEvent{op: opDeleteNode, at: k.now(), name: name})
 	}
-	k.enqueue(kubeEvent{op: opDeleteNode, at: k.now(), name: name})
 }
 
 func (k *Kube) onServiceAdd(obj any, isInInitialList bool) {
@@ -626,25 +609,36 @@ func (k *Kube) onServiceUpdate(oldObj, newObj any) {
 
 func (k *Kube) onServiceDelete(obj any) {
 	k.events.Add(1)
-	var ns, name string
-	switch o := obj.(type) {
-	case *corev1.Service:
-		ns, name = o.Namespace, o.Name
-	case cache.DeletedFinalStateUnknown:
-		k.tombstones.Add(1)
-		if s, ok := o.Obj.(*corev1.Service); ok {
-			ns, name = s.Namespace, s.Name
-			break
-		}
-		var err error
-		if ns, name, err = cache.SplitMetaNamespaceKey(o.Key); err != nil {
-			k.log.Warn("kubernetes: unusable Service tombstone", "key", o.Key, "error", err)
-			return
-		}
-	default:
-		return
+	if _, ns, name, ok := deleted[*corev1.Service](k, obj, "Service"); ok {
+		k.enqueue(kubeEvent{op: opDeleteService, at: k.now(), namespace: ns, name: name})
 	}
-	k.enqueue(kubeEvent{op: opDeleteService, at: k.now(), namespace: ns, name: name})
+}
+
+// deleted reads a delete notification, the one way for every kind: the
+// object and its namespace and name; for a tombstone (a deletion the
+// informer inferred from a relist), counted, its last known object, or,
+// when it has none, a nil o and the namespace and name of its key. ok is
+// false when nothing usable came (a key that does not parse is logged).
+func deleted[T interface {
+	*corev1.Pod | *corev1.Node | *corev1.Service
+	metav1.Object
+}](k *Kube, obj any, kind string) (o T, ns, name string, ok bool) {
+	if tomb, isTomb := obj.(cache.DeletedFinalStateUnknown); isTomb {
+		k.tombstones.Add(1)
+		if o, ok := tomb.Obj.(T); ok && o != nil {
+			return o, o.GetNamespace(), o.GetName(), true
+		}
+		ns, name, err := cache.SplitMetaNamespaceKey(tomb.Key)
+		if err != nil {
+			k.log.Warn("kubernetes: unusable "+kind+" tombstone", "key", tomb.Key, "error", err)
+			return nil, "", "", false
+		}
+		return nil, ns, name, true
+	}
+	if o, ok := obj.(T); ok && o != nil {
+		return o, o.GetNamespace(), o.GetName(), true
+	}
+	return nil, "", "", false
 }
 
 // Conversion from the API types. Addresses that do not parse are left out

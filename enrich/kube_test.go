@@ -779,3 +779,28 @@ func TestKubePodWorkload(t *testing.T) {
 		return ok && p.Workload == Workload{"StatefulSet", "adopter"}
 	})
 }
+
+// TestKubePodUIDChangeIsOneEvent: a Pod deleted and created again under
+// its name during a watch gap comes as one update with a new UID. It is
+// one event (not an update, a delete and an add), and the old Pod is
+// recorded as deleted, the new one as live.
+func TestKubePodUIDChangeIsOneEvent(t *testing.T) {
+	clock := &fakeClock{t: at(time.Hour)}
+	k := NewKube(fake.NewClientset(), KubeOptions{Now: clock.Now, Logger: (&logBuffer{}).logger()})
+	old := kpod("a", "u-old", at(0), []string{"10.0.0.1"})
+	k.onPodAdd(old, true)
+	k.flush()
+	clock.Set(at(2 * time.Hour))
+	renewed := kpod("a", "u-new", at(2*time.Hour), []string{"10.0.0.1"})
+	k.onPodUpdate(old, renewed)
+	k.flush()
+	if st := k.Stats(); st.Events != 2 || st.Pods != 1 || st.DeletedPods != 1 {
+		t.Errorf("Stats = %+v, want 2 events (the add and the update), 1 live and 1 deleted Pod", st)
+	}
+	if p, ok := k.PodByIP(mustAddr("10.0.0.1"), at(time.Minute)); !ok || p.UID != "u-old" || !p.Deleted.Equal(at(2*time.Hour)) {
+		t.Errorf("before the change: %+v, %v; want u-old deleted at 2h", p, ok)
+	}
+	if p, ok := k.PodByIP(mustAddr("10.0.0.1"), at(3*time.Hour)); !ok || p.UID != "u-new" || !p.Deleted.IsZero() {
+		t.Errorf("after the change: %+v, %v; want u-new live", p, ok)
+	}
+}

@@ -215,7 +215,13 @@ func (s Settings) run(ctx, bgCtx context.Context, wg *sync.WaitGroup, st *setup,
 	if meta != nil {
 		store = meta
 		st.waiting("the Pods, Nodes and Services of the cluster (" + s.metadataFlag() + ")")
-		wg.Go(func() { _ = meta.Run(bgCtx) })
+		// A source that fails closes Ready too: say so, or records would
+		// go without metadata and no one would know why.
+		wg.Go(func() {
+			if err := meta.Run(bgCtx); err != nil && bgCtx.Err() == nil {
+				log.Error("the Pod metadata source failed; records go on without its metadata", "err", err)
+			}
+		})
 		select {
 		case <-meta.Ready():
 		case <-ctx.Done():

@@ -768,7 +768,7 @@ func uint32FromAddr4(a netip.Addr) uint32 {
 }
 
 // AddEncoded adds a record that is already encoded for t (see
-// EncodedRecord) to the message being built for domain, as End would:
+// EncodeRecord) to the message being built for domain, as End would:
 // in a data set of t, moved to the next message if it makes this one too
 // large. Its length is checked against t's smallest record, not its
 // values: the caller vouches for them.

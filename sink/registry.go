@@ -6,6 +6,7 @@ import (
 	"log/slog"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/client-go/kubernetes"
 
 	"sluice/config"
 	"sluice/flow"
@@ -48,6 +49,11 @@ type Env struct {
 	// it reads the current ones at each handshake. nextProtos are the
 	// ALPN protocols offered.
 	ServerTLS func(requireClientCert bool, nextProtos ...string) (*tls.Config, error)
+	// Kube returns a client of the aggregator's cluster and the namespace
+	// it runs in, where the Secrets the configuration names are read; an
+	// error when the aggregator has no Kubernetes API (no
+	// sluice.kubeconfig, not in a Pod). Nil is the same as always failing.
+	Kube func() (kubernetes.Interface, string, error)
 }
 
 // Closer is a sink that holds what New took (a listener, a file) until Run

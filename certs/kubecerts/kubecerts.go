@@ -287,3 +287,47 @@ func Fetch(ctx context.Context, client kubernetes.Interface, ns, dir string) err
 	}
 	return nil
 }
+
+// CollectorPEM is the TLS material for the external collector that
+// ReadCollectorSecrets read; parts whose Secret was not named are empty.
+type CollectorPEM struct {
+	CA, Cert, Key certs.PEM
+}
+
+// ReadCollectorSecrets reads flowCollector.tls's Secrets from namespace
+// ns, as the reference's keys have them: the CA from key ca.crt of Secret
+// caSecret, the client pair from keys tls.crt and tls.key of the
+// kubernetes.io/tls Secret clientSecret. An empty name reads nothing. It
+// needs get on the two Secrets only.
+func ReadCollectorSecrets(ctx context.Context, client kubernetes.Interface, ns, caSecret, clientSecret string) (CollectorPEM, error) {
+	var out CollectorPEM
+	read := func(name string, keys ...string) ([]certs.PEM, error) {
+		s, err := client.CoreV1().Secrets(ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return nil, fmt.Errorf("kubecerts: reading Secret %s/%s: %w", ns, name, err)
+		}
+		pems := make([]certs.PEM, len(keys))
+		for i, k := range keys {
+			if len(s.Data[k]) == 0 {
+				return nil, fmt.Errorf("kubecerts: Secret %s/%s has no %s", ns, name, k)
+			}
+			pems[i] = certs.PEM{Data: s.Data[k], Name: fmt.Sprintf("Secret %s/%s key %s", ns, name, k)}
+		}
+		return pems, nil
+	}
+	if caSecret != "" {
+		p, err := read(caSecret, certs.CACertFile)
+		if err != nil {
+			return CollectorPEM{}, err
+		}
+		out.CA = p[0]
+	}
+	if clientSecret != "" {
+		p, err := read(clientSecret, corev1.TLSCertKey, corev1.TLSPrivateKeyKey)
+		if err != nil {
+			return CollectorPEM{}, err
+		}
+		out.Cert, out.Key = p[0], p[1]
+	}
+	return out, nil
+}

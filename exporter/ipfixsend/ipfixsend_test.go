@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -126,8 +127,9 @@ func TestReconnectResendsTemplatesAndBufferedRecords(t *testing.T) {
 		Reconnects: prometheus.NewCounter(prometheus.CounterOpts{Name: "reconnects"}),
 		Connected:  prometheus.NewGauge(prometheus.GaugeOpts{Name: "connected"})}
 	reg.MustRegister(m.Sent, m.Reconnects, m.Connected)
+	logs := &testkit.LogBuffer{}
 	s, err := New(Options{Address: addr, Proto: "tcp", ObservationDomainID: 77, MinBackoff: 50 * time.Millisecond,
-		MaxBackoff: 200 * time.Millisecond, Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Metrics: m})
+		MaxBackoff: 200 * time.Millisecond, Log: slog.New(slog.NewTextHandler(logs, nil)), Metrics: m})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -142,8 +144,12 @@ func TestReconnectResendsTemplatesAndBufferedRecords(t *testing.T) {
 	testkit.WaitFor(t, "110 records", func() bool { return first.count() == 110 })
 	first.close()
 	testkit.WaitFor(t, "the sender to notice", func() bool { return testutil.ToFloat64(m.Connected) == 0 })
+	failures := func() int { return strings.Count(logs.String(), "cannot reach the flow aggregator") }
+	before := failures()
 	q.Push(records(1000, 500, false)) // the aggregator is down
-	time.Sleep(300 * time.Millisecond)
+	// Two more failed attempts: the second began after the push, so the
+	// sender has held these records through a failed connection.
+	testkit.WaitFor(t, "two failed connection attempts", func() bool { return failures() >= before+2 })
 	if q.Len() != 500 {
 		t.Fatalf("%d records buffered while down, want 500", q.Len())
 	}

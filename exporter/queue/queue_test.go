@@ -3,6 +3,7 @@ package queue
 import (
 	"context"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"sluice/exporter/record"
@@ -80,22 +81,32 @@ func TestFullDropsOldestAndCounts(t *testing.T) {
 }
 
 func TestWait(t *testing.T) {
-	q := New(2)
-	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
-	defer cancel()
-	if q.Wait(ctx, 0) {
-		t.Fatal("Wait on an empty queue returned true")
-	}
-	done := make(chan bool)
-	go func() { done <- q.Wait(context.Background(), 0) }()
-	time.Sleep(10 * time.Millisecond)
-	q.Push(recs(1))
-	if !<-done {
-		t.Fatal("Wait missed a push")
-	}
-	if !q.Wait(context.Background(), 0) {
-		t.Fatal("Wait with a record held")
-	}
+	// In a bubble, synctest.Wait returns once the waiting goroutine is
+	// blocked inside Wait: the push then tests the wake-up, not a Wait
+	// that had not started yet.
+	synctest.Test(t, func(t *testing.T) {
+		q := New(2)
+		ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+		defer cancel()
+		if q.Wait(ctx, 0) {
+			t.Fatal("Wait on an empty queue returned true")
+		}
+		done := make(chan bool)
+		go func() { done <- q.Wait(context.Background(), 0) }()
+		synctest.Wait()
+		select {
+		case <-done:
+			t.Fatal("Wait returned with nothing pushed")
+		default:
+		}
+		q.Push(recs(1))
+		if !<-done {
+			t.Fatal("Wait missed a push")
+		}
+		if !q.Wait(context.Background(), 0) {
+			t.Fatal("Wait with a record held")
+		}
+	})
 }
 
 // TestRecordsAcrossTheRingsEnd pushes and peeks compact records in runs

@@ -35,6 +35,11 @@ type Options struct {
 	Resolve func(ctx context.Context) (string, error)
 	// TLS, when set, wraps TCP in TLS.
 	TLS *tls.Config
+	// TLSConfig, when set, wraps TCP in TLS with the configuration it
+	// returns, asked for before each connection attempt: certificates
+	// that changed (a renewed Secret) are used by the next connection. An
+	// error fails the attempt, which is retried. It wins over TLS.
+	TLSConfig func(ctx context.Context) (*tls.Config, error)
 	// LocalAddr, when valid, is the address connections are made from.
 	LocalAddr netip.Addr
 	// TemplateRefresh is how often templates are announced again over
@@ -120,7 +125,7 @@ func New(o Options) (*Conn, error) {
 	if o.Proto != "tcp" && o.Proto != "udp" {
 		return nil, fmt.Errorf("protocol %q is neither tcp nor udp", o.Proto)
 	}
-	if o.TLS != nil && o.Proto != "tcp" {
+	if (o.TLS != nil || o.TLSConfig != nil) && o.Proto != "tcp" {
 		return nil, errors.New("TLS needs the tcp protocol")
 	}
 	if o.Resolve == nil {
@@ -225,8 +230,14 @@ func (c *Conn) dial(ctx context.Context) error {
 	}
 	var nc net.Conn
 	var err error
-	if c.o.TLS != nil {
-		td := tls.Dialer{NetDialer: &d, Config: c.o.TLS}
+	tlsConf := c.o.TLS
+	if c.o.TLSConfig != nil {
+		if tlsConf, err = c.o.TLSConfig(ctx); err != nil {
+			return fmt.Errorf("TLS configuration: %w", err)
+		}
+	}
+	if tlsConf != nil {
+		td := tls.Dialer{NetDialer: &d, Config: tlsConf}
 		nc, err = td.DialContext(ctx, "tcp", addr)
 	} else {
 		nc, err = d.DialContext(ctx, c.o.Proto, addr)

@@ -453,6 +453,7 @@ func TestOptions(t *testing.T) {
 	for _, o := range []ipfixconn.Options{
 		{Address: "127.0.0.1:4739", Proto: "sctp"},
 		{Address: "127.0.0.1:4739", Proto: "udp", TLS: &tls.Config{}},
+		{Address: "127.0.0.1:4739", Proto: "udp", TLSConfig: func(context.Context) (*tls.Config, error) { return &tls.Config{}, nil }},
 		{Address: "no-port", Proto: "tcp"},
 	} {
 		if _, err := ipfixconn.New(o); err == nil {
@@ -521,4 +522,39 @@ func TestWriteTimeout(t *testing.T) {
 	if c.Connected() || len(lost) != 1 || !errors.Is(lost[0], ipfixconn.ErrWriteTimeout) {
 		t.Errorf("connected %v, Lost saw %v", c.Connected(), lost)
 	}
+}
+
+// TestTLSConfigPerAttempt: Options.TLSConfig is asked before each
+// connection attempt; its error fails that attempt, which is retried, and
+// the configuration it gives next is the one the connection uses.
+func TestTLSConfigPerAttempt(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	server, client := tlsPair(t)
+	col := collect(t, tls.NewListener(ln, server))
+	calls := 0
+	errNotYet := errors.New("test: the Secret is not there yet")
+	o := ipfixconn.Options{Address: ln.Addr().String(), Proto: "tcp", MinBackoff: time.Millisecond,
+		TLSConfig: func(context.Context) (*tls.Config, error) {
+			calls++
+			if calls == 1 {
+				return nil, errNotYet
+			}
+			return client, nil
+		}}
+	x := newExporter(t, o)
+	if err := x.conn.Connect(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if calls != 2 || x.attempts != 2 {
+		t.Fatalf("%d TLSConfig calls for %d attempts, want 2 and 2", calls, x.attempts)
+	}
+	if err := x.send(9); err != nil {
+		t.Fatal(err)
+	}
+	// The collector requires the client certificate: the record arriving
+	// means the configuration TLSConfig gave was used.
+	testkit.WaitFor(t, "the record over TLS", func() bool { return slices.Equal(col.got(0), []uint64{9}) })
 }

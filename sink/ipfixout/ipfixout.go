@@ -34,6 +34,9 @@ type Options struct {
 	// TLS, when set, wraps TCP in TLS (with a client certificate in it
 	// for mutual TLS).
 	TLS *tls.Config
+	// TLSConfig, when set, is asked for the TLS configuration before each
+	// connection attempt instead (see ipfixconn.Options.TLSConfig).
+	TLSConfig func(ctx context.Context) (*tls.Config, error)
 	// JSON sends newline-delimited JSON objects instead of IPFIX.
 	JSON                bool
 	ObservationDomainID uint32
@@ -121,7 +124,7 @@ func New(o Options) (*Sink, error) {
 	}
 	s := &Sink{o: o}
 	var err error
-	if s.conn, err = ipfixconn.New(ipfixconn.Options{Address: o.Address, Proto: o.Proto, TLS: o.TLS,
+	if s.conn, err = ipfixconn.New(ipfixconn.Options{Address: o.Address, Proto: o.Proto, TLS: o.TLS, TLSConfig: o.TLSConfig,
 		TemplateRefresh: o.TemplateRefresh, MinBackoff: o.MinBackoff, MaxBackoff: o.MaxBackoff, Announce: s.announce,
 		PeerClosed: errPeerClosed, Hooks: ipfixconn.Hooks{Attempt: s.onAttempt, Connected: s.onConnect, Failed: s.onFail,
 			Lost: s.onLost}}); err != nil {
@@ -170,7 +173,7 @@ func (s *Sink) onAttempt() { s.attempts.Inc() }
 
 func (s *Sink) onConnect(string) {
 	s.connected.Set(1)
-	s.o.Log.Info("connected to the flow collector", "sink", s.o.Name, "address", s.o.Address, "proto", s.o.Proto, "tls", s.o.TLS != nil, "json", s.o.JSON)
+	s.o.Log.Info("connected to the flow collector", "sink", s.o.Name, "address", s.o.Address, "proto", s.o.Proto, "tls", s.o.TLS != nil || s.o.TLSConfig != nil, "json", s.o.JSON)
 }
 
 func (s *Sink) onFail(err error, retryIn time.Duration) {

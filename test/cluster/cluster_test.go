@@ -129,6 +129,13 @@ func (c *kc) try(name string, args ...string) (string, error) {
 	return stdout.String(), nil
 }
 
+// with is c for a subtest: failures end the subtest, not its parent.
+func (c *kc) with(t *testing.T) *kc {
+	cc := *c
+	cc.t = t
+	return &cc
+}
+
 func (c *kc) kubectl(args ...string) string { c.t.Helper(); return c.run(c.kubectlBin, args...) }
 func (c *kc) helm(args ...string) string    { c.t.Helper(); return c.run(c.helmBin, args...) }
 
@@ -497,6 +504,7 @@ func TestHelmInstall(t *testing.T) {
 	t.Logf("helm install --wait returned after %s", time.Since(install).Round(time.Second))
 
 	t.Run("ready", func(t *testing.T) {
+		c := c.with(t)
 		agg := c.waitReady(relNS, "app.kubernetes.io/component=aggregator", 1, 3*time.Minute)
 		exp := c.waitReady(relNS, "app.kubernetes.io/component=exporter", 1, 3*time.Minute)
 		for _, p := range append(agg, exp...) {
@@ -607,6 +615,7 @@ func TestHelmInstall(t *testing.T) {
 	})
 
 	t.Run("flowrecords", func(t *testing.T) {
+		c := c.with(t)
 		// sluice get flowrecords, through the aggregator's Service.
 		api := c.serviceURL(relNS, release, "api")
 		var recs []map[string]any
@@ -642,6 +651,7 @@ func TestHelmInstall(t *testing.T) {
 	})
 
 	t.Run("flowlog", func(t *testing.T) {
+		c := c.with(t)
 		agg := c.pods(relNS, "app.kubernetes.io/component=aggregator")[0]
 		path := filepath.Join(c.dir, "kubelet", "root", "pods", string(agg.UID), "volumes", "kubernetes.io~empty-dir", "tmp", "antrea-flows.log")
 		waitFor(t, time.Minute, "the client's connections in the flow log", func() (bool, string) {
@@ -670,6 +680,7 @@ func TestHelmInstall(t *testing.T) {
 	})
 
 	t.Run("nothing-lost", func(t *testing.T) {
+		c := c.with(t)
 		// What the exporter sent equals what the aggregator received, at a
 		// moment when neither moves (the exporter sends every 5 s).
 		exp := "http://127.0.0.1:10350/metrics"
@@ -704,6 +715,7 @@ func TestHelmInstall(t *testing.T) {
 	})
 
 	t.Run("traceflow", func(t *testing.T) {
+		c := c.with(t)
 		c.apply(`
 apiVersion: sluice.io/v1alpha1
 kind: Traceflow
@@ -749,9 +761,10 @@ spec:
 		}
 	})
 
-	t.Run("ui", func(t *testing.T) { checkUI(t, c, clientIP) })
+	t.Run("ui", func(t *testing.T) { checkUI(t, c.with(t)) })
 
 	t.Run("logs", func(t *testing.T) {
+		c := c.with(t)
 		// No error in `kubectl logs` of either component, after all of the
 		// above.
 		for _, sel := range []string{"app.kubernetes.io/component=aggregator", "app.kubernetes.io/component=exporter"} {
@@ -767,9 +780,9 @@ spec:
 		}
 	})
 
-	t.Run("upgrade-to-proxy", func(t *testing.T) { upgradeToProxy(t, c, ipfix) })
+	t.Run("upgrade-to-proxy", func(t *testing.T) { upgradeToProxy(t, c.with(t), ipfix) })
 
-	t.Run("uninstall", func(t *testing.T) { uninstall(t, c) })
+	t.Run("uninstall", func(t *testing.T) { uninstall(t, c.with(t)) })
 }
 
 // checkNames checks a record of the client's: both Pods, labels, the

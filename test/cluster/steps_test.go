@@ -116,7 +116,7 @@ func (c *kc) portForward(t *testing.T, target, port string) string {
 
 // checkUI opens the web UI through `kubectl port-forward` in headless
 // Chromium: the Flows page shows the client's rows naming both Pods.
-func checkUI(t *testing.T, c *kc, clientIP string) {
+func checkUI(t *testing.T, c *kc) {
 	path, err := exec.LookPath("chromium")
 	if err != nil {
 		t.Fatalf("chromium: %v (scripts/install-deps.sh installs it)", err)
@@ -166,7 +166,7 @@ func upgradeToProxy(t *testing.T, c *kc, ipfix *stubcollector.Collector) {
 	before, _ := httpGet("http://127.0.0.1:10350/metrics")
 	resentBefore, _ := metric(before, "sluice_exporter_records_resent_total")
 	c.helm("upgrade", release, "deploy/helm/sluice", "-n", relNS, "--reuse-values", "--wait", "--timeout", "5m",
-		"--set", "mode=Proxy", "--set", "autoscaling.enable=true", "--set", "autoscaling.minReplicas=2",
+		"--set", "mode=Proxy", "--set", "flowLogger.enable=false", "--set", "autoscaling.enable=true", "--set", "autoscaling.minReplicas=2",
 		"--set", "autoscaling.maxReplicas=3")
 	c.waitReady(relNS, "app.kubernetes.io/component=aggregator", 2, 3*time.Minute)
 	if ok, failed, _ := c.clientDone("client2"); ok != n || failed != 0 {

@@ -3,6 +3,7 @@ package interop_test
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"net"
@@ -154,9 +155,25 @@ sluice:
 		}
 	}
 
-	// nfacctd writes its cache every second; give it one more, then stop
-	// it with SIGINT, which also writes what it holds.
-	time.Sleep(1500 * time.Millisecond)
+	// nfacctd writes its cache every second: wait until its output holds
+	// every flow of the capture, then stop it with SIGINT, which also
+	// writes what it still holds. The wait is bounded: output that never
+	// gets there is what the checks below describe.
+	wctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	_ = poll(wctx, "nfacctd to write every flow", func() bool {
+		data, err := os.ReadFile(out)
+		if err != nil {
+			return false
+		}
+		got, _, _ := proxyParseNfacctd(data)
+		for k, w := range want {
+			if g := got[k]; g == nil || g.Packets != w.Packets || g.Bytes != w.Octets {
+				return false
+			}
+		}
+		return true
+	})
+	cancel()
 	if err := nf.cmd.Process.Signal(syscall.SIGINT); err != nil {
 		t.Fatal(err)
 	}
@@ -168,38 +185,9 @@ sluice:
 		t.Fatalf("nfacctd wrote no output: %v", err)
 	}
 
-	// The print plugin purges its cache each time it writes it, so every
-	// line holds what arrived since the last write: add lines up per flow.
-	got := map[flowKey]*proxyNfacctdFlow{}
-	zeroFlows := 0
-	sc := bufio.NewScanner(bytes.NewReader(data))
-	for sc.Scan() {
-		line := strings.TrimSpace(sc.Text())
-		if line == "" {
-			continue
-		}
-		var f proxyNfacctdFlow
-		if err := json.Unmarshal([]byte(line), &f); err != nil {
-			t.Errorf("nfacctd line %q: %v", line, err)
-			continue
-		}
-		if f.Src == "0.0.0.0" && f.Dst == "0.0.0.0" && f.Proto == "0" && f.Packets == 0 && f.Bytes == 0 {
-			zeroFlows++ // softflowd's options record, forwarded as a flow
-			continue
-		}
-		src, err1 := netip.ParseAddr(f.Src)
-		dst, err2 := netip.ParseAddr(f.Dst)
-		if err1 != nil || err2 != nil || f.Proto != "tcp" {
-			t.Errorf("nfacctd flow that is not one of the capture's: %s", line)
-			continue
-		}
-		k := flowKey{Src: src, Dst: dst, SrcPort: f.SrcPort, DstPort: f.DstPort, Proto: 6}
-		if g := got[k]; g != nil {
-			g.Packets += f.Packets
-			g.Bytes += f.Bytes
-			continue
-		}
-		got[k] = &f
+	got, zeroFlows, bad := proxyParseNfacctd(data)
+	for _, b := range bad {
+		t.Error(b)
 	}
 	t.Cleanup(func() {
 		if t.Failed() {
@@ -294,4 +282,43 @@ func proxyUDPRelay(t *testing.T, dst string) (addr string, domains func() []uint
 		slices.Sort(ds)
 		return ds
 	}
+}
+
+// proxyParseNfacctd reads nfacctd's JSON lines: the flows by key, how
+// many all-zero flows there are, and the lines that are not flows of the
+// capture.
+func proxyParseNfacctd(data []byte) (got map[flowKey]*proxyNfacctdFlow, zeroFlows int, bad []string) {
+	// The print plugin purges its cache each time it writes it, so every
+	// line holds what arrived since the last write: add lines up per flow.
+	got = map[flowKey]*proxyNfacctdFlow{}
+	sc := bufio.NewScanner(bytes.NewReader(data))
+	for sc.Scan() {
+		line := strings.TrimSpace(sc.Text())
+		if line == "" {
+			continue
+		}
+		var f proxyNfacctdFlow
+		if err := json.Unmarshal([]byte(line), &f); err != nil {
+			bad = append(bad, fmt.Sprintf("nfacctd line %q: %v", line, err))
+			continue
+		}
+		if f.Src == "0.0.0.0" && f.Dst == "0.0.0.0" && f.Proto == "0" && f.Packets == 0 && f.Bytes == 0 {
+			zeroFlows++ // softflowd's options record, forwarded as a flow
+			continue
+		}
+		src, err1 := netip.ParseAddr(f.Src)
+		dst, err2 := netip.ParseAddr(f.Dst)
+		if err1 != nil || err2 != nil || f.Proto != "tcp" {
+			bad = append(bad, "nfacctd flow that is not one of the capture's: "+line)
+			continue
+		}
+		k := flowKey{Src: src, Dst: dst, SrcPort: f.SrcPort, DstPort: f.DstPort, Proto: 6}
+		if g := got[k]; g != nil {
+			g.Packets += f.Packets
+			g.Bytes += f.Bytes
+			continue
+		}
+		got[k] = &f
+	}
+	return got, zeroFlows, bad
 }

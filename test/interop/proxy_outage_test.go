@@ -80,15 +80,25 @@ sluice:
 		return proxyMetricSum(m, "sluice_sink_records_dropped_total", `sink="flowCollector"`), strings.Join(parts, "; ")
 	}
 
+	sink := func(name string) float64 {
+		return proxyMetricSum(proxyMetrics(t, a.Addrs().API), name, `sink="flowCollector"`)
+	}
+
 	send(before)
 	proxyWait(t, 10*time.Second, "the records sent before the outage", func() bool { return coll.count() == before })
+	attempts := sink("sluice_sink_connection_attempts_total")
 
 	outage := time.Now()
 	coll.stop()
-	// The collector is gone (its FIN sent) before the next records come.
-	time.Sleep(200 * time.Millisecond)
+	// The sink has noticed the collector is gone (read its FIN) before
+	// the next records come.
+	proxyWait(t, 10*time.Second, "the sink to notice the outage", func() bool { return sink("sluice_sink_connected") == 0 })
 	send(during)
-	time.Sleep(1200 * time.Millisecond) // at least one failed reconnection attempt
+	// At least one failed reconnection attempt: a second attempt starts
+	// only once the first has failed.
+	proxyWait(t, 35*time.Second, "a failed reconnection attempt", func() bool {
+		return sink("sluice_sink_connection_attempts_total") >= attempts+2
+	})
 	if err := coll.start(); err != nil {
 		t.Fatalf("restarting the collector on %s: %v", coll.addr, err)
 	}
@@ -116,11 +126,14 @@ sluice:
 			break
 		}
 	}
-	time.Sleep(200 * time.Millisecond) // let anything still in flight land
+	// Let anything still in flight land: the collector has read every
+	// record the sink counts as sent.
+	exported := sink("sluice_sink_records_exported_total")
+	proxyWait(t, 10*time.Second, "the collector to read what the sink sent", func() bool { return float64(coll.count()) >= exported })
 	delivered = coll.count()
 	drops, detail := dropped()
 	m := proxyMetrics(t, a.Addrs().API)
-	exported := proxyMetricSum(m, "sluice_sink_records_exported_total", `sink="flowCollector"`)
+	exported = proxyMetricSum(m, "sluice_sink_records_exported_total", `sink="flowCollector"`)
 	t.Logf("sent %d, delivered %d, exported (per the sink) %v, dropped %v: %s", sent, delivered, exported, drops, detail)
 
 	if got := proxyMetricSum(m, "sluice_collector_records_received_total", `exporter="127.0.0.1"`, `transport="tcp"`); got != float64(sent) {

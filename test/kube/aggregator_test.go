@@ -3,6 +3,7 @@ package kube_test
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"net"
@@ -76,11 +77,16 @@ func freePort(t *testing.T) int {
 	return l.Addr().(*net.TCPAddr).Port
 }
 
-// jsonCollector receives the aggregator's records as JSON lines over TCP.
+// jsonCollector receives the aggregator's records as JSON lines over TCP
+// (or TLS).
 type jsonCollector struct {
 	ln   net.Listener
 	mu   sync.Mutex
 	recs []map[string]any
+	// byPeer counts the records of TLS connections by the client
+	// certificate (DER) they presented; conns are the connections open.
+	byPeer map[string]int
+	conns  map[net.Conn]bool
 }
 
 func startJSONCollector(t *testing.T) *jsonCollector {
@@ -89,7 +95,13 @@ func startJSONCollector(t *testing.T) *jsonCollector {
 	if err != nil {
 		t.Fatal(err)
 	}
-	jc := &jsonCollector{ln: ln}
+	return serveJSON(t, ln)
+}
+
+// serveJSON collects the JSON lines of the connections ln accepts.
+func serveJSON(t *testing.T, ln net.Listener) *jsonCollector {
+	t.Helper()
+	jc := &jsonCollector{ln: ln, conns: map[net.Conn]bool{}, byPeer: map[string]int{}}
 	t.Cleanup(func() { ln.Close() })
 	go func() {
 		for {
@@ -99,6 +111,23 @@ func startJSONCollector(t *testing.T) *jsonCollector {
 			}
 			go func() {
 				defer conn.Close()
+				peer := ""
+				if tc, ok := conn.(*tls.Conn); ok {
+					if tc.Handshake() != nil {
+						return
+					}
+					if pc := tc.ConnectionState().PeerCertificates; len(pc) > 0 {
+						peer = string(pc[0].Raw)
+					}
+				}
+				jc.mu.Lock()
+				jc.conns[conn] = true
+				jc.mu.Unlock()
+				defer func() {
+					jc.mu.Lock()
+					delete(jc.conns, conn)
+					jc.mu.Unlock()
+				}()
 				sc := bufio.NewScanner(conn)
 				sc.Buffer(make([]byte, 1<<20), 1<<20)
 				for sc.Scan() {
@@ -106,6 +135,9 @@ func startJSONCollector(t *testing.T) *jsonCollector {
 					if json.Unmarshal(sc.Bytes(), &m) == nil {
 						jc.mu.Lock()
 						jc.recs = append(jc.recs, m)
+						if peer != "" {
+							jc.byPeer[peer]++
+						}
 						jc.mu.Unlock()
 					}
 				}
@@ -156,6 +188,8 @@ type aggregatorOptions struct {
 	// sluiceExtra is appended to the sluice section of the configuration
 	// (keys indented by two spaces).
 	sluiceExtra string
+	// collectorExtra is appended to the flowCollector section likewise.
+	collectorExtra string
 }
 
 func startAggregatorWith(t *testing.T, o aggregatorOptions, jc *jsonCollector) *aggregatorProc {
@@ -177,6 +211,7 @@ flowCollector:
   enable: true
   address: %s:tcp
   recordFormat: JSON
+%s
 sluice:
   ipfixAddress: 127.0.0.1:%d
   grpcAddress: %s
@@ -184,7 +219,7 @@ sluice:
   kubeconfig: "%s"
   tls:
     certDir: %s
-%s`, jc.ln.Addr(), ipfixPort, grpcAddr, apiPort, kubeconfig, filepath.Join(dir, "certs"), o.sluiceExtra)
+%s`, jc.ln.Addr(), o.collectorExtra, ipfixPort, grpcAddr, apiPort, kubeconfig, filepath.Join(dir, "certs"), o.sluiceExtra)
 	path := filepath.Join(dir, "flow-aggregator.conf")
 	if err := os.WriteFile(path, []byte(conf), 0o600); err != nil {
 		t.Fatal(err)

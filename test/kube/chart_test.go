@@ -294,6 +294,8 @@ func TestChartRefuses(t *testing.T) {
 		want string
 	}{
 		{[]string{"replicas=2"}, "replicas=2: Aggregate mode correlates both halves of a connection in one process, so it runs at most 1 replica"},
+		// The aggregator would refuse its configuration and crash-loop.
+		{[]string{"mode=Proxy", "flowLogger.enable=true"}, "flowLogger.enable: the flow log is written by Aggregate mode only"},
 		{[]string{"mode=Aggregate", "autoscaling.enable=true"}, `a HorizontalPodAutoscaler is allowed only in mode "Proxy"`},
 		{[]string{"mode=Proxy", "autoscaling.enable=true", "autoscaling.minReplicas=4", "autoscaling.maxReplicas=2"}, "autoscaling.minReplicas must be less than or equal to autoscaling.maxReplicas"},
 		{[]string{"sluice.grpcEnable=false"}, `exporter.protocol "grpc" needs sluice.grpcEnable`},

@@ -632,12 +632,13 @@ func (b *builder) crossChecks() {
 	}
 	for _, e := range st.Egresses {
 		obj := "Egress " + e.Name
-		ip, node, ok := EgressAssignment(e)
+		if _, node, ok := EgressAssignment(e); ok {
+			if st.Node(node) == nil {
+				b.fail(obj, "status.egressNode %q is not a Node in the cluster state", node)
+			}
+			continue // assigned: none of the warnings below applies
+		}
 		switch {
-		case ok && st.Node(node) == nil:
-			b.fail(obj, "status.egressNode %q is not a Node in the cluster state", node)
-		case ok:
-			_ = ip
 		case e.Status.EgressIP != "" && e.Status.EgressNode == "":
 			b.warn(obj, "egress IP %s is held by no Node (status.egressNode is empty); traced as an Egress without IP", e.Status.EgressIP)
 		case e.Spec.EgressIP != "":

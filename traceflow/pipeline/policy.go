@@ -77,7 +77,17 @@ func compilePolicies(st *cluster.State, refs map[uint32]RuleRef) (*compiledPolic
 		out: &compiledPolicies{isolatedIngress: map[*cluster.Pod]bool{}, isolatedEgress: map[*cluster.Pod]bool{},
 			isolation: map[isolationKey]RuleRef{}}}
 	// Antrea-native rules first: their IDs follow their precedence.
-	for pos, r := range antreaRulesInOrder(st) {
+	rules, err := antreaRulesInOrder(st)
+	if err != nil {
+		return nil, err
+	}
+	// Baseline rules sort last; they are numbered among themselves, since
+	// they have a priority range of their own (see antreaRule).
+	baseline := 0
+	for pos, r := range rules {
+		if r.tier == baselineTier {
+			pos, baseline = baseline, baseline+1
+		}
 		if err := pc.antreaRule(r, pos); err != nil {
 			return nil, err
 		}
@@ -114,12 +124,29 @@ type apRule struct {
 	tier  int
 }
 
+// baselineTier is the Baseline tier's priority (cluster.TierPriority).
+const baselineTier = 253
+
+// maxBaselineRules is how many Baseline-tier rules the model can order:
+// they take flow priorities 199 down to 1 in the DefaultRule tables,
+// below the K8s isolation drops (200) and above the tables' default (0).
+const maxBaselineRules = 199
+
 // antreaRulesInOrder lists every Antrea-native rule by tier, policy
 // priority and rule position: that order is their precedence.
-func antreaRulesInOrder(st *cluster.State) []apRule {
+func antreaRulesInOrder(st *cluster.State) ([]apRule, error) {
 	var ap []apRule
+	baseline := 0
 	for _, p := range st.AntreaPolicies {
-		tier, _ := cluster.TierPriority(p.Spec.Tier)
+		// cluster.Build refuses unknown tiers; a state built otherwise
+		// must not have its rules silently put first.
+		tier, ok := cluster.TierPriority(p.Spec.Tier)
+		if !ok {
+			return nil, fmt.Errorf("%s %s: tier %q is not one of Antrea's static tiers", p.Kind, p.Name, p.Spec.Tier)
+		}
+		if tier == baselineTier {
+			baseline += len(p.Spec.Ingress) + len(p.Spec.Egress)
+		}
 		for i, r := range p.Spec.Ingress {
 			ap = append(ap, apRule{p, r, i, true, tier})
 		}
@@ -137,10 +164,15 @@ func antreaRulesInOrder(st *cluster.State) []apRule {
 		}
 		return a.index < b.index
 	})
-	return ap
+	if baseline > maxBaselineRules {
+		return nil, fmt.Errorf("%d Baseline-tier rules: the model orders at most %d", baseline, maxBaselineRules)
+	}
+	return ap, nil
 }
 
-// antreaRule compiles the Antrea-native rule at precedence position pos.
+// antreaRule compiles the Antrea-native rule at precedence position pos:
+// its place among the rules of the non-baseline tiers, or, for a
+// Baseline-tier rule, among the Baseline-tier rules.
 func (pc *policyCompiler) antreaRule(r apRule, pos int) error {
 	typ := crd.AntreaNetworkPolicyType
 	if r.pol.Kind == crd.KindAntreaClusterPolicy {
@@ -158,10 +190,10 @@ func (pc *policyCompiler) antreaRule(r apRule, pos int) error {
 	cr := &compiledRule{ingress: r.in, action: r.rule.Action}
 	ref := RuleRef{PolicyType: typ, Namespace: r.pol.Namespace, Name: r.pol.Name, Rule: name, Action: r.rule.Action}
 	switch {
-	case r.tier == 253 && r.in: // baseline: after K8s policy, in the DefaultRule tables
-		cr.table, cr.priority = TIngressDefaultRule, 150-pos%100
-	case r.tier == 253:
-		cr.table, cr.priority = TEgressDefaultRule, 150-pos%100
+	case r.tier == baselineTier && r.in: // baseline: after K8s policy, in the DefaultRule tables
+		cr.table, cr.priority = TIngressDefaultRule, maxBaselineRules-pos
+	case r.tier == baselineTier:
+		cr.table, cr.priority = TEgressDefaultRule, maxBaselineRules-pos
 	case r.in:
 		cr.table, cr.priority = TAntreaPolicyIngressRule, 60000-pos
 	default:

@@ -86,6 +86,9 @@ true
 {{- if and .Values.autoscaling.enable (ne .Values.mode "Proxy") }}
 {{- fail "autoscaling.enable: a HorizontalPodAutoscaler is allowed only in mode \"Proxy\" (Aggregate mode runs 1 replica)." }}
 {{- end }}
+{{- if and (eq .Values.mode "Proxy") .Values.flowLogger.enable }}
+{{- fail "flowLogger.enable: the flow log is written by Aggregate mode only (Proxy mode forwards records and keeps no flows); set flowLogger.enable=false with mode \"Proxy\"." }}
+{{- end }}
 {{- if gt (int .Values.autoscaling.minReplicas) (int .Values.autoscaling.maxReplicas) }}
 {{- fail "autoscaling.minReplicas must be less than or equal to autoscaling.maxReplicas." }}
 {{- end }}

@@ -1,0 +1,3 @@
+// Package docs holds the tests that keep the documentation true to the
+// code: the metric names it gives are the metrics Sluice defines.
+package docs
