@@ -391,7 +391,13 @@ spec:
     ports: [{protocol: TCP, port: 8080}]
 `
 
-func clientPod(name, app string, n, size int, timeout string) string {
+// clientPod is a client making n requests of size bytes each, with more
+// of testkit client's flags.
+func clientPod(name, app string, n, size int, timeout string, extra ...string) string {
+	w := ""
+	for _, e := range extra {
+		w += ", " + e
+	}
 	return fmt.Sprintf(`
 apiVersion: v1
 kind: Pod
@@ -403,8 +409,34 @@ spec:
   - name: client
     image: example.invalid/testkit:1
     imagePullPolicy: Never
-    args: [client, --requests, "%d", --size, "%d", --timeout, %s]
-`, name, app, n, size, timeout)
+    args: [client, --requests, "%d", --size, "%d", --timeout, %s%s]
+`, name, app, n, size, timeout, w)
+}
+
+// enforcePolicy makes each server Pod drop TCP to 8080 from any address
+// but the Node's (the kubelet's probes) and the allowed ones; later calls
+// allow more addresses.
+func (c *kc) enforcePolicy(allowed ...string) {
+	c.t.Helper()
+	for _, p := range c.pods(appNS, "app=server") {
+		ns := podNetns(c.t, p.Status.PodIP)
+		var cmds []string
+		if exec.Command("ip", "netns", "exec", ns, "nft", "list", "table", "inet", "sluicetest").Run() != nil {
+			cmds = append(cmds, "add table inet sluicetest",
+				"add set inet sluicetest allowed { type ipv4_addr; }",
+				"add chain inet sluicetest in { type filter hook input priority 0; policy accept; }",
+				"add rule inet sluicetest in tcp dport 8080 ip saddr != @allowed drop",
+				"add element inet sluicetest allowed { "+nodeIP+" }")
+		}
+		for _, ip := range allowed {
+			cmds = append(cmds, "add element inet sluicetest allowed { "+ip+" }")
+		}
+		for _, cmd := range cmds {
+			if out, err := exec.Command("ip", append([]string{"netns", "exec", ns, "nft"}, strings.Fields(cmd)...)...).CombinedOutput(); err != nil {
+				c.t.Fatalf("nft %s in %s: %v\n%s", cmd, ns, err, out)
+			}
+		}
+	}
 }
 
 func (c *kc) apply(manifest string) {
@@ -456,6 +488,9 @@ func (c *kc) podIP(ns, name string) string {
 type conn struct {
 	fwdOctets, revOctets uint64
 	rec                  stubcollector.Record
+	// viaProxy: a record came through Proxy mode (no Aggregate-mode
+	// elements).
+	viaProxy bool
 }
 
 func connsFrom(recs []stubcollector.Record, srcIP string) map[uint16]*conn {
@@ -473,6 +508,7 @@ func connsFrom(recs []stubcollector.Record, srcIP string) map[uint16]*conn {
 		c.fwdOctets = max(c.fwdOctets, f.Stats.OctetTotalCount)
 		c.revOctets = max(c.revOctets, f.ReverseStats.OctetTotalCount)
 		c.rec = r
+		c.viaProxy = c.viaProxy || f.Aggregation == nil
 	}
 	return m
 }
@@ -544,18 +580,7 @@ func TestHelmInstall(t *testing.T) {
 	// The bridge CNI enforces no NetworkPolicy: each server Pod drops, at
 	// its own interface, what the policy denies (TCP to 8080 from other
 	// than app=client), as an enforcing CNI would at the destination.
-	for _, p := range servers {
-		ns := podNetns(t, p.Status.PodIP)
-		for _, rule := range []string{
-			"add table inet sluicetest",
-			"add chain inet sluicetest in { type filter hook input priority 0; policy accept; }",
-			fmt.Sprintf("add rule inet sluicetest in tcp dport 8080 ip saddr != { %s, %s } drop", nodeIP, clientIP),
-		} {
-			if out, err := exec.Command("ip", append([]string{"netns", "exec", ns, "nft"}, strings.Fields(rule)...)...).CombinedOutput(); err != nil {
-				t.Fatalf("nft %s in %s: %v\n%s", rule, ns, err, out)
-			}
-		}
-	}
+	c.enforcePolicy(clientIP)
 	c.apply(clientPod("denied", "denied", 3, bodyBytes, "2s"))
 	deniedIP := c.podIP(appNS, "denied")
 

@@ -96,11 +96,30 @@ func client(ctx context.Context, args []string) error {
 	size := fs.Int("size", 1000, "bytes asked for in each response")
 	timeout := fs.Duration("timeout", 3*time.Second, "timeout of each request")
 	interval := fs.Duration("interval", 100*time.Millisecond, "pause between requests")
+	wait := fs.Bool("wait", false, "first wait until the server answers /healthz (those requests are not counted)")
 	_ = fs.Parse(args)
 	if *url == "" {
 		*url = "http://" + net.JoinHostPort(os.Getenv("SERVER_SERVICE_HOST"), os.Getenv("SERVER_SERVICE_PORT"))
 	}
 	hc := &http.Client{Timeout: *timeout, Transport: &http.Transport{DisableKeepAlives: true}}
+	if *wait {
+		probe := &http.Client{Timeout: time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+		for tries := 1; ; tries++ {
+			resp, err := probe.Get(*url + "/healthz")
+			if err == nil {
+				resp.Body.Close()
+				if resp.StatusCode == http.StatusOK {
+					log.Printf("the server answers after %d tries", tries)
+					break
+				}
+			}
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(500 * time.Millisecond):
+			}
+		}
+	}
 	ok, failed, body := 0, 0, 0
 	for i := range *n {
 		if i > 0 {
