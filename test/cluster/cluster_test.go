@@ -737,6 +737,11 @@ func TestHelmInstall(t *testing.T) {
 		if v, ok := metric(e, "sluice_exporter_connected"); !ok || v != 1 {
 			t.Errorf("sluice_exporter_connected = %v", v)
 		}
+		// The Node counts bytes in conntrack (the script set
+		// nf_conntrack_acct), and the exporter says so.
+		if v, ok := metric(e, "sluice_exporter_conntrack_accounting"); !ok || v != 1 {
+			t.Errorf("sluice_exporter_conntrack_accounting = %v", v)
+		}
 	})
 
 	t.Run("traceflow", func(t *testing.T) {

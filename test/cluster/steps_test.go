@@ -2,6 +2,7 @@ package cluster_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -150,6 +151,34 @@ func checkUI(t *testing.T, c *kc) {
 		t.Fatal(err)
 	}
 	t.Logf("the Flows page shows %d rows of the client", n)
+
+	// Its rows group the server Pods into their Deployment by the Pods'
+	// owners, whatever their generated names look like.
+	b, err := httpGet("http://" + addr + "/api/flows")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var page struct {
+		Rows []struct {
+			SrcPod, DstPod, DstWl, DstWlKind string
+		}
+	}
+	if err := json.Unmarshal(b, &page); err != nil {
+		t.Fatal(err)
+	}
+	grouped := 0
+	for _, r := range page.Rows {
+		if r.SrcPod != "client" || !strings.HasPrefix(r.DstPod, "server-") {
+			continue
+		}
+		if r.DstWl != "server" || r.DstWlKind != "Deployment" {
+			t.Errorf("the UI puts Pod %s in workload %s %q, want Deployment \"server\"", r.DstPod, r.DstWlKind, r.DstWl)
+		}
+		grouped++
+	}
+	if grouped == 0 {
+		t.Error("/api/flows has no row of the client")
+	}
 }
 
 // upgradeToProxy: `helm upgrade` to Proxy mode with two replicas and an
