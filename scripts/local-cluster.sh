@@ -169,6 +169,11 @@ EOF
 }
 
 containerd_() {
+  # /run/netns as the shared mount `ip netns add` makes on its first use,
+  # before any Pod: made later (by anyone's `ip netns add`), it would cover
+  # the Pods' namespaces, and the kubelet could no longer remove them.
+  ip netns add sluice-local-cluster-probe
+  ip netns delete sluice-local-cluster-probe
   mkdir -p "$DIR/containerd"
   cat >"$DIR/containerd/config.toml" <<EOF
 version = 2
@@ -360,17 +365,17 @@ down() {
   pkill -KILL -f "containerd-shim-runc-v2 .*-address $SOCK" 2>/dev/null || true
   # Network namespaces the CNI made for the Pods and the kubelet did not
   # tear down (containerd names them cni-<uuid>): those that were not there
-  # before `up`. `ip netns add` (by anyone, meanwhile) may have mounted
-  # /run/netns over the folder that holds their mounts: that goes first.
-  if [[ -f $DIR/sysctls.saved && ! -f $DIR/netns-mount.saved ]]; then
-    while grep -q " /run/netns " /proc/self/mounts; do umount /run/netns 2>/dev/null || break; done
-  fi
+  # before `up`.
   for ns in /run/netns/cni-*; do
     [[ -e $ns ]] || continue
     grep -qx "$(basename "$ns")" "$DIR/netns.saved" 2>/dev/null && continue
     while grep -q " $ns " /proc/self/mounts; do umount "$ns" 2>/dev/null || break; done
     rm -f "$ns" 2>/dev/null || true
   done
+  # /run/netns itself, when `up` made it a mount and nothing else uses it.
+  if [[ -f $DIR/sysctls.saved && ! -f $DIR/netns-mount.saved ]] && [[ -z $(ls /run/netns 2>/dev/null) ]]; then
+    while grep -q " /run/netns " /proc/self/mounts; do umount /run/netns 2>/dev/null || break; done
+  fi
   # Mounts under our folder (overlay roots, projected volumes, shm),
   # deepest first.
   { grep -o " $DIR[^ ]*" /proc/self/mounts || true; } | sort -r | while read -r m; do umount -l "$m" 2>/dev/null || true; done
