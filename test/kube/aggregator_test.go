@@ -34,6 +34,13 @@ func installDefaults(t *testing.T, ctx context.Context, c *kubetest.Cluster) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	applyYAML(t, ctx, c, b)
+}
+
+// applyYAML server-side applies every object of a multi-document YAML
+// (a rendered chart) and fails the test on any refusal.
+func applyYAML(t *testing.T, ctx context.Context, c *kubetest.Cluster, b []byte) {
+	t.Helper()
 	objs, err := kubetest.Objects(b)
 	if err != nil {
 		t.Fatal(err)

@@ -16,7 +16,6 @@ import (
 
 	"sluice/exporter/attribution"
 	"sluice/flow"
-	"sluice/test/kube/kubetest"
 	tfcluster "sluice/traceflow/cluster"
 	"sluice/traceflow/cluster/kube"
 	"sluice/traceflow/pipeline"
@@ -96,19 +95,7 @@ func TestExporterAttributionWatch(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	objs, err := kubetest.Objects(out)
-	if err != nil {
-		t.Fatal(err)
-	}
-	res, err := c.ServerSideApply(ctx, objs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, r := range res {
-		if r.Err != nil {
-			t.Fatal(r.Err)
-		}
-	}
+	applyYAML(t, ctx, c, out)
 	// The chart's default (the exporter's least privilege) for the tests
 	// after this one.
 	t.Cleanup(func() { installDefaults(t, testContext(t, time.Minute), c) })

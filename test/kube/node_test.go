@@ -48,19 +48,7 @@ func installChart(t *testing.T, ctx context.Context, c *kubetest.Cluster, releas
 	r.get(t, "DaemonSet", cr.fullname+"-exporter", &ds)
 	ctr := ds.Spec.Template.Spec.Containers[0]
 	cr.args, cr.env = ctr.Args, ctr.Env
-	objs, err := kubetest.Objects(out)
-	if err != nil {
-		t.Fatal(err)
-	}
-	res, err := c.ServerSideApply(ctx, objs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, r := range res {
-		if r.Err != nil {
-			t.Fatal(r.Err)
-		}
-	}
+	applyYAML(t, ctx, c, out)
 	return cr
 }
 

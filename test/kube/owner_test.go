@@ -35,19 +35,7 @@ func TestCertificateObjectsOwned(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	objs, err := kubetest.Objects(out)
-	if err != nil {
-		t.Fatal(err)
-	}
-	res, err := c.ServerSideApply(ctx, objs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, r := range res {
-		if r.Err != nil {
-			t.Fatal(r.Err)
-		}
-	}
+	applyYAML(t, ctx, c, out)
 	var d appsv1.Deployment
 	parseRendered(t, out).get(t, "Deployment", release+"-flow-aggregator", &d)
 	var ownerName string
