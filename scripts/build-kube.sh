@@ -39,7 +39,7 @@ mod=$(go mod download -json "k8s.io/kubernetes@$KUBE_VERSION" | python3 -c 'impo
   for c in "${cmds[@]}"; do printf '\t_ "k8s.io/kubernetes/cmd/%s"\n' "$c"; done
   printf ')\n'
 } >tools.go
-echo "build-kube: building ${cmds[*]} $KUBE_VERSION into $dir/bin (about 20 minutes on 2 cores)" >&2
+echo "build-kube: building ${cmds[*]} $KUBE_VERSION into $dir/bin (about 7 minutes on 2 cores with an empty Go cache)" >&2
 go mod tidy >&2
 minor=${KUBE_VERSION#v1.}; minor=${minor%%.*}
 pkgs=()
