@@ -130,6 +130,14 @@ save_state() {
   nft list tables >"$DIR/nft-tables.saved"
   if grep -q " /run/netns " /proc/self/mounts; then touch "$DIR/netns-mount.saved"; fi
   ls /run/netns 2>/dev/null >"$DIR/netns.saved" || true
+  # The KUBE-* chains and kubepods cgroups of a kubelet that may already run
+  # here are not ours to remove.
+  for ipt in iptables ip6tables; do
+    for table in mangle nat filter; do
+      { $ipt -t $table -S 2>/dev/null || true; } | awk -v t="$ipt/$table" '$1 == "-N" {print t "/" $2}'
+    done
+  done >"$DIR/chains.saved"
+  ls -d /sys/fs/cgroup/*/kubepods /sys/fs/cgroup/kubepods 2>/dev/null >"$DIR/cgroups.saved" || true
 }
 
 network() {
@@ -382,18 +390,25 @@ down() {
   # cgroups the kubelet made.
   for c in /sys/fs/cgroup/*/kubepods /sys/fs/cgroup/kubepods; do
     [[ -d $c ]] || continue
+    grep -qx "$c" "$DIR/cgroups.saved" 2>/dev/null && continue
     find "$c" -depth -type d -exec rmdir {} \; 2>/dev/null || true
   done
   for t in "ip kube-proxy" "ip6 kube-proxy" "inet sluice-local-cluster"; do
+    grep -qx "table $t" "$DIR/nft-tables.saved" 2>/dev/null && continue
     nft list table $t >/dev/null 2>&1 && nft delete table $t
   done
   # The kubelet's iptables chains (KUBE-IPTABLES-HINT, KUBE-KUBELET-CANARY),
   # then the tables that did not exist before `up`.
   for ipt in iptables ip6tables; do
     for table in mangle nat filter; do
-      { $ipt -t $table -S 2>/dev/null || true; } | { grep -E '^-A [^ ]+ .*-j KUBE-' || true; } | { grep -v '^-A KUBE-' || true; } |
-        sed 's/^-A /-D /' | while read -r rule; do eval "$ipt -t $table $rule" 2>/dev/null || true; done
-      for chain in $({ $ipt -t $table -S 2>/dev/null || true; } | awk '$1 == "-N" && $2 ~ /^KUBE-/ {print $2}'); do
+      # Only chains that were not there before `up`, and the jumps to them.
+      new=$({ $ipt -t $table -S 2>/dev/null || true; } | awk '$1 == "-N" && $2 ~ /^KUBE-/ {print $2}' |
+        while read -r chain; do grep -qx "$ipt/$table/$chain" "$DIR/chains.saved" 2>/dev/null || echo "$chain"; done)
+      for chain in $new; do
+        { $ipt -t $table -S 2>/dev/null || true; } | { grep -E "^-A [^ ]+ .*-j $chain( |\$)" || true; } |
+          sed 's/^-A /-D /' | while read -r rule; do eval "$ipt -t $table $rule" 2>/dev/null || true; done
+      done
+      for chain in $new; do
         $ipt -t $table -F "$chain" 2>/dev/null || true
         $ipt -t $table -X "$chain" 2>/dev/null || true
       done
