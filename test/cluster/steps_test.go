@@ -150,7 +150,7 @@ func checkUI(t *testing.T, c *kc) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("the Flows page shows %d rows of the client", n)
+	t.Logf("the Flows page draws %d rows of the client (its table renders the rows that fit the window)", n)
 
 	// Its rows group the server Pods into their Deployment by the Pods'
 	// owners, whatever their generated names look like.
