@@ -188,6 +188,44 @@ func startAggregator(t *testing.T, kubeconfig string, jc *jsonCollector) *aggreg
 }
 
 // aggregatorOptions are what tests vary in startAggregatorWith.
+// waitPublished waits until the aggregator has published its
+// certificates in the cluster; it fails the test if the aggregator exits.
+func (a *aggregatorProc) waitPublished(t *testing.T, ctx context.Context) {
+	t.Helper()
+	if err := poll(ctx, "certificates published", func() (bool, error) {
+		select {
+		case <-a.exited:
+			return false, fmt.Errorf("aggregator exited:\n%s", a.logs.String())
+		default:
+		}
+		return strings.Contains(a.logs.String(), "TLS certificates published"), nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// waitStartupFailure waits until the aggregator stops with a non-zero
+// status, checks that its output says each of wants, and returns the
+// output.
+func (a *aggregatorProc) waitStartupFailure(t *testing.T, ctx context.Context, wants ...string) string {
+	t.Helper()
+	select {
+	case <-a.exited:
+	case <-ctx.Done():
+		t.Fatalf("the aggregator did not stop:\n%s", a.logs.String())
+	}
+	if a.cmd.ProcessState.ExitCode() == 0 {
+		t.Fatalf("the aggregator exited with 0:\n%s", a.logs.String())
+	}
+	logs := a.logs.String()
+	for _, want := range wants {
+		if !strings.Contains(logs, want) {
+			t.Errorf("error output lacks %q:\n%s", want, logs)
+		}
+	}
+	return logs
+}
+
 type aggregatorOptions struct {
 	kubeconfig string
 	grpc       bool     // run the gRPC collector (mutual TLS)
@@ -493,20 +531,7 @@ func TestAggregatorMissingPermission(t *testing.T) {
 	}
 	jc := startJSONCollector(t)
 	agg := startAggregator(t, kubeconfig, jc)
-	select {
-	case <-agg.exited:
-	case <-ctx.Done():
-		t.Fatalf("the aggregator did not stop:\n%s", agg.logs.String())
-	}
-	if agg.cmd.ProcessState.ExitCode() == 0 {
-		t.Fatalf("the aggregator exited with 0:\n%s", agg.logs.String())
-	}
-	logs := agg.logs.String()
-	for _, want := range []string{`system:serviceaccount:limited:agg may not "watch" on "pods"`, "sluice.kubeconfig"} {
-		if !strings.Contains(logs, want) {
-			t.Errorf("error output lacks %q:\n%s", want, logs)
-		}
-	}
+	logs := agg.waitStartupFailure(t, ctx, `system:serviceaccount:limited:agg may not "watch" on "pods"`, "sluice.kubeconfig")
 	if strings.Contains(logs, `"list" on "pods"`) || strings.Contains(logs, `on "nodes"`) {
 		t.Errorf("granted permissions reported missing:\n%s", logs)
 	}

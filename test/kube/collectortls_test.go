@@ -232,18 +232,5 @@ func TestCollectorTLSSecretMissing(t *testing.T) {
 	extra := strings.Replace(collectorTLSConfig, "clientSecretName: "+collectorClientSecret, "clientSecretName: no-such-secret", 1)
 	agg := startAggregatorWith(t, aggregatorOptions{kubeconfig: kubeconfig, collectorExtra: extra,
 		env: []string{"POD_NAMESPACE=" + ns}}, jc)
-	select {
-	case <-agg.exited:
-	case <-ctx.Done():
-		t.Fatalf("the aggregator did not stop:\n%s", agg.logs.String())
-	}
-	if agg.cmd.ProcessState.ExitCode() == 0 {
-		t.Fatalf("the aggregator exited with 0:\n%s", agg.logs.String())
-	}
-	logs := agg.logs.String()
-	for _, want := range []string{"flowCollector.tls.clientSecretName", "no-such-secret"} {
-		if !strings.Contains(logs, want) {
-			t.Errorf("error output lacks %q:\n%s", want, logs)
-		}
-	}
+	agg.waitStartupFailure(t, ctx, "flowCollector.tls.clientSecretName", "no-such-secret")
 }

@@ -55,16 +55,7 @@ func TestExporterMutualTLS(t *testing.T) {
 
 	jc := startJSONCollector(t)
 	agg := startAggregatorWith(t, aggregatorOptions{kubeconfig: aggKC, grpc: true, env: []string{"POD_NAMESPACE=" + ns}}, jc)
-	if err := poll(ctx, "certificates published", func() (bool, error) {
-		select {
-		case <-agg.exited:
-			return false, fmt.Errorf("aggregator exited:\n%s", agg.logs.String())
-		default:
-		}
-		return strings.Contains(agg.logs.String(), "TLS certificates published"), nil
-	}); err != nil {
-		t.Fatal(err)
-	}
+	agg.waitPublished(t, ctx)
 	cm, err := admin.CoreV1().ConfigMaps(ns).Get(ctx, kubecerts.CAConfigMap, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)

@@ -1,10 +1,8 @@
 package kube_test
 
 import (
-	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -67,16 +65,7 @@ func TestCertificateObjectsOwned(t *testing.T) {
 	publish := func(t *testing.T) {
 		t.Helper()
 		agg := startAggregatorWith(t, aggregatorOptions{kubeconfig: kc, grpc: true, env: env}, startJSONCollector(t))
-		if err := poll(ctx, "certificates published", func() (bool, error) {
-			select {
-			case <-agg.exited:
-				return false, fmt.Errorf("aggregator exited:\n%s", agg.logs.String())
-			default:
-			}
-			return strings.Contains(agg.logs.String(), "TLS certificates published"), nil
-		}); err != nil {
-			t.Fatal(err)
-		}
+		agg.waitPublished(t, ctx)
 	}
 
 	t.Run("adopts", func(t *testing.T) {

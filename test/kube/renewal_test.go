@@ -3,10 +3,8 @@ package kube_test
 import (
 	"crypto/x509"
 	"encoding/pem"
-	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -69,16 +67,7 @@ func TestClusterCARenewedAtStart(t *testing.T) {
 	}
 	jc := startJSONCollector(t)
 	agg := startAggregatorWith(t, aggregatorOptions{kubeconfig: kc, grpc: true, env: []string{"POD_NAMESPACE=" + ns}}, jc)
-	if err := poll(ctx, "certificates published", func() (bool, error) {
-		select {
-		case <-agg.exited:
-			return false, fmt.Errorf("aggregator exited:\n%s", agg.logs.String())
-		default:
-		}
-		return strings.Contains(agg.logs.String(), "TLS certificates published"), nil
-	}); err != nil {
-		t.Fatal(err)
-	}
+	agg.waitPublished(t, ctx)
 
 	caSecret, err := admin.CoreV1().Secrets(ns).Get(ctx, kubecerts.CASecret, metav1.GetOptions{})
 	if err != nil {
