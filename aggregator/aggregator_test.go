@@ -450,12 +450,7 @@ func TestRunEndsWhenTheMetadataSourceFails(t *testing.T) {
 	dir := t.TempDir()
 	// A server that refuses connections: the permission check cannot ask
 	// it, which the aggregator tolerates (it starts anyway).
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	server := "https://" + ln.Addr().String()
-	ln.Close()
+	server := "https://" + testkit.RefusedAddr(t)
 	kc := filepath.Join(dir, "kubeconfig")
 	if err := os.WriteFile(kc, []byte(`apiVersion: v1
 kind: Config

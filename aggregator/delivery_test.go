@@ -147,12 +147,7 @@ sluice:
 func TestGRPCConfirmSkipsADeadSink(t *testing.T) {
 	const n = 100
 	dir := t.TempDir()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	collAddr := ln.Addr().String() // reserved, and down
-	ln.Close()
+	collAddr := testkit.RefusedAddr(t) // reserved, and down
 	yaml := fmt.Sprintf(`
 mode: Proxy
 aggregatorTransportProtocol: none

@@ -77,12 +77,7 @@ func TestShutdownLossIsCounted(t *testing.T) {
 }
 
 func testShutdownLoss(t *testing.T, mode string) {
-	down, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	downAddr := down.Addr().String()
-	down.Close() // nothing listens there: the collector sink never connects
+	downAddr := testkit.RefusedAddr(t) // the collector sink never connects
 	logPath := filepath.Join(t.TempDir(), "flows.log")
 	flowLogger := ""
 	if mode == "Aggregate" {

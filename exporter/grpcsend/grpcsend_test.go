@@ -121,12 +121,8 @@ func TestBuffersWhileDisconnectedThenReconnects(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close() // nobody listens yet
+	port := testkit.ReservePort(t) // nobody listens yet
+	addr := port.Addr
 
 	m := metrics()
 	s, err := grpcsend.New(grpcsend.Options{Address: addr, TLS: b.ClientTLS("localhost"),
@@ -149,9 +145,9 @@ func TestBuffersWhileDisconnectedThenReconnects(t *testing.T) {
 		t.Errorf("%d records queued while disconnected, want 10", q.Len())
 	}
 
-	ln, err = net.Listen("tcp", addr)
+	ln, err := port.Listen()
 	if err != nil {
-		t.Skipf("port taken meanwhile: %v", err)
+		t.Fatal(err)
 	}
 	out, stop := aggregator(t, b, ln)
 	got := collect(t, out, 10)

@@ -348,12 +348,7 @@ func TestUDPTemplateRefresh(t *testing.T) {
 // refused returns an address nothing listens on: every attempt fails.
 func refused(t *testing.T) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
+	return testkit.RefusedAddr(t)
 }
 
 // TestBackoff: failed attempts wait MinBackoff, doubling up to

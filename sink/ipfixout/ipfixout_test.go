@@ -98,12 +98,8 @@ func newSink(t *testing.T, addr, proto string, json bool, m *ipfixout.Metrics) *
 // wait in the buffer and arrive when it comes up; a buffer too small for
 // the outage loses the oldest, and counts them.
 func TestOutageBuffersThenDelivers(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close() // down
+	port := testkit.ReservePort(t) // down
+	addr := port.Addr
 
 	m := ipfixout.NewMetrics(prometheus.NewRegistry())
 	buf := ring.New[*flow.Flow](64)
@@ -117,9 +113,9 @@ func TestOutageBuffersThenDelivers(t *testing.T) {
 	}
 	time.Sleep(100 * time.Millisecond) // a few failed attempts
 	var r received
-	ln2, err := net.Listen("tcp", addr)
+	ln2, err := port.Listen()
 	if err != nil {
-		t.Skipf("port %s taken meanwhile: %v", addr, err)
+		t.Fatal(err)
 	}
 	defer ln2.Close()
 	serveIPFIX(t, ln2, &r)
@@ -368,12 +364,7 @@ func TestCommitsWhatItWrote(t *testing.T) {
 	})
 
 	t.Run("a collector down is not waited for", func(t *testing.T) {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		addr := ln.Addr().String()
-		ln.Close()
+		addr := testkit.RefusedAddr(t)
 		m := ipfixout.NewMetrics(prometheus.NewRegistry())
 		buf := ring.New[*flow.Flow](1024)
 		run(newSlowSink(addr, m), buf)
