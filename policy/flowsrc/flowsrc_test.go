@@ -1,0 +1,279 @@
+package flowsrc
+
+import (
+	"bytes"
+	"compress/gzip"
+	"context"
+	"errors"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"sluice/flow"
+	"sluice/flow/ipfixmap"
+	"sluice/internal/testkit"
+	"sluice/internal/testkit/testagg"
+	"sluice/ipfix"
+	"sluice/sink/flowlog"
+)
+
+func sampleFlows() []flow.Flow {
+	t0 := time.Unix(1_790_000_000, 0).UTC()
+	return []flow.Flow{
+		{StartTime: t0, EndTime: t0.Add(time.Minute), SourceIP: netip.MustParseAddr("10.10.1.5"),
+			DestinationIP: netip.MustParseAddr("10.10.2.6"), SourcePort: 40000, DestinationPort: 8080, Protocol: 6,
+			SourcePodName: "frontend-1", SourcePodNamespace: "web", SourceNodeName: "n1",
+			DestinationPodName: "cart-1", DestinationPodNamespace: "web", DestinationNodeName: "n2",
+			DestinationClusterIP: netip.MustParseAddr("10.96.10.10"), DestinationServicePort: 8080,
+			DestinationServicePortName: "web/cart:http",
+			Ingress: flow.Policy{Name: "cart-in", Namespace: "web", RuleName: "r1", RuleAction: flow.ActionAllow, Type: 1}},
+		{StartTime: t0.Add(time.Hour), EndTime: t0.Add(time.Hour + time.Second), SourceIP: netip.MustParseAddr("fd00::5"),
+			DestinationIP: netip.MustParseAddr("fd00::9"), SourcePort: 5353, DestinationPort: 53, Protocol: 17,
+			SourcePodName: "a", SourcePodNamespace: "b",
+			Egress: flow.Policy{Name: "quarantine", RuleName: "drop", RuleAction: flow.ActionDrop, Type: 3}},
+		{StartTime: t0, EndTime: t0, SourceIP: netip.MustParseAddr("10.10.1.5"),
+			DestinationIP: netip.MustParseAddr("203.0.113.9"), Protocol: 1},
+	}
+}
+
+func toRecord(f *flow.Flow) Record {
+	return Record{Start: f.StartTime, End: f.EndTime, Src: f.SourceIP, Dst: f.DestinationIP, SrcPort: f.SourcePort,
+		DstPort: f.DestinationPort, Proto: f.Protocol, SrcNamespace: f.SourcePodNamespace, SrcPod: f.SourcePodName,
+		DstNamespace: f.DestinationPodNamespace, DstPod: f.DestinationPodName, ClusterIP: f.DestinationClusterIP,
+		ServicePortName: f.DestinationServicePortName, Ingress: f.Ingress, Egress: f.Egress}
+}
+
+// TestParseLineRoundTrip: lines the flowLogger sink writes, in both
+// spellings, read back as the records they came from.
+func TestParseLineRoundTrip(t *testing.T) {
+	for _, pretty := range []bool{false, true} {
+		for i, f := range sampleFlows() {
+			line := flowlog.AppendLine(nil, &f, pretty)
+			var got Record
+			if err := ParseLine(line, &got); err != nil {
+				t.Fatalf("pretty=%v flow %d: %v\n%s", pretty, i, err, line)
+			}
+			if want := toRecord(&f); got != want {
+				t.Errorf("pretty=%v flow %d:\n got %+v\nwant %+v", pretty, i, got, want)
+			}
+		}
+	}
+	var r Record
+	f := sampleFlows()[1]
+	if err := ParseLine(flowlog.AppendLine(nil, &f, true), &r); err != nil || !r.Denied() {
+		t.Errorf("a Drop record: denied=%v err=%v", r.Denied(), err)
+	}
+}
+
+func TestParseLineErrors(t *testing.T) {
+	f := sampleFlows()[0]
+	good := string(flowlog.AppendLine(nil, &f, true))
+	fields := strings.Split(good, ",")
+	set := func(i int, v string) string {
+		g := append([]string(nil), fields...)
+		g[i] = v
+		return strings.Join(g, ",")
+	}
+	for _, c := range []struct{ line, want string }{
+		{"", "1 comma-separated fields"},
+		{good + ",x", "more than 30"},
+		{strings.Join(fields[:29], ","), "29 comma-separated fields"},
+		{set(0, "yesterday"), "flowStartSeconds"},
+		{set(2, "10.10.1"), "sourceIP"},
+		{set(3, ""), "destinationIP"},
+		{set(5, "65536"), "destinationTransportPort"},
+		{set(6, "tcpx"), "protocolIdentifier"},
+		{set(13, "nope"), "destinationClusterIP"},
+		{set(20, "Maybe"), "ingress policy: rule action"},
+		{set(26, "Weird"), "egress policy: policy type"},
+	} {
+		var r Record
+		err := ParseLine([]byte(c.line), &r)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%q: error %v, want one with %q", c.line, err, c.want)
+		}
+	}
+}
+
+// TestFileSource: a plain and a gzipped log, with --since, and a bad line
+// named by its number.
+func TestFileSource(t *testing.T) {
+	dir := t.TempDir()
+	var buf bytes.Buffer
+	flows := sampleFlows()
+	for i := range flows {
+		buf.Write(flowlog.AppendLine(nil, &flows[i], i%2 == 0))
+		buf.WriteString("\n")
+	}
+	plain := filepath.Join(dir, "flows.log")
+	if err := os.WriteFile(plain, buf.Bytes(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var gz bytes.Buffer
+	w := gzip.NewWriter(&gz)
+	w.Write(buf.Bytes())
+	w.Close()
+	zipped := filepath.Join(dir, "flows-2026.log.gz")
+	if err := os.WriteFile(zipped, gz.Bytes(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{plain, zipped} {
+		src, err := Open(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []Record
+		if err := src.Read(context.Background(), time.Time{}, func(r *Record) error { got = append(got, *r); return nil }); err != nil {
+			t.Fatal(err)
+		}
+		if len(got) != 3 || got[1] != toRecord(&flows[1]) {
+			t.Errorf("%s: %d records, second %+v", p, len(got), got)
+		}
+		n := 0
+		since := flows[0].EndTime.Add(time.Second)
+		if err := src.Read(context.Background(), since, func(*Record) error { n++; return nil }); err != nil || n != 1 {
+			t.Errorf("%s since %s: %d records (%v), want 1", p, since, n, err)
+		}
+	}
+	bad := filepath.Join(dir, "bad.log")
+	os.WriteFile(bad, append(buf.Bytes(), "1,2,3\n"...), 0o600)
+	err := (&File{Path: bad}).Read(context.Background(), time.Time{}, func(*Record) error { return nil })
+	if err == nil || !strings.Contains(err.Error(), "line 4") {
+		t.Errorf("bad line: %v", err)
+	}
+	stop := errors.New("stop")
+	if err := (&File{Path: plain}).Read(context.Background(), time.Time{}, func(*Record) error { return stop }); !errors.Is(err, stop) {
+		t.Errorf("callback error: %v", err)
+	}
+	if err := (&File{Path: filepath.Join(dir, "missing")}).Read(context.Background(), time.Time{}, nil); err == nil {
+		t.Error("a missing file read without error")
+	}
+}
+
+func TestOpen(t *testing.T) {
+	for spec, want := range map[string]string{
+		"http://127.0.0.1:10348": "*flowsrc.API", "https://agg:10348": "*flowsrc.API",
+		"127.0.0.1:10348": "*flowsrc.API", "/tmp/flows.log": "*flowsrc.File", "flows.log": "*flowsrc.File",
+	} {
+		s, err := Open(spec)
+		if err != nil {
+			t.Fatalf("%s: %v", spec, err)
+		}
+		if got := typeName(s); got != want {
+			t.Errorf("%s: %s, want %s", spec, got, want)
+		}
+	}
+	for _, bad := range []string{"", "tcp://ch:9000/default"} {
+		if _, err := Open(bad); err == nil {
+			t.Errorf("%q: no error", bad)
+		}
+	}
+}
+
+func typeName(s Source) string {
+	switch s.(type) {
+	case *API:
+		return "*flowsrc.API"
+	case *File:
+		return "*flowsrc.File"
+	}
+	return "?"
+}
+
+// TestAPISource: records sent over IPFIX to a real aggregator in Aggregate
+// mode, read back through its HTTP API, carry their addresses, ports,
+// Pods and policy verdicts.
+func TestAPISource(t *testing.T) {
+	a := testagg.Start(t, `
+mode: Aggregate
+aggregatorTransportProtocol: tcp
+sluice: {ipfixAddress: "127.0.0.1:0", apiAddress: "127.0.0.1:0"}
+`)
+	tb, _ := ipfixmap.NewTable(ipfix.DefaultRegistry())
+	names, _ := ipfixmap.AgentElements("v2.7", 4)
+	els, err := tb.Elements(names)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl, _ := ipfixmap.TemplateOf(256, els)
+	conn, err := net.Dial("tcp", a.Addrs().IPFIX)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	enc, _ := ipfix.NewEncoder(ipfix.EncoderOptions{}, func(m []byte) error { _, err := conn.Write(m); return err })
+	enc.AddTemplate(1, tmpl)
+	now := time.Now().Truncate(time.Second).UTC()
+	sent := []flow.Flow{
+		{StartTime: now.Add(-time.Minute), EndTime: now, SourceIP: netip.MustParseAddr("10.10.1.5"),
+			DestinationIP: netip.MustParseAddr("10.10.2.6"), SourcePort: 40001, DestinationPort: 8443, Protocol: 6,
+			FlowType: flow.FlowTypeInterNode, SourcePodNamespace: "web", SourcePodName: "frontend-1",
+			SourceNodeName: "n1",
+			Ingress: flow.Policy{Name: "pay-api-from-cart", Namespace: "payments", RuleAction: flow.ActionDrop, Type: 1}},
+		{StartTime: now.Add(-time.Minute), EndTime: now, SourceIP: netip.MustParseAddr("10.10.1.6"),
+			DestinationIP: netip.MustParseAddr("203.0.113.9"), SourcePort: 40002, DestinationPort: 443, Protocol: 6,
+			FlowType: flow.FlowTypeToExternal, SourcePodNamespace: "web", SourcePodName: "cart-1", SourceNodeName: "n1"},
+	}
+	for i := range sent {
+		if err := ipfixmap.WriteRecord(enc.Begin(1, tmpl), els, &sent[i]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := enc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	src, err := Open("http://" + a.Addrs().API)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got map[uint16]Record
+	testkit.WaitFor(t, "both records in the aggregator's store", func() bool {
+		got = map[uint16]Record{}
+		err := src.Read(context.Background(), time.Time{}, func(r *Record) error { got[r.SrcPort] = *r; return nil })
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(got) == 2
+	})
+	r := got[40001]
+	if r.Src != sent[0].SourceIP || r.Dst != sent[0].DestinationIP || r.Proto != 6 || r.DstPort != 8443 ||
+		r.SrcPod != "frontend-1" || r.SrcNamespace != "web" || !r.Denied() || r.Ingress.Name != "pay-api-from-cart" ||
+		!r.End.Equal(now) {
+		t.Errorf("denied record: %+v", r)
+	}
+	if r := got[40002]; r.Denied() || r.Dst != sent[1].DestinationIP || r.DstPort != 443 {
+		t.Errorf("allowed record: %+v", r)
+	}
+	n := 0
+	if err := src.Read(context.Background(), now.Add(time.Hour), func(*Record) error { n++; return nil }); err != nil || n != 0 {
+		t.Errorf("since an hour ahead: %d records, %v", n, err)
+	}
+	down, err := Open("http://" + testkit.RefusedAddr(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := down.Read(context.Background(), time.Time{}, func(*Record) error { return nil }); err == nil {
+		t.Error("a refused API read without error")
+	}
+}
+
+func FuzzParseLine(f *testing.F) {
+	for _, fl := range sampleFlows() {
+		f.Add(flowlog.AppendLine(nil, &fl, true))
+		f.Add(flowlog.AppendLine(nil, &fl, false))
+	}
+	f.Add([]byte(",,,,,,,,,,,,,,,,,,,,,,,,,,,,,"))
+	f.Fuzz(func(t *testing.T, line []byte) {
+		var r Record
+		if err := ParseLine(line, &r); err != nil {
+			return
+		}
+		if !r.Src.IsValid() || !r.Dst.IsValid() {
+			t.Fatalf("accepted a line without addresses: %q", line)
+		}
+	})
+}
