@@ -54,7 +54,7 @@ func TestPolicyCommands(t *testing.T) {
 	if strings.Join(names, " ") != want {
 		t.Errorf("objects %v, want %s", names, want)
 	}
-	if !strings.Contains(stream, "# ingress[0] from web/Pods/cart, TCP/8443: 1 connections, 1 records, first seen 2026-09-21T14:13:20Z, last seen 2026-09-21T14:14:20Z") {
+	if !strings.Contains(stream, "# ingress[0] from Pods web/cart, TCP/8443: 1 connection, 1 record, first seen 2026-09-21T14:13:20Z, last seen 2026-09-21T14:14:20Z") {
 		t.Errorf("no justification of pay-api's rule:\n%s", stream)
 	}
 	out := filepath.Join(dir, "rec")

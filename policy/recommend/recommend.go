@@ -113,7 +113,7 @@ type Object struct {
 
 // Rule is one rule and the observed connections it carries.
 type Rule struct {
-	// Peer names the peer: "namespace/kind/name" or a CIDR.
+	// Peer names the peer: "Kind namespace/name" or a CIDR.
 	Peer string
 	// Ports as written: "TCP/8080", "TCP/http(8080)"; empty: every port
 	// and protocol (a protocol NetworkPolicy cannot name was observed).
@@ -380,7 +380,7 @@ func buildRule(w *Workload, r *ruleAcc, portPods []*cluster.Pod) (builtRule, *Ru
 			p.NamespaceSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"kubernetes.io/metadata.name": pw.Namespace}}
 		}
 		b.peers = append(b.peers, p)
-		just.Peer = pw.ID()
+		just.Peer = pw.Describe()
 	} else {
 		b.peers = append(b.peers, networkingv1.NetworkPolicyPeer{IPBlock: &networkingv1.IPBlock{CIDR: r.peer.cidr.String()}})
 		just.Peer = r.peer.cidr.String()

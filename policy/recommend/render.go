@@ -58,8 +58,8 @@ func (o *Object) Comment() []string {
 	for _, p := range w.Pods {
 		pods = append(pods, p.Name)
 	}
-	out := []string{fmt.Sprintf("NetworkPolicy %s/%s: %s %s/%s (%d Pods: %s), isolated for %s.",
-		np.Namespace, np.Name, w.Kind, w.Namespace, w.Name, len(w.Pods), strings.Join(pods, ", "), typesText(o))}
+	out := []string{fmt.Sprintf("NetworkPolicy %s/%s: %s (%s: %s), isolated for %s.",
+		np.Namespace, np.Name, w.Describe(), count(len(w.Pods), "Pod"), strings.Join(pods, ", "), typesText(o))}
 	if len(w.Extra) > 0 {
 		var extra []string
 		for _, p := range w.Extra {
@@ -98,8 +98,8 @@ func ruleLines(dir string, i int, r *Rule) []string {
 	if dir == "egress" {
 		word = "to"
 	}
-	out := []string{fmt.Sprintf("%s[%d] %s %s, %s: %d connections, %d records, first seen %s, last seen %s",
-		dir, i, word, r.Peer, ports, len(r.Conns), r.Records, stamp(r.First), stamp(r.Last))}
+	out := []string{fmt.Sprintf("%s[%d] %s %s, %s: %s, %s, first seen %s, last seen %s",
+		dir, i, word, r.Peer, ports, count(len(r.Conns), "connection"), count(int(r.Records), "record"), stamp(r.First), stamp(r.Last))}
 	for j, c := range r.Conns {
 		if j == maxListed {
 			out = append(out, fmt.Sprintf("  ... and %d more connections", len(r.Conns)-maxListed))
@@ -112,12 +112,20 @@ func ruleLines(dir string, i int, r *Rule) []string {
 
 // ConnText describes a connection in one line.
 func ConnText(c *observed.Conn) string {
-	s := fmt.Sprintf("%s -> %s %s: %d records, %s to %s", end(c.SrcNamespace, c.SrcPod, c.Src.String()),
-		end(c.DstNamespace, c.DstPod, c.Dst.String()), portText(c), c.Records(), stamp(c.First), stamp(c.Last))
+	s := fmt.Sprintf("%s -> %s %s: %s, %s to %s", end(c.SrcNamespace, c.SrcPod, c.Src.String()),
+		end(c.DstNamespace, c.DstPod, c.Dst.String()), portText(c), count(int(c.Records()), "record"), stamp(c.First), stamp(c.Last))
 	if c.ServicePortName != "" {
 		s += " (Service " + c.ServicePortName + ")"
 	}
 	return s
+}
+
+// count is "1 thing" or "n things".
+func count(n int, what string) string {
+	if n == 1 {
+		return "1 " + what
+	}
+	return fmt.Sprintf("%d %ss", n, what)
 }
 
 func end(ns, pod, ip string) string {

@@ -32,6 +32,10 @@ type Workload struct {
 // ID is "namespace/kind/name".
 func (w *Workload) ID() string { return w.Namespace + "/" + w.Kind + "/" + w.Name }
 
+// Describe is "Kind namespace/name", e.g. "Deployment web/cart"; Pods
+// without an owner are "Pods web/cart".
+func (w *Workload) Describe() string { return w.Kind + " " + w.Namespace + "/" + w.Name }
+
 // volatileLabels change between a workload's Pods (or revisions), so they
 // never make a workload selector.
 var volatileLabels = map[string]bool{
