@@ -245,6 +245,8 @@ func RuleText(d *tracer.Decision) string {
 		return fmt.Sprintf("isolated by a NetworkPolicy, no rule allows it (on %s)", d.Node)
 	case r.Name == "":
 		return fmt.Sprintf("%s (on %s)", r.Action, d.Node)
+	case r.Rule == "":
+		return fmt.Sprintf("%s: %s (on %s)", r.PolicyString(), r.Action, d.Node)
 	}
 	return fmt.Sprintf("%s rule %q: %s (on %s)", r.PolicyString(), r.Rule, r.Action, d.Node)
 }
