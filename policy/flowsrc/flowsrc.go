@@ -82,3 +82,14 @@ func looksLikeHostPort(s string) bool {
 	_, err = strconv.ParseUint(port, 10, 16)
 	return err == nil
 }
+
+// FromFlow reads what a Record needs of a flow record held in memory (the
+// web UI's history).
+func FromFlow(f *flow.Flow, r *Record) {
+	*r = Record{Start: f.StartTime, End: f.EndTime, Src: f.SourceIP.Unmap(), Dst: f.DestinationIP.Unmap(),
+		SrcPort: f.SourcePort, DstPort: f.DestinationPort, Proto: f.Protocol,
+		SrcNamespace: f.SourcePodNamespace, SrcPod: f.SourcePodName,
+		DstNamespace: f.DestinationPodNamespace, DstPod: f.DestinationPodName,
+		ClusterIP: f.DestinationClusterIP.Unmap(), ServicePortName: f.DestinationServicePortName,
+		Ingress: f.Ingress, Egress: f.Egress}
+}

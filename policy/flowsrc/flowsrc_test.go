@@ -277,3 +277,13 @@ func FuzzParseLine(f *testing.F) {
 		}
 	})
 }
+
+func TestFromFlow(t *testing.T) {
+	for _, f := range sampleFlows() {
+		var r Record
+		FromFlow(&f, &r)
+		if want := toRecord(&f); r != want {
+			t.Errorf("\n got %+v\nwant %+v", r, want)
+		}
+	}
+}
