@@ -19,7 +19,9 @@ import (
 // policies, and refuses bad requests with a clear status.
 func TestPolicyAPI(t *testing.T) {
 	buf := ring.New[*flow.Flow](64)
-	objs := func(ctx context.Context) ([]cluster.Object, error) { return cluster.ReadPath(ctx, "../examples/cluster") }
+	objs := func(ctx context.Context) ([]cluster.Object, error) {
+		return cluster.ReadPath(ctx, "../examples/cluster")
+	}
 	s, hs := testServer(t, Options{Buffer: buf, Cluster: objs})
 	now := time.Now()
 	for _, f := range []flow.Flow{
