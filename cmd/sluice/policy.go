@@ -28,7 +28,7 @@ type policyFlags struct {
 func (f *policyFlags) register(cmd *cobra.Command) {
 	f.traceflowFlags.register(cmd)
 	fl := cmd.PersistentFlags()
-	fl.StringVar(&f.flows, "flows", "", "observed flows: a flow log file (flowLogger format, plain or .gz), or a running aggregator's API (http://HOST:10348 or HOST:PORT)")
+	fl.StringVar(&f.flows, "flows", "", "observed flows: a flow log file (flowLogger format, plain or .gz), a running aggregator's API (http://HOST:10348 or HOST:PORT), or ClickHouse's flows table (tcp://HOST:9000/DB; CH_USERNAME, CH_PASSWORD)")
 	fl.DurationVar(&f.since, "since", 0, "only records that ended within this long before now (0: every record)")
 }
 

@@ -8,7 +8,6 @@ package flowsrc
 import (
 	"context"
 	"errors"
-	"fmt"
 	"net"
 	"net/netip"
 	"os"
@@ -54,8 +53,8 @@ type Source interface {
 }
 
 // Open returns the source a --flows argument names: an http:// or
-// https:// URL is an aggregator's API; a tcp://, tls:// or clickhouse://
-// URL is a ClickHouse server (not supported yet: an error says so);
+// https:// URL is an aggregator's API; a tcp:// or tls://
+// URL is a ClickHouse server's flows table (tcp://HOST:9000/DB);
 // anything else is a flow log file.
 func Open(spec string) (Source, error) {
 	switch {
@@ -63,8 +62,8 @@ func Open(spec string) (Source, error) {
 		return nil, errors.New("no flow source: give --flows FILE|URL")
 	case strings.HasPrefix(spec, "http://"), strings.HasPrefix(spec, "https://"):
 		return &API{Server: spec}, nil
-	case strings.HasPrefix(spec, "tcp://"), strings.HasPrefix(spec, "tls://"), strings.HasPrefix(spec, "clickhouse://"):
-		return nil, fmt.Errorf("--flows %s: reading a ClickHouse server is not supported yet; export the flows table to a flow log, or give the aggregator's API (http://HOST:10348)", spec)
+	case strings.HasPrefix(spec, "tcp://"), strings.HasPrefix(spec, "tls://"):
+		return &ClickHouse{URL: spec}, nil
 	}
 	if _, err := os.Stat(spec); err != nil && looksLikeHostPort(spec) {
 		return &API{Server: "http://" + spec}, nil

