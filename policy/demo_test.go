@@ -42,7 +42,7 @@ func demoFlowLog(t testing.TB) string {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
 		var out bytes.Buffer
-		_, err = demo.Run(ctx, demo.Options{Duration: 4 * time.Second, Rate: 200, Out: dir, Stdout: &out, Seed: 7})
+		_, err = demo.Run(ctx, demo.Options{Duration: 8 * time.Second, Rate: 200, Out: dir, Stdout: &out, Seed: 7})
 		if err != nil {
 			demoRun.err = errors.Join(err, errors.New(out.String()))
 		}
@@ -135,60 +135,71 @@ func TestDemoRecommendVerify(t *testing.T) {
 	if len(deniedNow) == 0 {
 		t.Fatal("the demo run has no denied connection; the test needs some")
 	}
-	for _, iso := range []string{recommend.IsolationBoth, recommend.IsolationIngress, recommend.IsolationEgress} {
-		for _, dd := range []string{recommend.DenyNamespace, recommend.DenyWorkload} {
-			t.Run(iso+"/"+dd, func(t *testing.T) {
-				ctx := context.Background()
-				res, err := recommend.Recommend(ctx, before, objs, conns, recommend.Options{Isolation: iso, DefaultDeny: dd})
-				if err != nil {
-					t.Fatal(err)
-				}
-				if res.Carried+res.Skipped.Denied != len(conns) || res.Carried == 0 {
-					t.Errorf("carried %d, skipped %+v, of %d connections", res.Carried, res.Skipped, len(conns))
-				}
-				cands := candidates(t, res)
-				after := buildModel(t, cluster.Overlay(objs, cands))
-				rep, err := verify.Verify(ctx, before, after, cands, conns, verify.Options{})
-				if err != nil {
-					t.Fatal(err)
-				}
-				if rep.Blocks() || len(rep.NewlyAllowed) != 0 {
-					t.Errorf("newly blocked %+v, newly allowed %+v", rep.NewlyBlocked, rep.NewlyAllowed)
-				}
-				if rep.Unchanged != len(conns) {
-					t.Errorf("%d unchanged of %d", rep.Unchanged, len(conns))
-				}
-				for _, c := range deniedNow {
-					if !decide(t, after, c).Denied {
-						t.Errorf("%s: denied before, allowed with the recommendations", recommend.ConnText(c))
+	t.Logf("%d distinct connections, %d of them denied", len(conns), len(deniedNow))
+	for _, format := range []string{recommend.FormatK8s, recommend.FormatAntrea} {
+		for _, iso := range []string{recommend.IsolationBoth, recommend.IsolationIngress, recommend.IsolationEgress} {
+			for _, dd := range []string{recommend.DenyNamespace, recommend.DenyWorkload} {
+				t.Run(format+"/"+iso+"/"+dd, func(t *testing.T) {
+					ctx := context.Background()
+					res, err := recommend.Recommend(ctx, before, objs, conns, recommend.Options{Isolation: iso, DefaultDeny: dd, Format: format})
+					if err != nil {
+						t.Fatal(err)
 					}
-				}
-				// The independent check: the cluster's Kubernetes
-				// NetworkPolicies with the recommendations.
-				chk := newNPCheck(t, cluster.Overlay(objs, cands))
-				carried := 0
-				for _, c := range conns {
-					ok := chk.allowed(c.Src, c.Dst, k8sProto(c.Proto), int32(c.DstPort))
-					switch {
-					case slices.Contains(deniedNow, c):
-						// Drops by Antrea-native policies are not the
-						// checker's to judge; Kubernetes isolation is.
-						if ok && c.DeniedBy != "" && !isAntrea(before, c) {
-							t.Errorf("%s: denied by %s, the checker allows it with the recommendations", recommend.ConnText(c), c.DeniedBy)
+					if res.Carried+res.Skipped.Denied != len(conns) || res.Carried == 0 {
+						t.Errorf("carried %d, skipped %+v, of %d connections", res.Carried, res.Skipped, len(conns))
+					}
+					cands := candidates(t, res)
+					after := buildModel(t, cluster.Overlay(objs, cands))
+					rep, err := verify.Verify(ctx, before, after, cands, conns, verify.Options{})
+					if err != nil {
+						t.Fatal(err)
+					}
+					if rep.Blocks() || len(rep.NewlyAllowed) != 0 {
+						t.Errorf("newly blocked %+v, newly allowed %+v", rep.NewlyBlocked, rep.NewlyAllowed)
+					}
+					if rep.Unchanged != len(conns) {
+						t.Errorf("%d unchanged of %d", rep.Unchanged, len(conns))
+					}
+					for _, c := range deniedNow {
+						if !decide(t, after, c).Denied {
+							t.Errorf("%s: denied before, allowed with the recommendations", recommend.ConnText(c))
 						}
-					case !ok:
-						t.Errorf("%s: carried, but the independent checker denies it", recommend.ConnText(c))
-					default:
-						carried++
 					}
-				}
-				if carried != res.Carried {
-					t.Errorf("the checker allows %d carried connections, the recommendation carried %d", carried, res.Carried)
-				}
-				if iso == recommend.IsolationBoth && rep.SurfaceTotal == 0 {
-					t.Error("no unobserved surface: the /24 CIDRs alone allow more than was observed")
-				}
-			})
+					if format == recommend.FormatAntrea {
+						for _, c := range cands {
+							if c.APIVersion != crd.GroupVersion {
+								t.Errorf("--format antrea wrote %s %s", c.APIVersion, c.Describe())
+							}
+						}
+						return // the checker knows Kubernetes NetworkPolicies only
+					}
+					// The independent check: the cluster's Kubernetes
+					// NetworkPolicies with the recommendations.
+					chk := newNPCheck(t, cluster.Overlay(objs, cands))
+					carried := 0
+					for _, c := range conns {
+						ok := chk.allowed(c.Src, c.Dst, k8sProto(c.Proto), int32(c.DstPort))
+						switch {
+						case slices.Contains(deniedNow, c):
+							// Drops by Antrea-native policies are not the
+							// checker's to judge; Kubernetes isolation is.
+							if ok && c.DeniedBy != "" && !isAntrea(before, c) {
+								t.Errorf("%s: denied by %s, the checker allows it with the recommendations", recommend.ConnText(c), c.DeniedBy)
+							}
+						case !ok:
+							t.Errorf("%s: carried, but the independent checker denies it", recommend.ConnText(c))
+						default:
+							carried++
+						}
+					}
+					if carried != res.Carried {
+						t.Errorf("the checker allows %d carried connections, the recommendation carried %d", carried, res.Carried)
+					}
+					if iso == recommend.IsolationBoth && rep.SurfaceTotal == 0 {
+						t.Error("no unobserved surface: the /24 CIDRs alone allow more than was observed")
+					}
+				})
+			}
 		}
 	}
 }

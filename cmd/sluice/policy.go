@@ -100,6 +100,11 @@ Connections that records or the cluster's current policies deny are not
 made allowed, unless --include-denied. Each object carries a comment
 naming, for each rule, the observed connections that justify it.
 
+--format antrea writes Antrea-native policies instead: an Antrea
+NetworkPolicy per workload in the application tier (Allow rules, and with
+--default-deny workload a last Drop rule), and a namespace's default deny
+as a ClusterNetworkPolicy in the baseline tier.
+
 Without -o the objects are one YAML stream on stdout; with -o DIR one file
 per object. Check them with sluice policy verify before applying them.`,
 		Args: cobra.NoArgs,
@@ -109,9 +114,8 @@ per object. Check them with sluice policy verify before applying them.`,
 				ctx = context.Background()
 			}
 			switch format {
-			case "k8s":
-			case "antrea":
-				return errors.New("--format antrea: Antrea-native output is not implemented yet; use --format k8s")
+			case recommend.FormatK8s, recommend.FormatAntrea:
+				o.Format = format
 			default:
 				return fmt.Errorf("--format %q: want k8s or antrea", format)
 			}
@@ -135,7 +139,7 @@ per object. Check them with sluice policy verify before applying them.`,
 	f.register(cmd)
 	fl := cmd.Flags()
 	fl.StringVar(&o.Isolation, "isolation", recommend.IsolationBoth, "which traffic the policies isolate: ingress, egress or both")
-	fl.StringVar(&format, "format", "k8s", "policy format: k8s (NetworkPolicy) or antrea (not implemented yet)")
+	fl.StringVar(&format, "format", recommend.FormatK8s, "policy format: k8s (Kubernetes NetworkPolicy) or antrea (Antrea NetworkPolicy in the application tier; a namespace's default deny as a ClusterNetworkPolicy in the baseline tier)")
 	fl.StringVarP(&outDir, "output-dir", "o", "", "write one file per object into DIR instead of one YAML stream on stdout")
 	fl.StringVar(&o.DefaultDeny, "default-deny", recommend.DenyNamespace, "where the default deny goes: namespace (one deny-all policy per namespace) or workload (each workload's own policy)")
 	fl.IntVar(&o.PrefixV4, "cidr-prefix", recommend.DefaultPrefixV4, "aggregate outside IPv4 addresses into CIDRs of this prefix length")

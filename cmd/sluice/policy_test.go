@@ -66,6 +66,19 @@ func TestPolicyCommands(t *testing.T) {
 		t.Errorf("-o DIR: %d files, want %d", len(files), len(docs))
 	}
 
+	antrea, stderr, err := runCLI(t, append([]string{"policy", "recommend", "--format", "antrea"}, common...)...)
+	if err != nil {
+		t.Fatalf("recommend --format antrea: %v\n%s", err, stderr)
+	}
+	if strings.Count(antrea, "kind: ClusterNetworkPolicy\n") != 2 || strings.Count(antrea, "kind: NetworkPolicy\n") != 3 ||
+		strings.Contains(antrea, "networking.k8s.io") || !strings.Contains(antrea, "tier: baseline") {
+		t.Errorf("--format antrea:\n%s", antrea)
+	}
+	os.WriteFile(filepath.Join(dir, "antrea.yaml"), []byte(antrea), 0o600)
+	if _, stderr, err := runCLI(t, append([]string{"policy", "verify", "-f", filepath.Join(dir, "antrea.yaml")}, common...)...); err != nil {
+		t.Errorf("verify of the Antrea policies: %v\n%s", err, stderr)
+	}
+
 	js, stderr, err := runCLI(t, append([]string{"policy", "verify", "-f", out, "-o", "json"}, common...)...)
 	if err != nil {
 		t.Fatalf("verify: %v\n%s", err, stderr)

@@ -26,6 +26,7 @@ import (
 
 	"sluice/policy/observed"
 	"sluice/traceflow/cluster"
+	"sluice/traceflow/crd"
 	"sluice/traceflow/pipeline"
 	"sluice/traceflow/tracer"
 )
@@ -68,6 +69,9 @@ type Options struct {
 	// IncludeDenied makes connections that records or the current
 	// policies deny allowed too.
 	IncludeDenied bool
+	// Format is k8s (Kubernetes NetworkPolicies, the default) or antrea
+	// (Antrea-native policies with tiers; Object.Antrea).
+	Format string
 }
 
 func (o *Options) defaults() error {
@@ -84,6 +88,13 @@ func (o *Options) defaults() error {
 	case DenyNamespace, DenyWorkload:
 	default:
 		return fmt.Errorf("default deny %q: want namespace or workload", o.DefaultDeny)
+	}
+	switch o.Format {
+	case "":
+		o.Format = FormatK8s
+	case FormatK8s, FormatAntrea:
+	default:
+		return fmt.Errorf("format %q: want k8s or antrea", o.Format)
 	}
 	if o.PrefixV4 == 0 {
 		o.PrefixV4 = DefaultPrefixV4
@@ -102,7 +113,11 @@ func (o *Options) defaults() error {
 
 // Object is one recommended NetworkPolicy.
 type Object struct {
+	// Policy is the Kubernetes NetworkPolicy; with the antrea format it
+	// is what Antrea is the rendering of.
 	Policy *networkingv1.NetworkPolicy
+	// Antrea is the Antrea-native policy of the antrea format, else nil.
+	Antrea *crd.AntreaPolicy
 	// Workload is the workload the policy is for; nil for a namespace's
 	// default deny.
 	Workload *Workload
@@ -269,6 +284,11 @@ func Recommend(ctx context.Context, m *pipeline.Model, objs []cluster.Object, co
 			}
 		}) {
 			res.Objects = append(res.Objects, defaultDeny(ns, o))
+		}
+	}
+	if o.Format == FormatAntrea {
+		for _, obj := range res.Objects {
+			toAntrea(obj, o)
 		}
 	}
 	sort.SliceStable(res.Objects, func(i, j int) bool {

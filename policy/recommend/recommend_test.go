@@ -209,7 +209,7 @@ func TestRecommend(t *testing.T) {
 		t.Errorf("include denied: carried %d of %d (%v)", res.Carried, len(conns), err)
 	}
 
-	for _, bad := range []Options{{Isolation: "up"}, {DefaultDeny: "cluster"}, {PrefixV4: 33}, {PrefixV6: 129}, {PrefixV4: -1}} {
+	for _, bad := range []Options{{Isolation: "up"}, {DefaultDeny: "cluster"}, {PrefixV4: 33}, {PrefixV6: 129}, {PrefixV4: -1}, {Format: "calico"}} {
 		if _, err := Recommend(context.Background(), m, objs, conns, bad); err == nil {
 			t.Errorf("%+v: no error", bad)
 		}

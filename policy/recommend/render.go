@@ -21,7 +21,11 @@ const maxListed = 5
 // YAML renders the object with its comment: what it is for and, per rule,
 // the observed connections that justify it.
 func (o *Object) YAML() ([]byte, error) {
-	raw, err := json.Marshal(o.Policy)
+	var obj any = o.Policy
+	if o.Antrea != nil {
+		obj = o.Antrea
+	}
+	raw, err := json.Marshal(obj)
 	if err != nil {
 		return nil, fmt.Errorf("recommend: %w", err)
 	}
@@ -48,18 +52,27 @@ func (o *Object) YAML() ([]byte, error) {
 // Comment is the object's comment, line by line.
 func (o *Object) Comment() []string {
 	np := o.Policy
+	kind, name := "NetworkPolicy", np.Namespace+"/"+np.Name
+	if o.Antrea != nil {
+		kind, name = "Antrea "+o.Antrea.Kind, o.Antrea.Name
+		if o.Antrea.Namespace != "" {
+			name = o.Antrea.Namespace + "/" + name
+		}
+	}
 	if o.Workload == nil {
-		return []string{fmt.Sprintf("NetworkPolicy %s/%s: default deny (%s) for every Pod of namespace %s;",
-			np.Namespace, np.Name, typesText(o), np.Namespace),
-			"the other recommended policies of the namespace allow the observed traffic."}
+		first := fmt.Sprintf("%s %s: default deny (%s) for every Pod of namespace %s;", kind, name, typesText(o), np.Namespace)
+		if o.Antrea != nil {
+			first = fmt.Sprintf("%s %s: in the baseline tier, drops (%s) what nothing before it allowed, for every Pod of namespace %s;", kind, name, typesText(o), np.Namespace)
+		}
+		return []string{first, "the other recommended policies of the namespace allow the observed traffic."}
 	}
 	w := o.Workload
 	var pods []string
 	for _, p := range w.Pods {
 		pods = append(pods, p.Name)
 	}
-	out := []string{fmt.Sprintf("NetworkPolicy %s/%s: %s (%s: %s), isolated for %s.",
-		np.Namespace, np.Name, w.Describe(), count(len(w.Pods), "Pod"), strings.Join(pods, ", "), typesText(o))}
+	out := []string{fmt.Sprintf("%s %s: %s (%s: %s), isolated for %s.",
+		kind, name, w.Describe(), count(len(w.Pods), "Pod"), strings.Join(pods, ", "), typesText(o))}
 	if len(w.Extra) > 0 {
 		var extra []string
 		for _, p := range w.Extra {
@@ -174,8 +187,12 @@ func (r *Result) WriteYAML(w io.Writer) error {
 	return nil
 }
 
-// FileName is the object's file under WriteDir.
+// FileName is the object's file under WriteDir: namespace_name.yaml, or
+// name.yaml for a cluster-scoped one.
 func (o *Object) FileName() string {
+	if o.Antrea != nil && o.Antrea.Namespace == "" {
+		return o.Antrea.Name + ".yaml"
+	}
 	return o.Policy.Namespace + "_" + o.Policy.Name + ".yaml"
 }
 
