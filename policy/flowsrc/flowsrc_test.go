@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"compress/gzip"
 	"context"
+	"encoding/json"
 	"errors"
 	"net/netip"
 	"os"
@@ -207,4 +208,24 @@ func TestFromFlow(t *testing.T) {
 			t.Errorf("\n got %+v\nwant %+v", r, want)
 		}
 	}
+}
+
+// FuzzFromElements: any JSON object the API could answer is read or
+// refused, never a panic; an accepted one has both addresses.
+func FuzzFromElements(f *testing.F) {
+	f.Add([]byte(`{"sourceIPv4Address":"10.0.0.1","destinationIPv4Address":"10.0.0.2","protocolIdentifier":6,"destinationTransportPort":80,"flowEndSeconds":"2026-12-04T22:00:00Z","ingressNetworkPolicyRuleAction":2}`))
+	f.Add([]byte(`{"sourceIPv6Address":"fd00::1","destinationIPv6Address":"fd00::2","sourceTransportPort":70000}`))
+	f.Add([]byte(`{"sourceIPv4Address":"x"}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		d := json.NewDecoder(bytes.NewReader(data))
+		d.UseNumber()
+		var m map[string]any
+		if d.Decode(&m) != nil {
+			return
+		}
+		var r Record
+		if FromElements(m, &r) == nil && (!r.Src.IsValid() || !r.Dst.IsValid()) {
+			t.Fatalf("accepted %s without addresses", data)
+		}
+	})
 }
