@@ -128,8 +128,12 @@ per object. Check them with sluice policy verify before applying them.`,
 				return err
 			}
 			s := res.Skipped
-			fmt.Fprintf(cmd.ErrOrStderr(), "%d records, %d distinct connections: %d carried by %d policies; left out: %d denied, %d not modelled, %d outside the chosen namespaces, %d not replayable\n",
+			fmt.Fprintf(cmd.ErrOrStderr(), "%d records, %d distinct connections: %d carried by %d policies; left out: %d denied, %d not modelled, %d outside the chosen namespaces, %d not replayable",
 				set.Records, set.Len(), res.Carried, len(res.Objects), s.Denied, s.NotModelled, s.OutOfScope, s.Errors)
+			if s.ServiceAddress > 0 {
+				fmt.Fprintf(cmd.ErrOrStderr(), ", %d to a Service address before DNAT (endpoint unknown)", s.ServiceAddress)
+			}
+			fmt.Fprintln(cmd.ErrOrStderr())
 			if outDir != "" {
 				return res.WriteDir(outDir)
 			}

@@ -149,6 +149,10 @@ type Skipped struct {
 	OutOfScope int
 	// Errors: the model could not replay them.
 	Errors int
+	// ServiceAddress: the destination is a Service's address, not an
+	// endpoint (a record taken before DNAT): the endpoint's port is
+	// unknown, so no rule is written for it.
+	ServiceAddress int
 }
 
 // Result is a recommendation.
@@ -217,12 +221,24 @@ func Recommend(ctx context.Context, m *pipeline.Model, objs []cluster.Object, co
 	inScope := func(w *Workload) bool { return w != nil && (len(o.Namespaces) == 0 || scope[w.Namespace]) }
 	ingress, egress := map[*Workload]side{}, map[*Workload]side{}
 	res := &Result{Options: o}
+	svcIPs := map[netip.Addr]bool{}
+	for _, sv := range st.Services {
+		for _, ips := range [][]netip.Addr{sv.ClusterIPs, sv.ExternalIPs, sv.LoadBalancerIPs} {
+			for _, ip := range ips {
+				svcIPs[ip] = true
+			}
+		}
+	}
 	observedNS := map[string]bool{}
 	for _, c := range conns {
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
 		src, dst := podWL[st.PodByIP(c.Src)], podWL[st.PodByIP(c.Dst)]
+		if dst == nil && svcIPs[c.Dst] {
+			res.Skipped.ServiceAddress++
+			continue
+		}
 		if !inScope(src) && !inScope(dst) {
 			if src == nil && dst == nil {
 				res.Skipped.NotModelled++

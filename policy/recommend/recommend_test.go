@@ -82,6 +82,11 @@ metadata: {name: stray, namespace: mon, labels: {app: agent}}
 spec: {nodeName: n1, containers: [{name: c, image: x}]}
 status: {podIP: 10.1.1.31, podIPs: [{ip: 10.1.1.31}]}
 ---
+apiVersion: v1
+kind: Service
+metadata: {name: api, namespace: shop}
+spec: {clusterIP: 10.96.0.10, clusterIPs: [10.96.0.10], ports: [{name: http, port: 80, targetPort: http}], selector: {app: api}}
+---
 apiVersion: networking.k8s.io/v1
 kind: NetworkPolicy
 metadata: {name: db-from-api, namespace: shop}
@@ -145,12 +150,13 @@ func TestRecommend(t *testing.T) {
 		conn("10.1.1.10", "198.51.100.9", 6, 443, 5, 0), // the same /24
 		conn("10.1.1.10", "10.1.1.20", 6, 9999, 0, 2),   // denied by records
 		conn("10.1.1.10", "10.1.1.31", 1, 0, 1, 0),      // ICMP to the stray Pod
+		conn("10.1.1.30", "10.96.0.10", 6, 80, 1, 0),    // a Service address, before DNAT
 	}
 	res, err := Recommend(context.Background(), m, objs, conns, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.Carried != 6 || res.Skipped.Denied != 2 {
+	if res.Carried != 6 || res.Skipped.Denied != 2 || res.Skipped.ServiceAddress != 1 {
 		t.Errorf("carried %d, skipped %+v", res.Carried, res.Skipped)
 	}
 	byName := map[string]*Object{}
@@ -205,8 +211,8 @@ func TestRecommend(t *testing.T) {
 
 	// --include-denied carries what the cluster and the records deny.
 	res, err = Recommend(context.Background(), m, objs, conns, Options{IncludeDenied: true})
-	if err != nil || res.Carried != len(conns) {
-		t.Errorf("include denied: carried %d of %d (%v)", res.Carried, len(conns), err)
+	if err != nil || res.Carried != len(conns)-1 {
+		t.Errorf("include denied: carried %d of %d (%v)", res.Carried, len(conns)-1, err)
 	}
 
 	for _, bad := range []Options{{Isolation: "up"}, {DefaultDeny: "cluster"}, {PrefixV4: 33}, {PrefixV6: 129}, {PrefixV4: -1}, {Format: "calico"}} {
