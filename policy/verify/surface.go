@@ -94,7 +94,7 @@ func surface(ctx context.Context, m *pipeline.Model, candidates []cluster.Object
 			}
 			for _, t := range targets {
 				for _, b := range blocks {
-					for _, pt := range portTexts(rs.ports, nil) {
+					for _, pt := range portTexts(rs.ports) {
 						s := Surface{Policy: name, Direction: rs.dir, Rule: i, Source: b, Destination: t.Key(), Port: pt}
 						if rs.dir == "egress" {
 							s.Source, s.Destination = t.Key(), b
@@ -127,7 +127,7 @@ func surface(ctx context.Context, m *pipeline.Model, candidates []cluster.Object
 						}
 						port, ok := concretePort(pp, dst, proto)
 						if !ok {
-							for _, pt := range portTexts([]networkingv1.NetworkPolicyPort{pp}, dst) {
+							for _, pt := range portTexts([]networkingv1.NetworkPolicyPort{pp}) {
 								add(Surface{Policy: name, Direction: rs.dir, Rule: i, Source: src.Key(), Destination: dst.Key(), Port: pt})
 							}
 							continue
@@ -182,7 +182,7 @@ func concretePort(pp networkingv1.NetworkPolicyPort, dst *cluster.Pod, proto cor
 	return uint16(pp.Port.IntVal), true
 }
 
-func portTexts(ports []networkingv1.NetworkPolicyPort, _ *cluster.Pod) []string {
+func portTexts(ports []networkingv1.NetworkPolicyPort) []string {
 	if len(ports) == 0 {
 		return []string{"any"}
 	}
