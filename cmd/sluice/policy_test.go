@@ -114,6 +114,16 @@ spec: {podSelector: {}, policyTypes: [Egress]}
 		t.Errorf("-o yaml: %v\n%s", err, y)
 	}
 
+	// --since: the log's records are older than an hour.
+	if _, stderr, err := runCLI(t, append([]string{"policy", "recommend", "--since", "1h"}, common...)...); err != nil ||
+		!strings.Contains(stderr, "0 records, 0 distinct connections") {
+		t.Errorf("recommend --since 1h: %v\n%s", err, stderr)
+	}
+	if js, _, err := runCLI(t, append([]string{"policy", "verify", "--since", "1h", "-f", deny, "-o", "json"}, common...)...); err != nil ||
+		!strings.Contains(js, `"connections": 0`) {
+		t.Errorf("verify --since 1h: %v, want exit status 0 and no connection\n%s", err, js)
+	}
+
 	bad := filepath.Join(dir, "bad.log")
 	os.WriteFile(bad, []byte("1,2,3\n"), 0o600)
 	for _, args := range [][]string{
@@ -124,6 +134,7 @@ spec: {podSelector: {}, policyTypes: [Egress]}
 		append([]string{"policy", "recommend", "--isolation", "sideways"}, common...),
 		append([]string{"policy", "recommend", "--format", "calico"}, common...),
 		append([]string{"policy", "recommend", "--cidr-prefix", "33"}, common...),
+		append([]string{"policy", "recommend", "--since", "-1h"}, common...),
 	} {
 		_, _, err := runCLI(t, args...)
 		if err == nil || errors.As(err, &ee) {
