@@ -2,6 +2,7 @@ package recommend
 
 import (
 	"fmt"
+	"net/netip"
 
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -78,7 +79,12 @@ func antreaPeers(ps []networkingv1.NetworkPolicyPeer) []crd.PolicyPeer {
 	for _, p := range ps {
 		q := crd.PolicyPeer{PodSelector: p.PodSelector, NamespaceSelector: p.NamespaceSelector}
 		if p.IPBlock != nil {
-			q.IPBlock = &crd.IPBlock{CIDR: p.IPBlock.CIDR}
+			// Antrea-native ipBlocks have no except: the CIDR is
+			// written as the blocks that cover it without them.
+			for _, c := range without(p.IPBlock.CIDR, p.IPBlock.Except) {
+				out = append(out, crd.PolicyPeer{IPBlock: &crd.IPBlock{CIDR: c}})
+			}
+			continue
 		}
 		out = append(out, q)
 	}
@@ -95,5 +101,46 @@ func antreaPorts(ps []networkingv1.NetworkPolicyPort) []crd.PolicyPort {
 		}
 		out = append(out, q)
 	}
+	return out
+}
+
+// without is cidr less the except prefixes (all within it), as the
+// fewest CIDRs that cover the rest.
+func without(cidr string, except []string) []string {
+	p, err := netip.ParsePrefix(cidr)
+	if err != nil || len(except) == 0 {
+		return []string{cidr}
+	}
+	var ex []netip.Prefix
+	for _, e := range except {
+		if q, err := netip.ParsePrefix(e); err == nil {
+			ex = append(ex, q.Masked())
+		}
+	}
+	var out []string
+	var split func(p netip.Prefix)
+	split = func(p netip.Prefix) {
+		overlaps := false
+		for _, q := range ex {
+			if q.Bits() <= p.Bits() && q.Contains(p.Addr()) {
+				return // p lies inside an except
+			}
+			overlaps = overlaps || p.Contains(q.Addr())
+		}
+		if !overlaps {
+			out = append(out, p.String())
+			return
+		}
+		lo := netip.PrefixFrom(p.Addr(), p.Bits()+1)
+		hi := lo.Addr()
+		// The upper half starts at the lower half's address with the
+		// new bit set.
+		b := hi.AsSlice()
+		b[p.Bits()/8] |= 0x80 >> (p.Bits() % 8)
+		hiAddr, _ := netip.AddrFromSlice(b)
+		split(lo)
+		split(netip.PrefixFrom(hiAddr, p.Bits()+1))
+	}
+	split(p.Masked())
 	return out
 }

@@ -13,6 +13,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net/netip"
 	"slices"
 	"sort"
@@ -185,6 +186,64 @@ type ruleAcc struct {
 	peer  peer
 	ports map[portKey]bool
 	conns []*observed.Conn
+	// except are addresses of a CIDR peer left out: observed denied
+	// connections the aggregated CIDR would otherwise allow.
+	except map[netip.Addr]bool
+}
+
+// allowsPort says the rule's ports admit c's protocol and port (a rule
+// with a protocol NetworkPolicy cannot name has no ports: it admits all).
+func (r *ruleAcc) allowsPort(c *observed.Conn) bool {
+	for k := range r.ports {
+		if protoName(k.proto) == "" {
+			return true
+		}
+	}
+	return r.ports[portKey{c.Proto, c.DstPort}]
+}
+
+// carries says a connection of the rule has peer address a (its
+// destination for egress, its source for ingress).
+func (r *ruleAcc) carries(a netip.Addr, egress bool) bool {
+	for _, c := range r.conns {
+		if (egress && c.Dst == a) || (!egress && c.Src == a) {
+			return true
+		}
+	}
+	return false
+}
+
+// exceptDenied keeps observed denied connections denied where a CIDR
+// peer aggregates their address with allowed ones: NetworkPolicies add
+// up, so a /24 written for one allowed address would allow a neighbour
+// the cluster's own policies deny. The neighbour's address becomes an
+// ipBlock except of the rule of the workload that would send (egress) or
+// receive (ingress) it, on the rule's ports. An address the rule also
+// carries cannot be excepted; verify reports such a connection as newly
+// allowed.
+func exceptDenied(ingress, egress map[*Workload]side, denied []*observed.Conn, wlOf func(netip.Addr) *Workload) {
+	for _, d := range denied {
+		for _, dir := range []struct {
+			m      map[*Workload]side
+			self   netip.Addr
+			peer   netip.Addr
+			egress bool
+		}{{egress, d.Src, d.Dst, true}, {ingress, d.Dst, d.Src, false}} {
+			w := wlOf(dir.self)
+			if w == nil {
+				continue
+			}
+			for _, r := range dir.m[w] {
+				if r.peer.wl != nil || !r.peer.cidr.Contains(dir.peer) || !r.allowsPort(d) || r.carries(dir.peer, dir.egress) {
+					continue
+				}
+				if r.except == nil {
+					r.except = map[netip.Addr]bool{}
+				}
+				r.except[dir.peer] = true
+			}
+		}
+	}
 }
 
 type side map[string]*ruleAcc
@@ -230,6 +289,7 @@ func Recommend(ctx context.Context, m *pipeline.Model, objs []cluster.Object, co
 		}
 	}
 	observedNS := map[string]bool{}
+	var denied []*observed.Conn
 	for _, c := range conns {
 		if err := ctx.Err(); err != nil {
 			return nil, err
@@ -250,6 +310,7 @@ func Recommend(ctx context.Context, m *pipeline.Model, objs []cluster.Object, co
 		if !o.IncludeDenied {
 			if c.Allowed == 0 {
 				res.Skipped.Denied++
+				denied = append(denied, c)
 				continue
 			}
 			v, err := tracer.Decide(ctx, m, tracer.Connection{Src: c.Src, Dst: c.Dst, Proto: c.Proto, SrcPort: c.SrcPort, DstPort: c.DstPort})
@@ -262,6 +323,7 @@ func Recommend(ctx context.Context, m *pipeline.Model, objs []cluster.Object, co
 				continue
 			case v.Denied:
 				res.Skipped.Denied++
+				denied = append(denied, c)
 				continue
 			}
 		}
@@ -281,6 +343,7 @@ func Recommend(ctx context.Context, m *pipeline.Model, objs []cluster.Object, co
 			observedNS[dst.Namespace] = true
 		}
 	}
+	exceptDenied(ingress, egress, denied, func(a netip.Addr) *Workload { return podWL[st.PodByIP(a)] })
 	names := map[string]bool{}
 	for _, w := range wls {
 		if !inScope(w) || !observedNS[w.Namespace] {
@@ -418,8 +481,15 @@ func buildRule(w *Workload, r *ruleAcc, portPods []*cluster.Pod) (builtRule, *Ru
 		b.peers = append(b.peers, p)
 		just.Peer = pw.Describe()
 	} else {
-		b.peers = append(b.peers, networkingv1.NetworkPolicyPeer{IPBlock: &networkingv1.IPBlock{CIDR: r.peer.cidr.String()}})
+		blk := &networkingv1.IPBlock{CIDR: r.peer.cidr.String()}
+		for _, a := range slices.SortedFunc(maps.Keys(r.except), netip.Addr.Compare) {
+			blk.Except = append(blk.Except, netip.PrefixFrom(a, a.BitLen()).String())
+		}
+		b.peers = append(b.peers, networkingv1.NetworkPolicyPeer{IPBlock: blk})
 		just.Peer = r.peer.cidr.String()
+		if len(blk.Except) > 0 {
+			just.Peer += " except " + strings.Join(blk.Except, ", ") + " (observed denied)"
+		}
 	}
 	keys := make([]portKey, 0, len(r.ports))
 	anyProto := false

@@ -15,6 +15,7 @@ import (
 	"sluice/traceflow/crd"
 	"sluice/traceflow/modelrun"
 	"sluice/traceflow/pipeline"
+	"sluice/traceflow/tracer"
 )
 
 // testCluster: a Deployment (two Pods of one ReplicaSet, named port
@@ -276,5 +277,86 @@ func TestRender(t *testing.T) {
 	one, _ := os.ReadFile(filepath.Join(dir, "shop_sluice-api.yaml"))
 	if objs, err := cluster.ParseObjects(one, "one"); err != nil || len(objs) != 1 || objs[0].Name != "sluice-api" {
 		t.Errorf("shop_sluice-api.yaml: %v %v", objs, err)
+	}
+}
+
+// TestCIDRKeepsDeniedDenied: the cluster lets api reach one outside
+// address only; a neighbour in the same /24 was observed denied. The
+// aggregated CIDR must not make it allowed (NetworkPolicies add up), in
+// either format; the allowed neighbour stays allowed.
+func TestCIDRKeepsDeniedDenied(t *testing.T) {
+	extra := `
+---
+apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {name: api-out, namespace: shop}
+spec:
+  podSelector: {matchLabels: {app: api}}
+  policyTypes: [Egress]
+  egress: [{to: [{ipBlock: {cidr: 198.51.100.7/32}}], ports: [{port: 443}]}]
+`
+	objs, err := cluster.ParseObjects([]byte(testCluster+extra), "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := modelrun.DefaultSettings().Config(crd.FirstTraceflowTag)
+	if err != nil {
+		t.Fatal(err)
+	}
+	build := func(objs []cluster.Object) *pipeline.Model {
+		m, _, err := modelrun.Model(context.Background(), objs, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	m := build(objs)
+	allowed := conn("10.1.1.10", "198.51.100.7", 6, 443, 3, 0)
+	deniedRec := conn("10.1.1.10", "198.51.100.9", 6, 443, 0, 2)   // the records say dropped
+	deniedModel := conn("10.1.1.11", "198.51.100.8", 6, 443, 1, 0) // the model says dropped
+	conns := []*observed.Conn{allowed, deniedRec, deniedModel}
+	for _, format := range []string{FormatK8s, FormatAntrea} {
+		res, err := Recommend(context.Background(), m, objs, conns, Options{Format: format, Isolation: IsolationEgress})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Carried != 1 || res.Skipped.Denied != 2 {
+			t.Errorf("%s: carried %d, skipped %+v", format, res.Carried, res.Skipped)
+		}
+		var b bytes.Buffer
+		if err := res.WriteYAML(&b); err != nil {
+			t.Fatal(err)
+		}
+		cands, err := cluster.ParseObjects(b.Bytes(), "recommended")
+		if err != nil {
+			t.Fatalf("%s: %v\n%s", format, err, b.String())
+		}
+		after := build(cluster.Overlay(objs, cands))
+		for _, c := range conns {
+			v, err := tracer.Decide(context.Background(), after, tracer.Connection{Src: c.Src, Dst: c.Dst, Proto: c.Proto, SrcPort: c.SrcPort, DstPort: c.DstPort})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want := c == allowed; v.Denied == want {
+				t.Errorf("%s: %s -> %s: denied=%v with the recommendation, want %v\n%s", format, c.Src, c.Dst, v.Denied, !want, b.String())
+			}
+		}
+	}
+}
+
+func TestWithout(t *testing.T) {
+	for _, tc := range []struct {
+		cidr   string
+		except []string
+		want   string
+	}{
+		{"198.51.100.0/24", nil, "198.51.100.0/24"},
+		{"198.51.100.0/30", []string{"198.51.100.2/32"}, "198.51.100.0/31 198.51.100.3/32"},
+		{"198.51.100.0/29", []string{"198.51.100.0/32", "198.51.100.7/32"}, "198.51.100.1/32 198.51.100.2/31 198.51.100.4/31 198.51.100.6/32"},
+		{"2001:db8::/126", []string{"2001:db8::1/128"}, "2001:db8::/128 2001:db8::2/127"},
+	} {
+		if got := strings.Join(without(tc.cidr, tc.except), " "); got != tc.want {
+			t.Errorf("%s without %v: %s, want %s", tc.cidr, tc.except, got, tc.want)
+		}
 	}
 }
