@@ -119,6 +119,16 @@ per object. Check them with sluice policy verify before applying them.`,
 			default:
 				return fmt.Errorf("--format %q: want k8s or antrea", format)
 			}
+			// recommend.Options reads a 0 prefix as "the default"; given
+			// on the command line it would silently become /24 (or /64).
+			for _, p := range []struct {
+				flag string
+				v    int
+			}{{"cidr-prefix", o.PrefixV4}, {"cidr-prefix-v6", o.PrefixV6}} {
+				if p.v == 0 && cmd.Flags().Changed(p.flag) {
+					return fmt.Errorf("--%s 0: want a prefix length of 1 or more (an ipBlock of every address allows all outside traffic)", p.flag)
+				}
+			}
 			objs, m, set, err := f.load(ctx, cmd.ErrOrStderr())
 			if err != nil {
 				return err

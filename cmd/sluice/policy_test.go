@@ -134,6 +134,8 @@ spec: {podSelector: {}, policyTypes: [Egress]}
 		append([]string{"policy", "recommend", "--isolation", "sideways"}, common...),
 		append([]string{"policy", "recommend", "--format", "calico"}, common...),
 		append([]string{"policy", "recommend", "--cidr-prefix", "33"}, common...),
+		append([]string{"policy", "recommend", "--cidr-prefix", "0"}, common...),
+		append([]string{"policy", "recommend", "--cidr-prefix-v6", "0"}, common...),
 		append([]string{"policy", "recommend", "--since", "-1h"}, common...),
 	} {
 		_, _, err := runCLI(t, args...)
