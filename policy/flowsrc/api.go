@@ -1,12 +1,16 @@
 package flowsrc
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
 	"net/netip"
 	"net/url"
 	"strconv"
+	"strings"
 	"time"
 
 	"sluice/api"
@@ -25,19 +29,52 @@ type API struct {
 
 func (a *API) String() string { return a.Server }
 
-// Read implements Source.
+// apiTimeout bounds the whole read of the API's answer.
+const apiTimeout = 10 * time.Minute
+
+// Read implements Source. The answer (up to a million records) is decoded
+// one record at a time as it arrives: held whole, as element maps, it
+// would take gigabytes.
 func (a *API) Read(ctx context.Context, since time.Time, fn func(*Record) error) error {
-	c := &api.Client{Server: a.Server}
-	q := url.Values{"limit": {strconv.Itoa(api.MaxFlowRecordsLimit)}}
-	res, err := c.FlowRecords(ctx, q)
+	base := a.Server
+	if !strings.Contains(base, "://") {
+		base = "http://" + base
+	}
+	u, err := url.Parse(base)
+	if err != nil {
+		return fmt.Errorf("aggregator API %q: %w", a.Server, err)
+	}
+	u.Path = strings.TrimSuffix(u.Path, "/") + "/flowrecords"
+	u.RawQuery = url.Values{"limit": {strconv.Itoa(api.MaxFlowRecordsLimit)}}.Encode()
+	ctx, cancel := context.WithTimeout(ctx, apiTimeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
 	if err != nil {
 		return fmt.Errorf("aggregator API %s: %w", a.Server, err)
 	}
-	a.Truncated = res.Matches > len(res.Records)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return fmt.Errorf("aggregator API %s: %w", a.Server, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<10))
+		return fmt.Errorf("aggregator API %s: GET %s: %s: %s", a.Server, u.Path, resp.Status, bytes.TrimSpace(b))
+	}
+	d := json.NewDecoder(resp.Body)
+	d.UseNumber() // keep 64-bit counters exact
+	if t, err := d.Token(); err != nil || t != json.Delim('[') {
+		return fmt.Errorf("aggregator API %s: the answer is not a list of records (%v)", a.Server, err)
+	}
 	var rec Record
-	for i, m := range res.Records {
+	n := 0
+	for ; d.More(); n++ {
+		var m map[string]any
+		if err := d.Decode(&m); err != nil {
+			return fmt.Errorf("aggregator API %s: record %d: %w", a.Server, n, err)
+		}
 		if err := FromElements(m, &rec); err != nil {
-			return fmt.Errorf("aggregator API %s: record %d: %w", a.Server, i, err)
+			return fmt.Errorf("aggregator API %s: record %d: %w", a.Server, n, err)
 		}
 		if !since.IsZero() && rec.End.Before(since) {
 			continue
@@ -45,6 +82,12 @@ func (a *API) Read(ctx context.Context, since time.Time, fn func(*Record) error)
 		if err := fn(&rec); err != nil {
 			return err
 		}
+	}
+	if _, err := d.Token(); err != nil {
+		return fmt.Errorf("aggregator API %s: after record %d: %w", a.Server, n, err)
+	}
+	if m, err := strconv.Atoi(resp.Header.Get(api.HeaderMatches)); err == nil {
+		a.Truncated = m > n
 	}
 	return nil
 }

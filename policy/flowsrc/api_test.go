@@ -2,11 +2,15 @@ package flowsrc_test
 
 import (
 	"context"
+	"fmt"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"net/netip"
 	"testing"
 	"time"
 
+	"sluice/api"
 	"sluice/flow"
 	"sluice/flow/ipfixmap"
 	"sluice/internal/testkit"
@@ -89,5 +93,61 @@ sluice: {ipfixAddress: "127.0.0.1:0", apiAddress: "127.0.0.1:0"}
 	}
 	if err := down.Read(context.Background(), time.Time{}, func(*flowsrc.Record) error { return nil }); err == nil {
 		t.Error("a refused API read without error")
+	}
+}
+
+// TestAPISourceStreams: the API's answer is decoded record by record as
+// it arrives, not read whole first (a million records as element maps
+// would take gigabytes): the server holds back the rest of its answer
+// until the first record has reached the callback.
+func TestAPISourceStreams(t *testing.T) {
+	first := make(chan struct{})
+	streamed := make(chan bool, 1)
+	rec := func(port int) string {
+		return fmt.Sprintf(`{"sourceIPv4Address":"10.10.1.5","destinationIPv4Address":"10.10.2.6","sourceTransportPort":%d,"destinationTransportPort":8080,"protocolIdentifier":6}`, port)
+	}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set(api.HeaderMatches, "3")
+		fmt.Fprint(w, "["+rec(40001)+",")
+		w.(http.Flusher).Flush()
+		select {
+		case <-first:
+			streamed <- true
+		case <-time.After(30 * time.Second):
+			streamed <- false
+		case <-r.Context().Done():
+			streamed <- false
+			return
+		}
+		fmt.Fprint(w, rec(40002)+"]")
+	}))
+	defer srv.Close()
+	src := &flowsrc.API{Server: srv.URL}
+	var ports []uint16
+	err := src.Read(context.Background(), time.Time{}, func(r *flowsrc.Record) error {
+		if len(ports) == 0 {
+			close(first)
+		}
+		ports = append(ports, r.SrcPort)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !<-streamed {
+		t.Error("the first record reached the callback only after the whole answer was read")
+	}
+	if len(ports) != 2 || ports[0] != 40001 || ports[1] != 40002 {
+		t.Errorf("records %v", ports)
+	}
+	if !src.Truncated {
+		t.Error("3 matches, 2 records: not marked truncated")
+	}
+	for _, body := range []string{`{"error":"x"}`, `[{"sourceIPv4Address":"nope"}]`, `[` + rec(1)} {
+		bad := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, body) }))
+		if err := (&flowsrc.API{Server: bad.URL}).Read(context.Background(), time.Time{}, func(*flowsrc.Record) error { return nil }); err == nil {
+			t.Errorf("answer %q: no error", body)
+		}
+		bad.Close()
 	}
 }
