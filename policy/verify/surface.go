@@ -69,15 +69,17 @@ func surface(ctx context.Context, m *pipeline.Model, candidates []cluster.Object
 				return err
 			}
 			var peerPods []*cluster.Pod
-			var blocks []string
+			var blocks []block
 			if len(rs.peers) == 0 {
-				blocks = append(blocks, "any")
+				blocks = append(blocks, block{text: "any"})
 			}
 			for _, p := range rs.peers {
 				if p.IPBlock != nil {
-					b := p.IPBlock.CIDR
+					b := block{text: p.IPBlock.CIDR}
 					if len(p.IPBlock.Except) > 0 {
-						b += " except " + strings.Join(p.IPBlock.Except, ",")
+						b.text += " except " + strings.Join(p.IPBlock.Except, ",")
+					} else if pf, err := netip.ParsePrefix(p.IPBlock.CIDR); err == nil && pf.IsSingleIP() {
+						b.single = pf.Addr()
 					}
 					blocks = append(blocks, b)
 					continue
@@ -94,10 +96,13 @@ func surface(ctx context.Context, m *pipeline.Model, candidates []cluster.Object
 			}
 			for _, t := range targets {
 				for _, b := range blocks {
-					for _, pt := range portTexts(rs.ports) {
-						s := Surface{Policy: name, Direction: rs.dir, Rule: i, Source: b, Destination: t.Key(), Port: pt}
+					for j, pt := range portTexts(rs.ports) {
+						if b.observed(seen, firstIP(t), rs.dir == "egress", rs.ports, j) {
+							continue
+						}
+						s := Surface{Policy: name, Direction: rs.dir, Rule: i, Source: b.text, Destination: t.Key(), Port: pt}
 						if rs.dir == "egress" {
-							s.Source, s.Destination = t.Key(), b
+							s.Source, s.Destination = t.Key(), b.text
 						}
 						add(s)
 					}
@@ -212,4 +217,33 @@ func protoNumber(p corev1.Protocol) uint8 {
 		return 132
 	}
 	return 6
+}
+
+// block is an ipBlock peer (or "any"); single is its address when it
+// holds exactly one.
+type block struct {
+	text   string
+	single netip.Addr
+}
+
+// observed says the connection between the rule's Pod self and the
+// block's one address on ports[j] (a number) was observed allowed: it is
+// no surface.
+func (b block) observed(seen map[observed.Key]bool, self netip.Addr, egress bool, ports []networkingv1.NetworkPolicyPort, j int) bool {
+	if !b.single.IsValid() || !self.IsValid() || j >= len(ports) {
+		return false
+	}
+	pp := ports[j]
+	if pp.Port == nil || pp.Port.StrVal != "" || (pp.EndPort != nil && *pp.EndPort != pp.Port.IntVal) {
+		return false
+	}
+	proto := corev1.ProtocolTCP
+	if pp.Protocol != nil {
+		proto = *pp.Protocol
+	}
+	k := observed.Key{Src: b.single, Dst: self, Proto: protoNumber(proto), DstPort: uint16(pp.Port.IntVal)}
+	if egress {
+		k.Src, k.Dst = self, b.single
+	}
+	return seen[k]
 }

@@ -197,3 +197,56 @@ func TestVerify(t *testing.T) {
 		t.Errorf("MaxSurface 1: %d listed of %d (%v)", len(rep.Surface), rep.SurfaceTotal, err)
 	}
 }
+
+// TestSurfaceSingleAddress: an ipBlock of one address is no unobserved
+// surface for a Pod whose connection to it on the rule's port was
+// observed (recommend --cidr-prefix 32 writes such rules); for the
+// policy's other Pod it is.
+func TestSurfaceSingleAddress(t *testing.T) {
+	objs, err := cluster.ParseObjects([]byte(base), "base")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cands, err := cluster.ParseObjects([]byte(`
+apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {name: api-out, namespace: shop}
+spec:
+  podSelector: {matchLabels: {app: api}}
+  policyTypes: [Egress]
+  egress: [{to: [{ipBlock: {cidr: 203.0.113.5/32}}], ports: [{port: 443}, {port: 80}]}]
+`), "candidate")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := modelrun.DefaultSettings().Config(crd.FirstTraceflowTag)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before, _, err := modelrun.Model(context.Background(), objs, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	after, _, err := modelrun.Model(context.Background(), cluster.Overlay(objs, cands), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conns := []*observed.Conn{conn("10.1.1.10", "203.0.113.5", 6, 443, 4, 0)}
+	rep, err := Verify(context.Background(), before, after, cands, conns, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var surface []string
+	for _, s := range rep.Surface {
+		surface = append(surface, s.Source+" "+s.Destination+" "+s.Port)
+	}
+	slices.Sort(surface)
+	want := []string{
+		"shop/api-a 203.0.113.5/32 TCP/80",
+		"shop/api-b 203.0.113.5/32 TCP/443",
+		"shop/api-b 203.0.113.5/32 TCP/80",
+	}
+	if !slices.Equal(surface, want) || rep.SurfaceTotal != 3 {
+		t.Errorf("surface (%d):\n%s\nwant\n%s", rep.SurfaceTotal, strings.Join(surface, "\n"), strings.Join(want, "\n"))
+	}
+}
