@@ -426,9 +426,12 @@ func defaultDeny(ns string, o Options) *Object {
 }
 
 func workloadPolicy(w *Workload, in, out side, names map[string]bool, o Options) *Object {
-	name := "sluice-" + w.Name
+	name := objectName("sluice-" + w.Name)
 	if names[w.Namespace+"/"+name] {
-		name = "sluice-" + strings.ToLower(w.Kind) + "-" + w.Name
+		name = objectName("sluice-" + strings.ToLower(w.Kind) + "-" + w.Name)
+	}
+	for i := 2; names[w.Namespace+"/"+name]; i++ {
+		name = objectName(fmt.Sprintf("sluice-%s-%s-%d", strings.ToLower(w.Kind), w.Name, i))
 	}
 	names[w.Namespace+"/"+name] = true
 	np := newPolicy(w.Namespace, name, o)
@@ -559,4 +562,21 @@ func portName(pods []*cluster.Pod, proto corev1.Protocol, port uint16) string {
 		name = n
 	}
 	return name
+}
+
+// objectName makes s a valid object name (a DNS-1123 subdomain): the
+// name of a workload of Pods without an owner comes from a label value,
+// which may hold capitals and underscores ("app: Shop_UI").
+func objectName(s string) string {
+	b := []byte(strings.ToLower(s))
+	for i, c := range b {
+		if (c < 'a' || c > 'z') && (c < '0' || c > '9') && c != '-' {
+			b[i] = '-'
+		}
+	}
+	const max = 253
+	if len(b) > max {
+		b = b[:max]
+	}
+	return strings.TrimRight(string(b), "-")
 }

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/apimachinery/pkg/util/validation"
+
 	"sluice/policy/observed"
 	"sluice/traceflow/cluster"
 	"sluice/traceflow/crd"
@@ -358,5 +360,64 @@ func TestWithout(t *testing.T) {
 		if got := strings.Join(without(tc.cidr, tc.except), " "); got != tc.want {
 			t.Errorf("%s without %v: %s, want %s", tc.cidr, tc.except, got, tc.want)
 		}
+	}
+}
+
+// TestObjectNames: a workload of Pods without an owner is named after a
+// label value, which may hold what an object name may not; the policies'
+// names are valid all the same, and distinct.
+func TestObjectNames(t *testing.T) {
+	objs, err := cluster.ParseObjects([]byte(`
+apiVersion: v1
+kind: Node
+metadata: {name: n1}
+spec: {podCIDR: 10.1.1.0/24, podCIDRs: [10.1.1.0/24]}
+status: {addresses: [{type: InternalIP, address: 192.168.0.1}]}
+---
+apiVersion: v1
+kind: Namespace
+metadata: {name: shop}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: ui-1, namespace: shop, labels: {app: Shop_UI}}
+spec: {nodeName: n1, containers: [{name: c, image: x}]}
+status: {podIP: 10.1.1.10, podIPs: [{ip: 10.1.1.10}]}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: ui-2, namespace: shop, labels: {app: shop.ui}}
+spec: {nodeName: n1, containers: [{name: c, image: x}]}
+status: {podIP: 10.1.1.11, podIPs: [{ip: 10.1.1.11}]}
+`), "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := modelrun.DefaultSettings().Config(crd.FirstTraceflowTag)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, _, err := modelrun.Model(context.Background(), objs, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conns := []*observed.Conn{conn("10.1.1.10", "10.1.1.11", 6, 8080, 1, 0)}
+	res, err := Recommend(context.Background(), m, objs, conns, Options{DefaultDeny: DenyWorkload})
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	for _, o := range res.Objects {
+		n := o.Policy.Name
+		if errs := validation.IsDNS1123Subdomain(n); len(errs) > 0 {
+			t.Errorf("policy name %q: %v", n, errs)
+		}
+		if seen[n] {
+			t.Errorf("two policies named %q", n)
+		}
+		seen[n] = true
+	}
+	if len(seen) != 2 {
+		t.Errorf("policies %v, want one per workload", seen)
 	}
 }
