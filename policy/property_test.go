@@ -20,8 +20,10 @@ import (
 // workloads of one to three Pods (Deployments, StatefulSets or Pods
 // without an owner; sometimes two workloads with the same labels, so no
 // selector tells them apart), named and unnamed container ports, and
-// sometimes a NetworkPolicy of the cluster's own.
-func randomCluster(r *rand.Rand) ([]cluster.Object, []netip.Addr, error) {
+// sometimes NetworkPolicies of the cluster's own (an ingress one, and an
+// egress one that lets a workload reach one outside address only).
+// limited is a Pod of the workload the egress policy limits, if any.
+func randomCluster(r *rand.Rand) (objs []cluster.Object, podIPs []netip.Addr, limited netip.Addr, err error) {
 	var docs []any
 	for n := 1; n <= 2; n++ {
 		docs = append(docs, map[string]any{"apiVersion": "v1", "kind": "Node",
@@ -34,11 +36,13 @@ func randomCluster(r *rand.Rand) ([]cluster.Object, []netip.Addr, error) {
 		docs = append(docs, map[string]any{"apiVersion": "v1", "kind": "Namespace",
 			"metadata": map[string]any{"name": fmt.Sprintf("ns%d", i), "labels": map[string]any{"team": []string{"a", "b"}[r.IntN(2)]}}})
 	}
-	var podIPs []netip.Addr
+	wlNS := map[int]string{}
+	wlPod := map[int]netip.Addr{}
 	next := [3]int{0, 10, 10}
 	nwl := 2 + r.IntN(4)
 	for w := range nwl {
 		ns := fmt.Sprintf("ns%d", r.IntN(nns))
+		wlNS[w] = ns
 		labels := map[string]any{"app": fmt.Sprintf("w%d", w)}
 		if w > 0 && r.IntN(5) == 0 {
 			labels = map[string]any{"app": "shared"}
@@ -52,6 +56,9 @@ func randomCluster(r *rand.Rand) ([]cluster.Object, []netip.Addr, error) {
 			ip := netip.AddrFrom4([4]byte{10, 1, byte(node), byte(next[node])})
 			next[node]++
 			podIPs = append(podIPs, ip)
+			if p == 0 {
+				wlPod[w] = ip
+			}
 			md := map[string]any{"name": fmt.Sprintf("w%d-%d", w, p), "namespace": ns, "labels": labels}
 			switch kind {
 			case "Deployment":
@@ -76,19 +83,30 @@ func randomCluster(r *rand.Rand) ([]cluster.Object, []netip.Addr, error) {
 				"ingress": []any{map[string]any{"from": []any{map[string]any{"namespaceSelector": map[string]any{}}},
 					"ports": []any{map[string]any{"port": 8080}}}}}})
 	}
-	var objs []cluster.Object
+	if r.IntN(3) == 0 {
+		// One workload may reach one outside address only: its
+		// neighbours in the same CIDR are denied, and must stay so.
+		w := r.IntN(nwl)
+		limited = wlPod[w]
+		docs = append(docs, map[string]any{"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+			"metadata": map[string]any{"name": "own-out", "namespace": wlNS[w]},
+			"spec": map[string]any{"podSelector": map[string]any{"matchLabels": map[string]any{"app": fmt.Sprintf("w%d", w)}},
+				"policyTypes": []string{"Egress"},
+				"egress": []any{map[string]any{"to": []any{map[string]any{"ipBlock": map[string]any{"cidr": "198.51.100.7/32"}}},
+					"ports": []any{map[string]any{"port": 443}}}}}})
+	}
 	for i, d := range docs {
 		b, err := json.Marshal(d)
 		if err != nil {
-			return nil, nil, err
+			return nil, nil, limited, err
 		}
 		o, err := cluster.ParseObjects(b, fmt.Sprintf("random#%d", i))
 		if err != nil {
-			return nil, nil, err
+			return nil, nil, limited, err
 		}
 		objs = append(objs, o...)
 	}
-	return objs, podIPs, nil
+	return objs, podIPs, limited, nil
 }
 
 func merge(a, b map[string]any) map[string]any {
@@ -144,11 +162,20 @@ func TestPropertyRandomClusters(t *testing.T) {
 	}
 	checked := 0
 	for run := range runs {
-		objs, pods, err := randomCluster(r)
+		objs, pods, limited, err := randomCluster(r)
 		if err != nil {
 			t.Fatal(err)
 		}
-		conns := randomTraffic(r, pods).Conns()
+		set := randomTraffic(r, pods)
+		if limited.IsValid() {
+			// The limited workload reaches its one address and tries a
+			// neighbour (which the cluster denies).
+			t0 := time.Unix(1_790_000_000, 0)
+			for _, dst := range []string{"198.51.100.7", "198.51.100.200"} {
+				set.Add(&flowsrc.Record{Start: t0, End: t0.Add(time.Minute), Src: limited, Dst: netip.MustParseAddr(dst), SrcPort: 40000, Proto: 6, DstPort: 443})
+			}
+		}
+		conns := set.Conns()
 		if len(conns) == 0 {
 			continue
 		}
