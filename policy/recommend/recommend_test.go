@@ -283,9 +283,10 @@ func TestRender(t *testing.T) {
 }
 
 // TestCIDRKeepsDeniedDenied: the cluster lets api reach one outside
-// address only; a neighbour in the same /24 was observed denied. The
-// aggregated CIDR must not make it allowed (NetworkPolicies add up), in
-// either format; the allowed neighbour stays allowed.
+// address only, and db be reached from one; neighbours in the same /24
+// were observed denied. The aggregated CIDRs must not make them allowed
+// (NetworkPolicies add up), in either format and direction; the allowed
+// addresses stay allowed.
 func TestCIDRKeepsDeniedDenied(t *testing.T) {
 	extra := `
 ---
@@ -296,6 +297,14 @@ spec:
   podSelector: {matchLabels: {app: api}}
   policyTypes: [Egress]
   egress: [{to: [{ipBlock: {cidr: 198.51.100.7/32}}], ports: [{port: 443}]}]
+---
+apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {name: db-from-outside, namespace: shop}
+spec:
+  podSelector: {matchLabels: {app: db}}
+  policyTypes: [Ingress]
+  ingress: [{from: [{ipBlock: {cidr: 198.51.100.7/32}}], ports: [{port: 5432}]}]
 `
 	objs, err := cluster.ParseObjects([]byte(testCluster+extra), "test")
 	if err != nil {
@@ -316,13 +325,15 @@ spec:
 	allowed := conn("10.1.1.10", "198.51.100.7", 6, 443, 3, 0)
 	deniedRec := conn("10.1.1.10", "198.51.100.9", 6, 443, 0, 2)   // the records say dropped
 	deniedModel := conn("10.1.1.11", "198.51.100.8", 6, 443, 1, 0) // the model says dropped
-	conns := []*observed.Conn{allowed, deniedRec, deniedModel}
+	allowedIn := conn("198.51.100.7", "10.1.1.20", 6, 5432, 2, 0)
+	deniedIn := conn("198.51.100.9", "10.1.1.20", 6, 5432, 1, 0) // the model says dropped
+	conns := []*observed.Conn{allowed, deniedRec, deniedModel, allowedIn, deniedIn}
 	for _, format := range []string{FormatK8s, FormatAntrea} {
-		res, err := Recommend(context.Background(), m, objs, conns, Options{Format: format, Isolation: IsolationEgress})
+		res, err := Recommend(context.Background(), m, objs, conns, Options{Format: format})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if res.Carried != 1 || res.Skipped.Denied != 2 {
+		if res.Carried != 2 || res.Skipped.Denied != 3 {
 			t.Errorf("%s: carried %d, skipped %+v", format, res.Carried, res.Skipped)
 		}
 		var b bytes.Buffer
@@ -339,7 +350,7 @@ spec:
 			if err != nil {
 				t.Fatal(err)
 			}
-			if want := c == allowed; v.Denied == want {
+			if want := c == allowed || c == allowedIn; v.Denied == want {
 				t.Errorf("%s: %s -> %s: denied=%v with the recommendation, want %v\n%s", format, c.Src, c.Dst, v.Denied, !want, b.String())
 			}
 		}
