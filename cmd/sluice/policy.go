@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -16,6 +17,7 @@ import (
 	"sluice/traceflow/cluster"
 	"sluice/traceflow/crd"
 	"sluice/traceflow/pipeline"
+	"sluice/traceflow/tracer"
 )
 
 // policyFlags are the options both policy subcommands share.
@@ -144,6 +146,9 @@ per object. Check them with sluice policy verify before applying them.`,
 				fmt.Fprintf(cmd.ErrOrStderr(), ", %d to a Service address before DNAT (endpoint unknown)", s.ServiceAddress)
 			}
 			fmt.Fprintln(cmd.ErrOrStderr())
+			if err := checkDenied(ctx, &f, objs, res, cmd.ErrOrStderr()); err != nil {
+				return err
+			}
 			if outDir != "" {
 				return res.WriteDir(outDir)
 			}
@@ -233,4 +238,48 @@ when one would, 2 on bad input.`,
 	fl.StringVarP(&output, "output", "o", "table", "output format: table, json or yaml")
 	fl.IntVar(&max, "max-surface", verify.DefaultMaxSurface, "list at most this many entries of the unobserved allowed surface")
 	return cmd
+}
+
+// maxWidenedListed bounds the connections checkDenied lists.
+const maxWidenedListed = 10
+
+// checkDenied replays the connections the recommendation left out as
+// denied through the model with the recommendation overlaid, and warns of
+// any it would allow: NetworkPolicies add up, and one cannot always tell a
+// denied Pod or address from an allowed one of the same workload or rule.
+func checkDenied(ctx context.Context, f *policyFlags, objs []cluster.Object, res *recommend.Result, stderr io.Writer) error {
+	if len(res.Denied) == 0 {
+		return nil
+	}
+	var b bytes.Buffer
+	if err := res.WriteYAML(&b); err != nil {
+		return err
+	}
+	cands, err := cluster.ParseObjects(b.Bytes(), "recommended policies")
+	if err != nil {
+		return fmt.Errorf("reading back the recommended policies: %w", err)
+	}
+	after, err := f.model(ctx, io.Discard, cluster.Overlay(objs, cands), crd.FirstTraceflowTag, "")
+	if err != nil {
+		return fmt.Errorf("the model with the recommended policies: %w", err)
+	}
+	var widened []*observed.Conn
+	for _, c := range res.Denied {
+		v, err := tracer.Decide(ctx, after, tracer.Connection{Src: c.Src, Dst: c.Dst, Proto: c.Proto, SrcPort: c.SrcPort, DstPort: c.DstPort})
+		if err == nil && !v.Denied {
+			widened = append(widened, c)
+		}
+	}
+	if len(widened) == 0 {
+		return nil
+	}
+	fmt.Fprintf(stderr, "warning: the policies would allow %d of the %d connections denied now (a rule cannot tell them from allowed ones of the same workload, address or port); narrow the rules before applying them:\n", len(widened), len(res.Denied))
+	for i, c := range widened {
+		if i == maxWidenedListed {
+			fmt.Fprintf(stderr, "  ... and %d more (sluice policy verify lists them all under newly allowed)\n", len(widened)-maxWidenedListed)
+			break
+		}
+		fmt.Fprintf(stderr, "  %s\n", recommend.ConnText(c))
+	}
+	return nil
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -144,5 +145,68 @@ spec: {podSelector: {}, policyTypes: [Egress]}
 		} else if exitCode(err) != 2 {
 			t.Errorf("%v: exit status %d, want 2", args, exitCode(err))
 		}
+	}
+}
+
+// TestPolicyRecommendWarnsWidened: the cluster lets cart-1 reach
+// 203.0.113.80 on 443 and 203.0.113.81 on 80 only; the aggregated rule
+// (the /24 on 80 and 443) cannot keep 203.0.113.80 on 80 denied, and
+// recommend says so, naming the connection.
+func TestPolicyRecommendWarnsWidened(t *testing.T) {
+	dir := t.TempDir()
+	clusterDir := filepath.Join(dir, "cluster")
+	if err := os.MkdirAll(clusterDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	files, err := filepath.Glob("../../examples/cluster/*.yaml")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("example cluster: %v", err)
+	}
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(clusterDir, filepath.Base(f)), b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(clusterDir, "cart-out.yaml"), []byte(`apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {name: cart-out, namespace: web}
+spec:
+  podSelector: {matchLabels: {app: cart}}
+  policyTypes: [Egress]
+  egress:
+  - {to: [{ipBlock: {cidr: 203.0.113.80/32}}], ports: [{port: 443}]}
+  - {to: [{ipBlock: {cidr: 203.0.113.81/32}}], ports: [{port: 80}]}
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	line := func(dst string, port int) string {
+		f := make([]string, 30)
+		copy(f, []string{"1790000000", "1790000060", "10.10.2.6", dst, "40001", strconv.Itoa(port), "TCP", "cart-1", "web", "demo-node-2"})
+		f[15] = "0"
+		return strings.Join(f, ",") + "\n"
+	}
+	flows := filepath.Join(dir, "flows.log")
+	if err := os.WriteFile(flows, []byte(line("203.0.113.80", 443)+line("203.0.113.81", 80)+line("203.0.113.80", 80)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	common := []string{"--flows", flows, "--cluster", clusterDir}
+	_, stderr, err := runCLI(t, append([]string{"policy", "recommend"}, common...)...)
+	if err != nil {
+		t.Fatalf("recommend: %v\n%s", err, stderr)
+	}
+	if !strings.Contains(stderr, "2 carried") || !strings.Contains(stderr, "warning: the policies would allow 1 of the 1 connections denied now") ||
+		!strings.Contains(stderr, "web/cart-1 -> 203.0.113.80 TCP/80") {
+		t.Errorf("recommend does not warn of the denied connection it allows:\n%s", stderr)
+	}
+	// Without the cluster's policy nothing is denied, and nothing warned of.
+	if err := os.Remove(filepath.Join(clusterDir, "cart-out.yaml")); err != nil {
+		t.Fatal(err)
+	}
+	if _, stderr, err := runCLI(t, append([]string{"policy", "recommend"}, common...)...); err != nil || strings.Contains(stderr, "warning") {
+		t.Errorf("recommend without cart-out: %v\n%s", err, stderr)
 	}
 }

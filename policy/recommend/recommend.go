@@ -162,6 +162,10 @@ type Result struct {
 	Skipped Skipped
 	// Carried is the number of observed connections the policies allow.
 	Carried int
+	// Denied are the connections left out because the records or the
+	// current policies deny them: the ones the policies must not allow
+	// (see sluice policy recommend's check).
+	Denied  []*observed.Conn
 	Options Options
 }
 
@@ -344,6 +348,7 @@ func Recommend(ctx context.Context, m *pipeline.Model, objs []cluster.Object, co
 		}
 	}
 	exceptDenied(ingress, egress, denied, func(a netip.Addr) *Workload { return podWL[st.PodByIP(a)] })
+	res.Denied = denied
 	names := map[string]bool{}
 	for _, w := range wls {
 		if !inScope(w) || !observedNS[w.Namespace] {
