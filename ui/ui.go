@@ -202,6 +202,9 @@ func (s *Server) routes() {
 	mux.HandleFunc("GET /api/health", s.healthz)
 	mux.HandleFunc("GET /api/traceflow/endpoints", s.traceEndpoints)
 	mux.HandleFunc("POST /api/traceflow", s.traceflow)
+	mux.HandleFunc("GET /api/policy/namespaces", s.policyNamespaces)
+	mux.HandleFunc("POST /api/policy/recommend", s.policyRecommend)
+	mux.HandleFunc("POST /api/policy/verify", s.policyVerify)
 	s.mux = mux
 	s.handler = s.guard(mux)
 }

@@ -24,7 +24,7 @@ func newRootCmd() *cobra.Command {
 		SilenceErrors: true,
 	}
 	root.AddCommand(newVersionCmd(), newIPFIXCmd(), newAggregatorCmd(), newGetCmd(), newTraceflowCmd())
-	root.AddCommand(newExporterCmd(), newDemoCmd(), newClickHouseCmd())
+	root.AddCommand(newExporterCmd(), newDemoCmd(), newClickHouseCmd(), newPolicyCmd())
 	return root
 }
 

@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"sluice/demo"
+	"sluice/traceflow/cluster"
 	"sluice/traceflow/render"
 )
 
@@ -255,10 +256,11 @@ var pageReady = map[string]string{
 	"flows":     `document.querySelectorAll('.tbody [role=row]').length > 0`,
 	"map":       `!!window.sluiceMap && window.sluiceMap.edges().length > 0 && document.querySelectorAll('table.edges tbody tr').length > 0`,
 	"traceflow": `document.querySelectorAll('#tf-pods option').length > 0`,
+	"policies":  `document.querySelectorAll('#pol-ns option').length > 1`,
 	"health":    `document.querySelectorAll('#exporters tbody tr').length >= 3`,
 }
 
-var pageOrder = []string{"flows", "map", "traceflow", "health"}
+var pageOrder = []string{"flows", "map", "traceflow", "policies", "health"}
 
 // labelled checks that every control has an accessible name.
 const unlabelled = `(() => {
@@ -290,7 +292,7 @@ func TestUIInBrowser(t *testing.T) {
 			}
 			var title string
 			b.eval(t, `document.querySelector('main h1').textContent + '|' + document.querySelector('nav a[aria-current=page]').textContent`, &title)
-			if want := map[string]string{"flows": "Flows|Flows", "map": "Map|Map", "traceflow": "Traceflow|Traceflow", "health": "Health|Health"}[p]; title != want {
+			if want := map[string]string{"flows": "Flows|Flows", "map": "Map|Map", "traceflow": "Traceflow|Traceflow", "policies": "Policies|Policies", "health": "Health|Health"}[p]; title != want {
 				t.Errorf("%s: heading and current link %q, want %q", p, title, want)
 			}
 			b.screenshot(t, p)
@@ -488,6 +490,58 @@ func TestUIInBrowser(t *testing.T) {
 			t.Errorf("the page's command line: %q", page.Cmd)
 		}
 		b.screenshot(t, "traceflow")
+		if errs := b.errors(); len(errs) > 0 {
+			t.Errorf("the page reported errors: %v", errs)
+		}
+	})
+
+	// The Policies page: recommend from the flows the UI holds, verify
+	// (nothing observed blocked), then replace the YAML with a policy that
+	// blocks the web namespace's egress and verify again.
+	t.Run("policies", func(t *testing.T) {
+		b.run(t, 30*time.Second, chromedp.Navigate(base+"#/policies?window="))
+		b.waitJS(t, 60*time.Second, pageReady["policies"])
+		b.run(t, 30*time.Second, chromedp.Click(chromedp.CSS(`#pol-recommend`)))
+		b.waitJS(t, 90*time.Second, `!!document.getElementById('pol-counts')`)
+		var page struct {
+			YAML                        string
+			Blocked, Allowed, Unchanged string
+			Download                    string
+		}
+		read := `({YAML: document.getElementById('pol-yaml').value,
+		  Blocked: document.querySelector('[data-count=blocked]').textContent,
+		  Allowed: document.querySelector('[data-count=allowed]').textContent,
+		  Unchanged: document.querySelector('[data-count=unchanged]').textContent,
+		  Download: document.getElementById('pol-download').hidden ? '' : document.getElementById('pol-download').href})`
+		b.eval(t, read, &page)
+		if page.Blocked != "0" || page.Allowed != "0" || page.Unchanged == "0" {
+			t.Errorf("the recommendation's verification: %s blocked, %s newly allowed, %s unchanged", page.Blocked, page.Allowed, page.Unchanged)
+		}
+		objs, err := cluster.ParseObjects([]byte(page.YAML), "page")
+		if err != nil || len(objs) < 5 {
+			t.Errorf("the page's YAML holds %d objects (%v):\n%s", len(objs), err, page.YAML)
+		}
+		if !strings.HasPrefix(page.Download, "blob:") {
+			t.Errorf("download link %q", page.Download)
+		}
+		b.screenshot(t, "policies")
+		deny := "apiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\nmetadata: {name: deny-all, namespace: web}\nspec: {podSelector: {}, policyTypes: [Egress]}\n"
+		b.run(t, 30*time.Second,
+			chromedp.SetValue(chromedp.CSS(`#pol-yaml`), deny),
+			chromedp.Evaluate[chromedp.Void](`document.querySelector('#pol-yaml').dispatchEvent(new Event('input'))`),
+			chromedp.Click(chromedp.CSS(`#pol-verify`)))
+		b.waitJS(t, 90*time.Second, `document.querySelector('[data-count=blocked]')?.textContent !== '0' && !!document.getElementById('pol-blocked')`)
+		var rules []string
+		b.eval(t, `[...document.querySelectorAll('#pol-blocked tbody tr')].map(r => r.cells[0].textContent + ' ' + r.cells[5].textContent)`, &rules)
+		if len(rules) == 0 {
+			t.Fatal("no blocked flow listed")
+		}
+		for _, r := range rules {
+			if !strings.HasPrefix(r, "web/") || !strings.Contains(r, "K8sNetworkPolicy:web/deny-all") {
+				t.Errorf("blocked flow %q: want a web source blocked by web/deny-all", r)
+			}
+		}
+		b.screenshot(t, "policies-blocked")
 		if errs := b.errors(); len(errs) > 0 {
 			t.Errorf("the page reported errors: %v", errs)
 		}

@@ -155,3 +155,45 @@ export async function postJSON<T>(path: string, v: unknown): Promise<T> {
   if (!r.ok) throw new Error(body?.error ?? r.statusText)
   return body as T
 }
+
+// The Policies page (ui/policy.go, policy/verify).
+export interface PolicyFlow {
+  source: string
+  destination: string
+  protocol: string
+  port?: number
+  service?: string
+  records: number
+  firstSeen?: string
+  lastSeen?: string
+  rule?: string
+}
+
+export interface PolicySurface {
+  policy: string
+  direction: string
+  rule: number
+  source: string
+  destination: string
+  port: string
+}
+
+export interface PolicyReport {
+  connections: number
+  records: number
+  newlyBlocked: PolicyFlow[]
+  newlyAllowed: PolicyFlow[]
+  unchanged: number
+  notModelled: number
+  errors: number
+  unobservedSurface: PolicySurface[]
+  unobservedSurfaceTotal: number
+  unobservedSurfaceNote?: string
+}
+
+export interface PolicyResult {
+  yaml: string
+  report: PolicyReport
+  records: number
+  carried?: number
+}

@@ -4,12 +4,14 @@ import { flowsPage } from './flows'
 import { mapPage } from './map'
 import { tracePage } from './trace'
 import { healthPage } from './health'
+import { policyPage } from './policy'
 import type { Page } from './util'
 
 const pages: Record<string, { title: string; page: Page }> = {
   flows: { title: 'Flows', page: flowsPage },
   map: { title: 'Map', page: mapPage },
   traceflow: { title: 'Traceflow', page: tracePage },
+  policies: { title: 'Policies', page: policyPage },
   health: { title: 'Health', page: healthPage },
 }
 
