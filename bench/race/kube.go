@@ -121,7 +121,7 @@ func (k *kube) clientTLS(ctx context.Context, ns string, deadline time.Time) (*t
 			}
 			cert, err := tls.X509KeyPair(sec.Data["tls.crt"], sec.Data["tls.key"])
 			if err != nil {
-				return nil, fmt.Errorf("Secret %s/flow-aggregator-client-tls: %w", ns, err)
+				return nil, fmt.Errorf("client certificate in Secret %s/flow-aggregator-client-tls: %w", ns, err)
 			}
 			return &tls.Config{
 				MinVersion:         tls.VersionTLS12,

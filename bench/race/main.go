@@ -109,6 +109,9 @@ func main() {
 			if o.reference == "" {
 				fatal(errors.New("-reference: the reference's binary is needed (scripts/build-reference-aggregator.sh prints its path)"))
 			}
+			if os.Geteuid() != 0 {
+				fatal(errors.New("the reference runs under `unshare -m` with a tmpfs over /var/run, which needs root"))
+			}
 		case "sluice":
 			if o.sluice == "" {
 				fatal(errors.New("-sluice: the sluice binary is needed (make build)"))
