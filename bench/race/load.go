@@ -217,21 +217,19 @@ type receiver struct {
 	distinct int
 	records  int
 	last     time.Time
+	mark     int       // distinct records at which markAt is taken
+	markAt   time.Time // when the receiver first held mark distinct records
 	errs     []error
 	wg       sync.WaitGroup
 	closed   atomic.Bool
 }
 
-func newReceiver(n int) (*receiver, error) {
+func newReceiver(n, mark int) (*receiver, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
 	}
-	r := &receiver{ln: ln, seen: make([]uint64, (2*n+63)/64)}
-	table, err := ipfixmap.NewTable(ipfix.DefaultRegistry())
-	if err != nil {
-		return nil, err
-	}
+	r := &receiver{ln: ln, seen: make([]uint64, (2*n+63)/64), mark: mark}
 	r.wg.Add(1)
 	go func() {
 		defer r.wg.Done()
@@ -241,7 +239,7 @@ func newReceiver(n int) (*receiver, error) {
 				return
 			}
 			r.wg.Add(1)
-			go func() { defer r.wg.Done(); r.serve(c, table) }()
+			go func() { defer r.wg.Done(); r.serve(c) }()
 		}
 	}()
 	return r, nil
@@ -249,7 +247,7 @@ func newReceiver(n int) (*receiver, error) {
 
 func (r *receiver) addr() string { return r.ln.Addr().String() }
 
-func (r *receiver) serve(c net.Conn, table *ipfixmap.Table) {
+func (r *receiver) serve(c net.Conn) {
 	defer c.Close()
 	go func() {
 		// Unblocks the read when the receiver closes.
@@ -260,9 +258,12 @@ func (r *receiver) serve(c net.Conn, table *ipfixmap.Table) {
 	}()
 	sess := ipfix.NewSession(ipfix.SessionOptions{})
 	d := ipfix.NewDecoder(sess)
-	norm := ipfixmap.NewNormalizer(table)
 	mr := ipfix.NewMessageReader(c)
-	var f flow.Flow
+	// Where each template keeps sourceIPv4Address (IANA 8) and Antrea's
+	// sourcePodName (56506/101): reading two fields, not normalising whole
+	// records, keeps the receiver from being what slows the export down.
+	type pos struct{ src, pod int }
+	plans := map[*ipfix.Template]pos{}
 	for {
 		m, err := mr.Next()
 		if err != nil {
@@ -277,16 +278,32 @@ func (r *receiver) serve(c net.Conn, table *ipfixmap.Table) {
 		}
 		r.mu.Lock()
 		for d.Next() {
-			f = flow.Flow{}
-			norm.Normalize(d.Record(), &f)
+			rec := d.Record()
+			p, ok := plans[rec.Template]
+			if !ok {
+				p = pos{-1, -1}
+				for i := range rec.Template.Fields {
+					f := &rec.Template.Fields[i]
+					switch {
+					case f.EnterpriseID == 0 && f.ID == 8:
+						p.src = i
+					case f.EnterpriseID == 56506 && f.ID == 101:
+						p.pod = i
+					}
+				}
+				plans[rec.Template] = p
+			}
 			r.records++
-			if !f.SourceIP.Is4() {
+			if p.src < 0 {
 				continue
 			}
-			b := f.SourceIP.As4()
+			b := rec.Bytes(p.src)
+			if len(b) != 4 {
+				continue
+			}
 			i := int(b[1])<<16 | int(b[2])<<8 | int(b[3])
 			bit := 2 * i
-			if f.SourcePodName == "" {
+			if p.pod < 0 || rec.Len(p.pod) == 0 {
 				bit++ // Proxy mode: a destination Node's record
 			}
 			if bit/64 >= len(r.seen) {
@@ -296,6 +313,9 @@ func (r *receiver) serve(c net.Conn, table *ipfixmap.Table) {
 				r.seen[bit/64] |= 1 << (bit % 64)
 				r.distinct++
 				r.last = time.Now()
+				if r.distinct == r.mark {
+					r.markAt = r.last
+				}
 			}
 		}
 		r.mu.Unlock()
@@ -313,11 +333,12 @@ func (r *receiver) fail(err error) {
 }
 
 // counts returns the distinct records (connections or sides), all records,
-// and when the last new one arrived.
-func (r *receiver) counts() (distinct, records int, last time.Time) {
+// when the last new one arrived, and when the mark was reached (zero if
+// not).
+func (r *receiver) counts() (distinct, records int, last, mark time.Time) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.distinct, r.records, r.last
+	return r.distinct, r.records, r.last, r.markAt
 }
 
 func (r *receiver) close() []error {
