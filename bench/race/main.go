@@ -46,6 +46,7 @@ type options struct {
 	runTimeout        time.Duration
 	stall             time.Duration
 	verbose           bool
+	activeTimeout     time.Duration
 }
 
 type result struct {
@@ -92,6 +93,7 @@ func main() {
 	flag.StringVar(&o.benchOut, "bench-out", "", "also write the runs as Go benchmark lines (for benchstat) to this file")
 	flag.DurationVar(&o.runTimeout, "run-timeout", 20*time.Minute, "bound on one run")
 	flag.DurationVar(&o.stall, "stall", 30*time.Second, "a run ends when no new record reached the receiver for this long after the agents finished")
+	flag.DurationVar(&o.activeTimeout, "active-timeout", time.Second, "activeFlowRecordTimeout of both aggregators (the reference re-queues every tracked flow this often, so its Aggregate CPU grows with the store)")
 	flag.BoolVar(&o.verbose, "v", false, "print the receiver's count every second while a run waits for it")
 	flag.Parse()
 	var err error
@@ -276,7 +278,7 @@ func runOne(ctx context.Context, k *kube, o options, dir, ns string, r *result) 
 		return err
 	}
 	conf := filepath.Join(dir, "conf", "flow-aggregator.conf")
-	if err := os.WriteFile(conf, []byte(config(r.mode, recv.addr())), 0o600); err != nil {
+	if err := os.WriteFile(conf, []byte(config(r.mode, recv.addr(), o.activeTimeout)), 0o600); err != nil {
 		return err
 	}
 	var cmd *exec.Cmd
@@ -313,7 +315,7 @@ exec "$RACE_BIN" --config "$RACE_CONF"`)
   tls: {certDir: %q}
   aggregate: {maxFlows: 16777216}
 `, ipfixPort, grpcPort, apiPort, kc, filepath.Join(dir, "certs"))
-		if err := os.WriteFile(conf, []byte(config(r.mode, recv.addr())+extra), 0o600); err != nil {
+		if err := os.WriteFile(conf, []byte(config(r.mode, recv.addr(), o.activeTimeout)+extra), 0o600); err != nil {
 			return err
 		}
 		cmd = exec.Command(o.sluice, "aggregator", "--config", conf)
@@ -435,9 +437,9 @@ exec "$RACE_BIN" --config "$RACE_CONF"`)
 // the same keys. The active timeout is short so that a correlated flow is
 // exported a second after its two records arrived; the inactive timeout is
 // long so that every flow stays tracked until the run ends.
-func config(mode, collector string) string {
+func config(mode, collector string, active time.Duration) string {
 	return fmt.Sprintf(`mode: %s
-activeFlowRecordTimeout: 1s
+activeFlowRecordTimeout: %s
 inactiveFlowRecordTimeout: 30m
 aggregatorTransportProtocol: tcp
 flowCollector:
@@ -450,7 +452,7 @@ clickHouse:
   enable: false
 s3Uploader:
   enable: false
-`, mode, collector)
+`, mode, active, collector)
 }
 
 func printRun(w io.Writer, r *result) {
