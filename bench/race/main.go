@@ -434,8 +434,9 @@ exec "$RACE_BIN" --config "$RACE_CONF"`)
 }
 
 // config is the reference's flow-aggregator.conf for a run; Sluice reads
-// the same keys. The active timeout is short so that a correlated flow is
-// exported a second after its two records arrived; the inactive timeout is
+// the same keys. The active timeout is short (-active-timeout, 1s by
+// default) so that a correlated flow is exported soon after its two
+// records arrived; the inactive timeout is
 // long so that every flow stays tracked until the run ends.
 func config(mode, collector string, active time.Duration) string {
 	return fmt.Sprintf(`mode: %s
