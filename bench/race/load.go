@@ -93,16 +93,19 @@ func agentRecords(a, n int, emit func([]flow.Flow) error) error {
 // stays open, as an agent's does, until the returned function closes it:
 // the reference's collector forgets a closed connection's templates, and
 // with them records of it still queued.
-func sendIPFIX(addr string, a, n int) (func(), error) {
+func sendIPFIX(ctx context.Context, addr string, a, n int) (func(), error) {
 	c, err := net.Dial("tcp", addr)
 	if err != nil {
 		return nil, err
 	}
+	// A cancelled run must not wait for an aggregator that stopped reading.
+	stop := context.AfterFunc(ctx, func() { c.Close() })
 	if err := writeIPFIX(c, a, n); err != nil {
+		stop()
 		c.Close()
 		return nil, err
 	}
-	return func() { c.Close() }, nil
+	return func() { stop(); c.Close() }, nil
 }
 
 func writeIPFIX(c net.Conn, a, n int) error {

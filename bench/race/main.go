@@ -334,7 +334,7 @@ exec "$RACE_BIN" --config "$RACE_CONF"`)
 			return err
 		}
 		addr := "127.0.0.1:" + strconv.Itoa(ipfixPort)
-		send = func(a int) (func(), error) { return sendIPFIX(addr, a, r.flows) }
+		send = func(a int) (func(), error) { return sendIPFIX(ctx, addr, a, r.flows) }
 	case "grpc":
 		if err := p.waitListening(grpcPort, ready); err != nil {
 			return err
@@ -360,6 +360,21 @@ exec "$RACE_BIN" --config "$RACE_CONF"`)
 	errs := make([]error, agents)
 	closers := make([]func(), agents)
 	var wg sync.WaitGroup
+	if o.verbose {
+		sending := make(chan struct{})
+		defer close(sending)
+		go func() {
+			for {
+				select {
+				case <-sending:
+					return
+				case <-time.After(5 * time.Second):
+					d, _, _, _ := recv.counts()
+					fmt.Fprintf(os.Stderr, "race:   %5.1fs: agents sending, %d of %d at the receiver, aggregator RSS %s\n", time.Since(t0).Seconds(), d, r.expected, rssString(pid))
+				}
+			}
+		}()
+	}
 	for a := range agents {
 		wg.Go(func() {
 			var err error
@@ -548,6 +563,14 @@ func printTable(w io.Writer, rs []*result) {
 	for _, n := range notes {
 		fmt.Fprintln(w, "note:", n)
 	}
+}
+
+func rssString(pid int) string {
+	_, rss, err := memKB(pid)
+	if err != nil {
+		return "?"
+	}
+	return fmt.Sprintf("%.0f MiB", float64(rss)/1024)
 }
 
 // cpuModel is the first "model name" of /proc/cpuinfo.
