@@ -93,7 +93,7 @@ func main() {
 	flag.StringVar(&o.benchOut, "bench-out", "", "also write the runs as Go benchmark lines (for benchstat) to this file")
 	flag.DurationVar(&o.runTimeout, "run-timeout", 20*time.Minute, "bound on one run")
 	flag.DurationVar(&o.stall, "stall", 30*time.Second, "a run ends when no new record reached the receiver for this long after the agents finished")
-	flag.DurationVar(&o.activeTimeout, "active-timeout", time.Second, "activeFlowRecordTimeout of both aggregators (the reference re-queues every tracked flow this often, so its Aggregate CPU grows with the store)")
+	flag.DurationVar(&o.activeTimeout, "active-timeout", time.Minute, "activeFlowRecordTimeout of both aggregators (Antrea's default; the reference re-queues every tracked flow this often, so with a short one its Aggregate CPU grows with the store)")
 	flag.BoolVar(&o.verbose, "v", false, "print the receiver's count every second while a run waits for it")
 	flag.Parse()
 	var err error
@@ -449,9 +449,8 @@ exec "$RACE_BIN" --config "$RACE_CONF"`)
 }
 
 // config is the reference's flow-aggregator.conf for a run; Sluice reads
-// the same keys. The active timeout is short (-active-timeout, 1s by
-// default) so that a correlated flow is exported soon after its two
-// records arrived; the inactive timeout is
+// the same keys. The active timeout is -active-timeout (Antrea's 60s by
+// default); the inactive timeout is
 // long so that every flow stays tracked until the run ends.
 func config(mode, collector string, active time.Duration) string {
 	return fmt.Sprintf(`mode: %s
