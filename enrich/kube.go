@@ -167,6 +167,9 @@ func KubeConfig(kubeconfigPath string) (*rest.Config, error) {
 	return cfg, nil
 }
 
+// Client is the client the Kube reads the cluster through.
+func (k *Kube) Client() kubernetes.Interface { return k.client }
+
 // NewKube returns a Kube that reads the cluster through client. It holds
 // no data until Run has synced.
 func NewKube(client kubernetes.Interface, opts KubeOptions) *Kube {

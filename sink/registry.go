@@ -54,6 +54,9 @@ type Env struct {
 	// error when the aggregator has no Kubernetes API (no
 	// sluice.kubeconfig, not in a Pod). Nil is the same as always failing.
 	Kube func() (kubernetes.Interface, string, error)
+	// ClusterUUID is the cluster's UUID (see package clusterid); zero
+	// when it is not known (an inventory file, no Kubernetes).
+	ClusterUUID flow.UID
 }
 
 // Closer is a sink that holds what New took (a listener, a file) until Run
