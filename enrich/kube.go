@@ -23,7 +23,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 
-	"sluice/internal/kubemeta"
+	"sluice/kubetrim"
 )
 
 const (
@@ -777,7 +777,7 @@ func sameService(a, b *Service) bool {
 func trimObject(obj any) (any, error) {
 	switch o := obj.(type) {
 	case *corev1.Pod:
-		m := kubemeta.Trim(&o.ObjectMeta)
+		m := kubetrim.Trim(&o.ObjectMeta)
 		// The controller names the Pod's workload (for the web UI).
 		if c := metav1.GetControllerOfNoCopy(o); c != nil {
 			m.OwnerReferences = []metav1.OwnerReference{{APIVersion: c.APIVersion, Kind: c.Kind, Name: c.Name,
@@ -789,10 +789,10 @@ func trimObject(obj any) (any, error) {
 			Status:     corev1.PodStatus{PodIP: o.Status.PodIP, PodIPs: o.Status.PodIPs},
 		}, nil
 	case *corev1.Node:
-		return kubemeta.Node(o), nil
+		return kubetrim.Node(o), nil
 	case *corev1.Service:
 		return &corev1.Service{
-			ObjectMeta: kubemeta.Trim(&o.ObjectMeta),
+			ObjectMeta: kubetrim.Trim(&o.ObjectMeta),
 			Spec:       corev1.ServiceSpec{ClusterIP: o.Spec.ClusterIP, ClusterIPs: o.Spec.ClusterIPs, Ports: o.Spec.Ports},
 		}, nil
 	}

@@ -29,7 +29,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
-	"sluice/internal/kubemeta"
+	"sluice/kubetrim"
 	"sluice/traceflow/cluster"
 	"sluice/traceflow/crd"
 )
@@ -542,7 +542,7 @@ func (w *Watcher) Stats() WatchStats {
 // pass.
 func trimTyped(ippools bool) cache.TransformFunc {
 	trim := func(m *metav1.ObjectMeta) metav1.ObjectMeta {
-		t := kubemeta.Trim(m)
+		t := kubetrim.Trim(m)
 		if v, ok := m.Annotations[crd.AnnotationIPPools]; ok && ippools {
 			t.Annotations = map[string]string{crd.AnnotationIPPools: v}
 		}
@@ -558,18 +558,18 @@ func trimTyped(ippools bool) cache.TransformFunc {
 				Status: corev1.PodStatus{Phase: o.Status.Phase, PodIP: o.Status.PodIP, PodIPs: o.Status.PodIPs},
 			}, nil
 		case *corev1.Node:
-			return kubemeta.Node(o), nil
+			return kubetrim.Node(o), nil
 		case *corev1.Namespace:
 			return &corev1.Namespace{ObjectMeta: trim(&o.ObjectMeta)}, nil
 		case *corev1.Service:
-			return &corev1.Service{ObjectMeta: kubemeta.Trim(&o.ObjectMeta), Spec: o.Spec,
+			return &corev1.Service{ObjectMeta: kubetrim.Trim(&o.ObjectMeta), Spec: o.Spec,
 				Status: corev1.ServiceStatus{LoadBalancer: o.Status.LoadBalancer}}, nil
 		case *discoveryv1.EndpointSlice:
 			c := *o
-			c.ObjectMeta = kubemeta.Trim(&o.ObjectMeta)
+			c.ObjectMeta = kubetrim.Trim(&o.ObjectMeta)
 			return &c, nil
 		case *networkingv1.NetworkPolicy:
-			return &networkingv1.NetworkPolicy{ObjectMeta: kubemeta.Trim(&o.ObjectMeta), Spec: o.Spec}, nil
+			return &networkingv1.NetworkPolicy{ObjectMeta: kubetrim.Trim(&o.ObjectMeta), Spec: o.Spec}, nil
 		}
 		return obj, nil
 	}

@@ -1,6 +1,7 @@
-// Package kubemeta holds what the informer caches of Pod metadata (enrich)
-// and of the attribution model (traceflow/cluster/kube) share.
-package kubemeta
+// Package kubetrim trims the Kubernetes objects informer caches keep to
+// what Sluice reads. It holds the trimming the caches of Pod metadata
+// (enrich) and of the attribution model (traceflow/cluster/kube) share.
+package kubetrim
 
 import (
 	corev1 "k8s.io/api/core/v1"
