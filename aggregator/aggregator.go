@@ -28,6 +28,7 @@ import (
 	"sluice/flow"
 	"sluice/flow/ipfixmap"
 	"sluice/ipfix"
+	"sluice/kubeinformers"
 	"sluice/mode"
 	"sluice/ring"
 	"sluice/sink"
@@ -67,6 +68,9 @@ type Aggregator struct {
 
 	// meta is the Kubernetes metadata source, nil when there is none.
 	meta enrich.Source
+	// informers is the process's informer factory (the metadata source's,
+	// which the Traceflow watch joins); nil without a live cluster.
+	informers *kubeinformers.Shared
 	// cluster is the cluster's identity; its UUID is zero when unknown
 	// (an inventory file, no Kubernetes, or the look-up failed).
 	cluster clusterid.Identity
@@ -180,8 +184,10 @@ func (a *Aggregator) init(o Options) error {
 // names: sluice.inventory, or sluice.kubeconfig or the Pod's own cluster.
 func (a *Aggregator) setupMetadata() error {
 	s := a.cfg.Sluice
+	// The Traceflow watch joins the metadata source's informers (one set
+	// of watches; see package kubeinformers).
 	src, err := enrich.OpenSource(enrich.SourceOptions{Inventory: s.Inventory, Kubeconfig: s.Kubeconfig,
-		InCluster: enrich.InClusterEnv(), CheckAccess: true, Logger: a.log})
+		InCluster: enrich.InClusterEnv(), CheckAccess: true, ShareInformers: true, Logger: a.log})
 	if err != nil {
 		key := "sluice.kubeconfig"
 		if s.Inventory != "" {
@@ -194,6 +200,7 @@ func (a *Aggregator) setupMetadata() error {
 	}
 	a.meta = src
 	if k, ok := src.(*enrich.Kube); ok {
+		a.informers = k.Informers()
 		a.setupClusterID(k.Client())
 	}
 	return nil
@@ -362,6 +369,9 @@ func (a *Aggregator) Run(ctx context.Context) error {
 	close(a.batches)
 	stopRun() // the metadata source and the API end with the run
 	a.drain(&stages, modeDone, running)
+	if a.informers != nil {
+		a.informers.Shutdown() // their users have stopped
+	}
 	uiDone()
 	if err := <-apiDone; err != nil && runErr == nil {
 		runErr = err
