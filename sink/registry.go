@@ -59,6 +59,23 @@ type Env struct {
 	ClusterUUID flow.UID
 }
 
+// ClusterUUIDText is ClusterUUID in its canonical text form, "" when it
+// is not known.
+func (e Env) ClusterUUIDText() string {
+	if e.ClusterUUID == (flow.UID{}) {
+		return ""
+	}
+	const hex = "0123456789abcdef"
+	b := make([]byte, 0, 36)
+	for i, c := range e.ClusterUUID {
+		if i == 4 || i == 6 || i == 8 || i == 10 {
+			b = append(b, '-')
+		}
+		b = append(b, hex[c>>4], hex[c&0xf])
+	}
+	return string(b)
+}
+
 // Closer is a sink that holds what New took (a listener, a file) until Run
 // ends; Close releases it when Run never runs.
 type Closer interface {
