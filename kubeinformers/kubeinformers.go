@@ -85,7 +85,14 @@ func (s *Shared) Informers() int {
 }
 
 // Start starts the informers not started yet; they run until ctx ends.
-func (s *Shared) Start(ctx context.Context) { s.factory.StartWithContext(ctx) }
+// It holds the lock Informer holds, so that it never starts an informer
+// Informer has made but not yet given its watch-error fan-out (which an
+// informer refuses once started).
+func (s *Shared) Start(ctx context.Context) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.factory.StartWithContext(ctx)
+}
 
 // Shutdown waits for the started informers to stop (after the contexts
 // they were started with ended).
