@@ -7,9 +7,12 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"net/netip"
 	"path/filepath"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -18,6 +21,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 
 	"sluice/clusterid"
 	"sluice/flow"
@@ -233,13 +237,33 @@ func TestClusterIDGet(t *testing.T) {
 		id  clusterid.Identity
 		err error
 	}
+	// Get's client counts the answers to its reads of the ConfigMap, so
+	// that the key is written only after Get has seen it missing: Get
+	// must then ask again, not settle for the Namespace's UID nor fail.
+	var reads atomic.Int32
+	cfg := rest.CopyConfig(c.Admin)
+	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper {
+		return roundTripFunc(func(req *http.Request) (*http.Response, error) {
+			resp, err := rt.RoundTrip(req)
+			if err == nil && req.Method == http.MethodGet &&
+				strings.HasSuffix(req.URL.Path, "/namespaces/kube-system/configmaps/"+clusterid.ConfigMap) {
+				reads.Add(1)
+			}
+			return resp, err
+		})
+	})
+	counted, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
 	done := make(chan result, 1)
 	go func() {
-		id, err := clusterid.Get(ctx, cs, clusterid.Options{Interval: 100 * time.Millisecond, Timeout: time.Minute})
+		id, err := clusterid.Get(ctx, counted, clusterid.Options{Interval: 100 * time.Millisecond, Timeout: time.Minute})
 		done <- result{id, err}
 	}()
-	// Get sees the ConfigMap without its key first, unless it has not
-	// asked yet: either way it must not settle for the Namespace's UID.
+	if err := poll(ctx, "Get's first read of the ConfigMap", func() (bool, error) { return reads.Load() > 0, nil }); err != nil {
+		t.Fatal(err)
+	}
 	cm, err := cms.Get(ctx, clusterid.ConfigMap, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -251,6 +275,9 @@ func TestClusterIDGet(t *testing.T) {
 	r := <-done
 	if r.err != nil || r.id.String() != want || r.id.Source != clusterid.SourceAntrea {
 		t.Fatalf("Get: %v (%s), %v; want %s from the ConfigMap", r.id, r.id.Source, r.err, want)
+	}
+	if n := reads.Load(); n < 2 {
+		t.Errorf("Get read the ConfigMap %d time(s); it saw no key and must have asked again", n)
 	}
 
 	// Credentials without the grants.
