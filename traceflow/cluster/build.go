@@ -564,7 +564,6 @@ func (b *builder) egress(o Object, e *crd.Egress) {
 	b.st.Egresses = append(b.st.Egresses, e)
 }
 
-// crossChecks finds inconsistencies between objects.
 // skipAddressless leaves out the Pods of Nodes that were left out for
 // having no InternalIP, with a warning each, before the state is indexed.
 func (b *builder) skipAddressless() {
@@ -587,6 +586,7 @@ func (b *builder) skipAddressless() {
 	b.st.Pods = kept
 }
 
+// crossChecks finds inconsistencies between objects.
 func (b *builder) crossChecks() {
 	for _, ap := range b.st.AntreaPolicies {
 		obj := ap.Kind + " " + ap.Name
