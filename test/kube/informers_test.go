@@ -3,6 +3,8 @@ package kube_test
 import (
 	"context"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -151,8 +153,9 @@ func TestExporterOneInformerFactory(t *testing.T) {
 	before := apiserverLists(t, ctx, cs, all)
 	coll := startJSONCollector(t) // a listener to connect to; what it hears is not read
 	logs := &lockedBuffer{}
+	metricsAddr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
 	cmd := exec.Command(shared.sluice, "exporter", "--source", "synthetic", "--kubeconfig", kubeconfig, "--node", "informer-test-node",
-		"--pod-cidr", "10.244.9.0/24", "--collector", coll.ln.Addr().String()+":tcp", "--metrics-address", "")
+		"--pod-cidr", "10.244.9.0/24", "--collector", coll.ln.Addr().String()+":tcp", "--metrics-address", metricsAddr)
 	cmd.Stdout, cmd.Stderr = logs, logs
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -189,6 +192,41 @@ func TestExporterOneInformerFactory(t *testing.T) {
 		return true, nil
 	}); err != nil {
 		t.Fatal(err)
+	}
+	// The attribution's watch may not have listed Pods, Nodes and
+	// Services yet even though it listed the others: count again once it
+	// has loaded a model (generation 1), which it does only after every
+	// list of its watch, and the Pod metadata cache has synced.
+	if err := poll(ctx, "the attribution's first model", func() (bool, error) {
+		if !strings.Contains(logs.String(), "kubernetes: caches synced") {
+			return false, nil
+		}
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+metricsAddr+"/metrics", nil)
+		if err != nil {
+			return false, err
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return false, nil // not serving yet
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		if err != nil {
+			return false, nil
+		}
+		for line := range strings.SplitSeq(string(b), "\n") {
+			if v, ok := strings.CutPrefix(line, "sluice_exporter_attribution_generation "); ok {
+				g, err := strconv.ParseFloat(v, 64)
+				return err == nil && g >= 1, nil
+			}
+		}
+		return false, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	now := apiserverLists(t, ctx, cs, all)
+	for _, r := range all {
+		delta[r] = now[r] - before[r]
 	}
 	for _, r := range common {
 		if delta[r] != 1 {
