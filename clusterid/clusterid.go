@@ -91,7 +91,7 @@ func Get(ctx context.Context, client kubernetes.Interface, o Options) (Identity,
 	defer tick.Stop()
 	warned := false
 	for {
-		id, err := attempt(ctx, client)
+		id, err := attempt(ctx, client, o.Log)
 		if err == nil {
 			return id, nil
 		}
@@ -111,7 +111,7 @@ func Get(ctx context.Context, client kubernetes.Interface, o Options) (Identity,
 }
 
 // attempt makes one try: the ConfigMap, then the Namespace.
-func attempt(ctx context.Context, client kubernetes.Interface) (Identity, error) {
+func attempt(ctx context.Context, client kubernetes.Interface, log *slog.Logger) (Identity, error) {
 	cm, err := client.CoreV1().ConfigMaps(Namespace).Get(ctx, ConfigMap, metav1.GetOptions{})
 	cmForbidden := apierrors.IsForbidden(err)
 	switch {
@@ -141,6 +141,12 @@ func attempt(ctx context.Context, client kubernetes.Interface) (Identity, error)
 	u, ok := flow.ParseUID(string(ns.UID))
 	if !ok {
 		return Identity{}, fmt.Errorf("%s: UID %q is not a UUID", SourceNamespace, ns.UID)
+	}
+	if cmForbidden {
+		// Antrea may well be there, with another UUID than the one the
+		// reference would send: say so, it is a missing grant.
+		log.WarnContext(ctx, "cluster identity: may not get "+SourceAntrea+"; using the UID of "+SourceNamespace+
+			", which differs from Antrea's cluster UUID if Antrea runs here (grant get on the ConfigMap)")
 	}
 	return Identity{UUID: u, Source: SourceNamespace}, nil
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/netip"
@@ -324,9 +325,15 @@ func TestClusterIDGet(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	id, err := clusterid.Get(ctx, limited, clusterid.Options{Timeout: time.Minute})
+	logs := &lockedBuffer{}
+	id, err := clusterid.Get(ctx, limited, clusterid.Options{Timeout: time.Minute, Log: slog.New(slog.NewTextHandler(logs, nil))})
 	kns, err2 := cs.CoreV1().Namespaces().Get(ctx, "kube-system", metav1.GetOptions{})
 	if err != nil || err2 != nil || id.String() != string(kns.UID) || id.Source != clusterid.SourceNamespace {
 		t.Fatalf("Get with the Namespace only: %v (%s), %v, %v; want %s", id, id.Source, err, err2, kns.UID)
+	}
+	// The ConfigMap exists (Antrea's UUID is there): falling back for
+	// want of a grant is worth a warning, not silence.
+	if l := logs.String(); !strings.Contains(l, "level=WARN") || !strings.Contains(l, "may not get configmap kube-system/antrea-cluster-identity") {
+		t.Errorf("no warning that the ConfigMap may not be read; log:\n%s", l)
 	}
 }
