@@ -17,7 +17,7 @@ import (
 // newMode makes the configured mode, with the one Enricher both modes use.
 func (a *Aggregator) newMode() (mode.Mode, error) {
 	cfg := a.cfg
-	o := enrich.EnricherOptions{PodLabels: cfg.RecordContents.PodLabels, UIDs: cfg.FlowCollector.IncludeK8sUIDs, ClusterID: cfg.ClusterID}
+	o := enrich.EnricherOptions{PodLabels: cfg.RecordContents.PodLabels, UIDs: cfg.FlowCollector.IncludeK8sUIDs, ClusterID: a.clusterID()}
 	if a.meta != nil {
 		o.Store = a.meta
 	}

@@ -45,7 +45,7 @@ func LoadConfig(path string) (*config.Aggregator, error) {
 func (a *Aggregator) setupSinks() error {
 	a.sinkMetrics = sink.NewMetrics(a.reg)
 	env := sink.Env{Config: a.cfg, Log: a.log, Metrics: a.sinkMetrics, Registry: a.reg,
-		Table: a.table, Buffer: a.buf, ServerTLS: a.serverTLS, Kube: a.kubeAccess}
+		Table: a.table, Buffer: a.buf, ServerTLS: a.serverTLS, Kube: a.kubeAccess, ClusterUUID: a.cluster.UUID}
 	for _, f := range Sinks() {
 		if !a.cfg.SinkEnabled(f.Key) {
 			continue

@@ -91,7 +91,7 @@ type Aggregator struct {
 	// RecordContents selects optional record contents.
 	RecordContents RecordContents `yaml:"recordContents"`
 	// ClusterID is exported in the clusterId element; empty means the
-	// cluster's UUID.
+	// cluster's UUID (package clusterid), or nothing without a cluster.
 	ClusterID string `yaml:"clusterID"`
 	// RecordBufferSize is the number of records the buffer between the
 	// pipeline and the sinks holds.
@@ -146,8 +146,9 @@ type FlowCollector struct {
 	// Address is `<host>:<port>[:<proto>]`, IPv6 hosts in brackets; see
 	// [FlowCollector.Target].
 	Address string `yaml:"address"`
-	// ObservationDomainID is the domain of exported messages; nil means one
-	// derived from the cluster UUID.
+	// ObservationDomainID is the domain of exported messages; nil means
+	// the FNV-1 (32-bit) hash of the cluster UUID's 16 octets (of the
+	// ClusterID text when there is no cluster UUID).
 	ObservationDomainID *uint32 `yaml:"observationDomainID"`
 	// RecordFormat is FormatIPFIX or FormatJSON.
 	RecordFormat string `yaml:"recordFormat"`

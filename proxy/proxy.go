@@ -92,14 +92,15 @@ func receive(ctx context.Context, in <-chan flow.Batch, handle func(flow.Batch))
 	}
 }
 
-// Process enriches one record in place: the Pod metadata an inter-Node
+// Process enriches one record in place: flow direction, decided on the
+// record as the exporter sent it (as the reference does: the Pods it
+// names are those of its own Node), then the Pod metadata an inter-Node
 // half lacks (no correlation will bring the other half's names, so each
-// half is made self-describing), flow direction, then labels, UIDs and the
-// cluster ID.
+// half is made self-describing), labels, UIDs and the cluster ID.
 func (p *Proxy) Process(f *flow.Flow) {
-	p.enr.Enrich(f, f.FlowType == flow.FlowTypeInterNode)
 	f.FlowDirection = Direction(f)
 	f.Present.Set(flow.FlowDirection)
+	p.enr.Enrich(f, f.FlowType == flow.FlowTypeInterNode)
 }
 
 // Direction is Antrea's flowDirection rule for a record of one node:

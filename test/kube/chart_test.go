@@ -327,11 +327,24 @@ func checkTraceflowRendered(t *testing.T, r rendered, cfg *config.Aggregator, on
 	var role rbacv1.ClusterRole
 	r.get(t, "ClusterRole", "flow-aggregator", &role)
 	grants := map[string]string{}
+	named := map[string]string{} // grants on objects by name
 	for _, rule := range role.Rules {
 		for _, g := range rule.APIGroups {
 			for _, res := range rule.Resources {
+				if len(rule.ResourceNames) > 0 {
+					for _, n := range rule.ResourceNames {
+						named[g+"/"+res+"/"+n] = strings.Join(rule.Verbs, ",")
+					}
+					continue
+				}
 				grants[g+"/"+res] = strings.Join(rule.Verbs, ",")
 			}
+		}
+	}
+	// The cluster's identity, with or without Traceflow.
+	for _, k := range []string{"/configmaps/antrea-cluster-identity", "/namespaces/kube-system"} {
+		if named[k] != "get" {
+			t.Errorf("ClusterRole flow-aggregator grants %q on %s, want \"get\"", named[k], k)
 		}
 	}
 	// The model's objects are watched (one informer each), not listed per
