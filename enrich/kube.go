@@ -790,7 +790,18 @@ func samePod(a, b *corev1.Pod) bool {
 		a.Status.PodIP == b.Status.PodIP &&
 		slices.Equal(a.Status.PodIPs, b.Status.PodIPs) &&
 		maps.Equal(a.Labels, b.Labels) &&
-		slices.Equal(a.OwnerReferences, b.OwnerReferences)
+		slices.EqualFunc(a.OwnerReferences, b.OwnerReferences, sameOwner)
+}
+
+// sameOwner compares owner references by value: their booleans are
+// pointers, which differ between two decodings of the same Pod.
+func sameOwner(a, b metav1.OwnerReference) bool {
+	return a.APIVersion == b.APIVersion && a.Kind == b.Kind && a.Name == b.Name && a.UID == b.UID &&
+		sameBool(a.Controller, b.Controller) && sameBool(a.BlockOwnerDeletion, b.BlockOwnerDeletion)
+}
+
+func sameBool(a, b *bool) bool {
+	return a == b || a != nil && b != nil && *a == *b
 }
 
 func sameNode(a, b *Node) bool {
