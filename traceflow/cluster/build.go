@@ -666,7 +666,13 @@ func (b *builder) crossChecks() {
 	for _, e := range st.Egresses {
 		obj := "Egress " + e.Name
 		if _, node, ok := EgressAssignment(e); ok {
-			if st.Node(node) == nil {
+			switch {
+			case st.Node(node) != nil:
+			case b.addressless[node]:
+				// A Node not ready yet: like an IP that no Node holds.
+				b.warn(obj, "status.egressNode %q has no InternalIP address; traced as an Egress without IP", node)
+				e.Status.EgressNode = ""
+			default:
 				b.fail(obj, "status.egressNode %q is not a Node in the cluster state", node)
 			}
 			continue // assigned: none of the warnings below applies

@@ -65,6 +65,7 @@ func TestSkipsWhatIsNotReady(t *testing.T) {
 		`{apiVersion: v1, kind: Pod, metadata: {name: no-ip, namespace: ns}, spec: {nodeName: n1}, status: {phase: Pending}}`,
 		`{apiVersion: v1, kind: Node, metadata: {name: n3}, spec: {podCIDR: 10.0.3.0/24}}`,
 		`{apiVersion: v1, kind: Pod, metadata: {name: on-n3, namespace: ns}, spec: {nodeName: n3}, status: {podIP: 10.0.3.5}}`,
+		`{apiVersion: crd.antrea.io/v1beta1, kind: Egress, metadata: {name: via-n3}, spec: {appliedTo: {podSelector: {}}}, status: {egressIP: 192.168.0.50, egressNode: n3}}`,
 	)
 	if err := probs.Err(); err != nil {
 		t.Fatalf("the cluster check failed: %v", err)
@@ -77,6 +78,7 @@ func TestSkipsWhatIsNotReady(t *testing.T) {
 		"Pod ns/no-ip: has no IP address yet; ignored",
 		"Node n3: has no InternalIP address (needed as the tunnel endpoint); ignored",
 		`Pod ns/on-n3: is on Node "n3", which has no InternalIP address; ignored`,
+		`Egress via-n3: status.egressNode "n3" has no InternalIP address; traced as an Egress without IP`,
 	} {
 		found := false
 		for _, p := range probs {
