@@ -10,6 +10,7 @@ import (
 	"sluice/sink/flowlog"
 	"sluice/sink/flowstream"
 	"sluice/sink/ipfixout"
+	"sluice/sink/kafka"
 	"sluice/sink/s3"
 )
 
@@ -22,6 +23,7 @@ func Sinks() []sink.Factory {
 		flowstream.Factory(),
 		s3.Factory(),
 		clickhouse.Factory(),
+		kafka.Factory(),
 	}
 }
 

@@ -110,6 +110,8 @@ type Aggregator struct {
 	S3Uploader S3Uploader `yaml:"s3Uploader"`
 	// FlowLogger is the local log file sink.
 	FlowLogger FlowLogger `yaml:"flowLogger"`
+	// Kafka is the Kafka sink (config/kafka.go).
+	Kafka Kafka `yaml:"kafka"`
 	// Sluice holds the settings Sluice adds to Antrea's.
 	Sluice Sluice `yaml:"sluice"`
 
@@ -313,6 +315,8 @@ type Sluice struct {
 	Traceflow TraceflowOptions `yaml:"traceflow"`
 	// UI is the web UI (package ui).
 	UI UIOptions `yaml:"ui"`
+	// KafkaInput reads records from a Kafka topic (config/kafka.go).
+	KafkaInput KafkaInput `yaml:"kafkaInput"`
 }
 
 // UIOptions is the `sluice.ui` section: the read-only web UI.
@@ -466,7 +470,9 @@ func Default() *Aggregator {
 			RecordFormat: FormatCSV,
 			PrettyPrint:  true,
 		},
+		Kafka: Kafka{Topic: DefaultKafkaTopic, Format: KafkaFormatProto, MaxBufferedRecords: DefaultKafkaMaxBufferedRecords},
 		Sluice: Sluice{
+			KafkaInput:   KafkaInput{Topic: DefaultKafkaTopic, Group: DefaultKafkaGroup},
 			IPFIXAddress: ":4739",
 			GRPCAddress:  ":14739",
 			APIAddress:   ":10348",
@@ -523,6 +529,11 @@ func (a *Aggregator) applyDefaults() {
 	setString(&a.FlowLogger.RecordFormat, d.FlowLogger.RecordFormat)
 	setInt(&a.FlowLogger.MaxSize, d.FlowLogger.MaxSize)
 
+	setString(&a.Kafka.Topic, d.Kafka.Topic)
+	setString(&a.Kafka.Format, d.Kafka.Format)
+	setInt(&a.Kafka.MaxBufferedRecords, d.Kafka.MaxBufferedRecords)
+	setString(&a.Sluice.KafkaInput.Topic, d.Sluice.KafkaInput.Topic)
+	setString(&a.Sluice.KafkaInput.Group, d.Sluice.KafkaInput.Group)
 	setString(&a.Sluice.IPFIXAddress, d.Sluice.IPFIXAddress)
 	// sluice.grpcAddress is not restored: decoding starts from the
 	// default, so an empty value was written in the file, and means off.
