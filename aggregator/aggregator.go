@@ -25,6 +25,7 @@ import (
 	"sluice/flow"
 	"sluice/flow/ipfixmap"
 	"sluice/ipfix"
+	"sluice/kafkain"
 	"sluice/mode"
 	"sluice/ring"
 	"sluice/sink"
@@ -93,6 +94,8 @@ type Aggregator struct {
 	// when the Traceflow controller gave the aggregator Kubernetes
 	// access; nil otherwise.
 	liveObjects func(context.Context) ([]cluster.Object, error)
+	// kin reads records from Kafka (sluice.kafkaInput); nil when off.
+	kin *kafkain.Input
 }
 
 // namedSink is a sink and the key of its configuration section.
@@ -159,6 +162,9 @@ func (a *Aggregator) init(o Options) error {
 		return err
 	}
 	if err := a.setupCollectors(); err != nil {
+		return err
+	}
+	if err := a.setupKafkaInput(); err != nil {
 		return err
 	}
 	a.recheckOnCAChange()
@@ -233,6 +239,7 @@ func (a *Aggregator) Close() {
 			c.Close()
 		}
 	}
+	a.closeKafkaInput()
 }
 
 // Run serves until ctx ends, then shuts down in order and returns.
@@ -319,6 +326,7 @@ func (a *Aggregator) Run(ctx context.Context) error {
 	close(a.batches)
 	stopRun() // the metadata source and the API end with the run
 	a.drain(&stages, modeDone, running)
+	a.closeKafkaInput()
 	uiDone()
 	if err := <-apiDone; err != nil && runErr == nil {
 		runErr = err

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net"
 	"strconv"
+	"time"
 )
 
 // SinkKafka is the kafka sink's section.
@@ -73,9 +74,13 @@ type KafkaInput struct {
 	Brokers []string `yaml:"brokers"`
 	Topic   string   `yaml:"topic"`
 	// Group is the consumer group; replicas of one Aggregate tier share it.
-	Group string    `yaml:"group"`
-	TLS   KafkaTLS  `yaml:"tls"`
-	SASL  KafkaSASL `yaml:"sasl"`
+	Group string `yaml:"group"`
+	// SessionTimeout is how long the group waits for a replica that
+	// stopped heartbeating (killed) before its partitions move; within
+	// the brokers' group.min/max.session.timeout.ms. Default 45s, Kafka's.
+	SessionTimeout Duration  `yaml:"sessionTimeout"`
+	TLS            KafkaTLS  `yaml:"tls"`
+	SASL           KafkaSASL `yaml:"sasl"`
 }
 
 // Defaults of the Kafka sections.
@@ -83,6 +88,7 @@ const (
 	DefaultKafkaTopic              = "sluice-flows"
 	DefaultKafkaGroup              = "sluice-aggregate"
 	DefaultKafkaMaxBufferedRecords = 100000
+	DefaultKafkaSessionTimeout     = 45 * time.Second
 )
 
 func (v *validator) kafka() {
@@ -104,6 +110,7 @@ func (v *validator) kafkaInput() {
 	if k.Group == "" {
 		v.add("sluice.kafkaInput.group", "must not be empty")
 	}
+	v.minDuration("sluice.kafkaInput.sessionTimeout", k.SessionTimeout, time.Second)
 }
 
 // kafkaClient checks what the sink and the input share.

@@ -1,0 +1,264 @@
+package kafkain
+
+import (
+	"sync"
+	"time"
+)
+
+// tracker decides, per partition, up to which offset the group may
+// commit: up to the oldest record that still contributes to state not
+// exported yet. It follows each record from its fetch to the export of
+// its flow:
+//
+//   - fetched: the record's flow (its key) gets a part for the record's
+//     partition, holding the oldest offset not exported (first) and how
+//     many of its records the mode has not taken yet (unresolved);
+//   - resolved: the mode took the batch (its Written answer came back);
+//     pos is then the number of records handed to the export buffer so
+//     far, read after the answer, so that every export at a position from
+//     pos on was built after the record was added;
+//   - exported: an export of the flow at position p >= pos, once the
+//     sinks wrote it (ring.Buffer.WaitWritten), removes the part.
+//
+// A part whose flow never exports again (a record that changed nothing, a
+// one-sided flow dropped) is forgotten horizon after its last record: by
+// then the store has exported or forgotten the flow. Without parts, a
+// partition commits up to the last record fetched.
+//
+// Stateless (Proxy mode): a record is done once its batch is written
+// (the Written answer waits for the sinks), so resolved is enough.
+type tracker struct {
+	mu        sync.Mutex
+	stateful  bool
+	horizon   time.Duration
+	flows     map[string][]*part
+	parts     map[int32]*partition
+	now       func() time.Time
+	expiredFn func(n int)
+}
+
+type part struct {
+	partition  int32
+	first      int64
+	unresolved int
+	pos        uint64
+	lastSeen   time.Time
+}
+
+// partition is an owned partition.
+type partition struct {
+	// next is the offset after the last record fetched; done (stateless)
+	// the offset after the last record written.
+	next, done int64
+	// committed is the last offset committed by this member; replayUntil
+	// is the previous owner's next (from the commit's metadata): records
+	// before it were taken already, and may be exported twice.
+	committed   int64
+	replayUntil int64
+	live        int // parts
+}
+
+func newTracker(stateful bool, horizon time.Duration, now func() time.Time) *tracker {
+	return &tracker{stateful: stateful, horizon: horizon, flows: map[string][]*part{},
+		parts: map[int32]*partition{}, now: now}
+}
+
+// assign starts tracking p, whose committed offset is committed (-1 if
+// none) and previous owner's last fetch replayUntil (-1 if unknown).
+func (t *tracker) assign(p int32, committed, replayUntil int64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if _, ok := t.parts[p]; ok {
+		return
+	}
+	t.parts[p] = &partition{next: committed, done: committed, committed: committed, replayUntil: replayUntil}
+}
+
+// revoke stops tracking ps and returns the number of flows that still
+// held state of them (state the next owner rebuilds by replaying).
+func (t *tracker) revoke(ps []int32) int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	gone := map[int32]bool{}
+	for _, p := range ps {
+		if _, ok := t.parts[p]; ok {
+			gone[p] = true
+			delete(t.parts, p)
+		}
+	}
+	n := 0
+	for k, list := range t.flows {
+		kept := list[:0]
+		for _, pt := range list {
+			if gone[pt.partition] {
+				n++
+				continue
+			}
+			kept = append(kept, pt)
+		}
+		if len(kept) == 0 {
+			delete(t.flows, k)
+		} else {
+			t.flows[k] = kept
+		}
+	}
+	return n
+}
+
+// owned reports whether p is tracked.
+func (t *tracker) owned(p int32) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	_, ok := t.parts[p]
+	return ok
+}
+
+// fetched notes a record of flow key at offset in p, and reports
+// whether a previous owner had taken it already (a replay). It returns
+// the part to resolve later (nil when stateless or p is not owned).
+func (t *tracker) fetched(key string, p int32, offset int64) (pt *part, replay bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	pp := t.parts[p]
+	if pp == nil {
+		return nil, false
+	}
+	replay = offset < pp.replayUntil
+	if offset+1 > pp.next {
+		pp.next = offset + 1
+	}
+	if !t.stateful {
+		return nil, replay
+	}
+	for _, x := range t.flows[key] {
+		if x.partition == p {
+			x.unresolved++
+			x.lastSeen = t.now()
+			return x, replay
+		}
+	}
+	pt = &part{partition: p, first: offset, unresolved: 1, lastSeen: t.now()}
+	t.flows[key] = append(t.flows[key], pt)
+	pp.live++
+	return pt, replay
+}
+
+// skipped notes a record of p at offset that holds no state (refused).
+func (t *tracker) skipped(p int32, offset int64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if pp := t.parts[p]; pp != nil && offset+1 > pp.next {
+		pp.next = offset + 1
+	}
+}
+
+// resolved notes that the mode took the records of parts (one entry per
+// record) when the export buffer had had pos records; upTo are, per
+// partition, the offsets after the batch's records.
+func (t *tracker) resolved(parts []*part, pos uint64, upTo map[int32]int64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, pt := range parts {
+		pt.unresolved--
+		pt.pos = max(pt.pos, pos)
+	}
+	for p, o := range upTo {
+		if pp := t.parts[p]; pp != nil && o > pp.done {
+			pp.done = o
+		}
+	}
+}
+
+// exported notes that the flow of key was exported at position pos, and
+// that the sinks wrote it.
+func (t *tracker) exported(key string, pos uint64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	list := t.flows[key]
+	kept := list[:0]
+	for _, pt := range list {
+		if pt.unresolved == 0 && pos >= pt.pos {
+			if pp := t.parts[pt.partition]; pp != nil {
+				pp.live--
+			}
+			continue
+		}
+		kept = append(kept, pt)
+	}
+	if len(kept) == 0 {
+		delete(t.flows, key)
+	} else {
+		t.flows[key] = kept
+	}
+}
+
+// commitable returns, for each owned partition, the offset it may commit
+// now if it is past the last one committed, and the metadata (the next
+// offset fetched). It forgets parts past their horizon first.
+func (t *tracker) commitable() map[int32][2]int64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	oldest := map[int32]int64{}
+	if t.stateful {
+		cut := t.now().Add(-t.horizon)
+		expired := 0
+		for k, list := range t.flows {
+			kept := list[:0]
+			for _, pt := range list {
+				if pt.unresolved == 0 && pt.lastSeen.Before(cut) {
+					expired++
+					if pp := t.parts[pt.partition]; pp != nil {
+						pp.live--
+					}
+					continue
+				}
+				kept = append(kept, pt)
+				if o, ok := oldest[pt.partition]; !ok || pt.first < o {
+					oldest[pt.partition] = pt.first
+				}
+			}
+			if len(kept) == 0 {
+				delete(t.flows, k)
+			} else {
+				t.flows[k] = kept
+			}
+		}
+		if expired > 0 && t.expiredFn != nil {
+			t.expiredFn(expired)
+		}
+	}
+	out := map[int32][2]int64{}
+	for p, pp := range t.parts {
+		at := pp.done
+		if t.stateful {
+			at = pp.next
+			if o, ok := oldest[p]; ok {
+				at = o
+			}
+		}
+		if at > pp.committed && at >= 0 {
+			out[p] = [2]int64{at, pp.next}
+		}
+	}
+	return out
+}
+
+// committedAt notes a successful commit of p at offset.
+func (t *tracker) committedAt(p int32, offset int64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if pp := t.parts[p]; pp != nil && offset > pp.committed {
+		pp.committed = offset
+	}
+}
+
+// live is the number of flows holding uncommitted records.
+func (t *tracker) live() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	n := 0
+	for _, pp := range t.parts {
+		n += pp.live
+	}
+	return n
+}
