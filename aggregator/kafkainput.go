@@ -2,12 +2,15 @@ package aggregator
 
 import (
 	"context"
+	"net/netip"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"sluice/aggregate"
 	"sluice/config"
+	"sluice/flow"
+	"sluice/flow/flowkey"
 	"sluice/internal/kafkaclient"
 	"sluice/kafkain"
 )
@@ -31,6 +34,15 @@ func (a *Aggregator) setupKafkaInput() error {
 		// setupFastPath). A flow waits at most its inactive timeout after
 		// its last record, or its retries for the other side.
 		o.Exports = a.buf
+		store := a.mode.(aggregateMode).Store
+		o.Forget = func(ctx context.Context, keys map[string]bool) (int, error) {
+			var kb []byte
+			return store.Forget(ctx, func(src, dst netip.Addr, sport, dport uint16, proto uint8) bool {
+				f := flow.Flow{SourceIP: src, DestinationIP: dst, SourcePort: sport, DestinationPort: dport, Protocol: proto}
+				kb = flowkey.Append(kb[:0], &f)
+				return keys[string(kb)]
+			})
+		}
 		o.Horizon = a.cfg.InactiveFlowRecordTimeout.Duration +
 			time.Duration(aggregate.MaxRetries+1)*a.cfg.ActiveFlowRecordTimeout.Duration
 	}

@@ -21,6 +21,7 @@ import (
 	"log/slog"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -63,6 +64,13 @@ type Options struct {
 	Registry prometheus.Registerer
 	// Now is the clock; default time.Now.
 	Now func() time.Time
+	// Forget, when set, drops from the mode's state, without exporting
+	// them, the flows of the given keys (package flowkey): those of
+	// partitions this replica lost, which their next owner rebuilds.
+	Forget func(ctx context.Context, keys map[string]bool) (int, error)
+	// HandOverTimeout bounds what a revoke waits for (batches the mode
+	// has not taken yet, the state dropped); default 10s.
+	HandOverTimeout time.Duration
 }
 
 // Input reads records from Kafka.
@@ -84,6 +92,9 @@ type Input struct {
 	// emitted are exports read and not applied yet (key, position).
 	emMu    sync.Mutex
 	emitted []emission
+
+	// handed and resolvedN count batches handed on and resolved.
+	handed, resolvedN atomic.Uint64
 
 	stopped   chan struct{} // closed when Run's fetching ended
 	closeOnce sync.Once
@@ -128,6 +139,9 @@ func New(o Options) (*Input, error) {
 	}
 	if o.CommitInterval <= 0 {
 		o.CommitInterval = time.Second
+	}
+	if o.HandOverTimeout <= 0 {
+		o.HandOverTimeout = 10 * time.Second
 	}
 	if o.MaxBatch <= 0 {
 		o.MaxBatch = 4096
@@ -189,7 +203,7 @@ func (in *Input) initMetrics() {
 		unknownFields: c("sluice_kafka_input_records_unknown_fields_total",
 			"Records carrying fields this version does not know (a newer schema): processed, the unknown fields kept."),
 		handedOver: c("sluice_kafka_input_flows_handed_over_total",
-			"Flows holding records of a partition this replica lost: the next owner rebuilds them by replaying, and this replica still exports what it holds (a possible duplicate)."),
+			"Flows of partitions this replica lost that it dropped unexported: their next owner rebuilds them by replaying the partition."),
 		expired: c("sluice_kafka_input_flows_expired_total",
 			"Flows whose records stopped holding back the commit because nothing was exported for them within the horizon."),
 		invalid: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_kafka_input_records_invalid_total",
@@ -270,6 +284,9 @@ func (in *Input) hand(ctx context.Context, fs kgo.Fetches) bool {
 	var key []byte
 	fs.EachRecord(func(r *kgo.Record) {
 		f := in.pool.Get()
+		if f == nil {
+			f = new(flow.Flow)
+		}
 		if err := in.decode(r.Value, f); err != nil {
 			in.pool.Put(f)
 			in.o.Log.Debug("refused a Kafka record", "partition", r.Partition, "offset", r.Offset, "err", err)
@@ -281,7 +298,12 @@ func (in *Input) hand(ctx context.Context, fs kgo.Fetches) bool {
 			return
 		}
 		key = flowkey.Append(key[:0], f)
-		pt, replay := in.t.fetched(string(key), r.Partition, r.Offset)
+		pt, replay, owned := in.t.fetched(string(key), r.Partition, r.Offset)
+		if !owned {
+			// Revoked since it was fetched: its new owner reads it.
+			in.pool.Put(f)
+			return
+		}
 		if replay {
 			in.m.replayed.Inc()
 		}
@@ -307,6 +329,7 @@ func (in *Input) hand(ctx context.Context, fs kgo.Fetches) bool {
 		// stay before them, so the next owner reads them.
 		return false
 	}
+	in.handed.Add(1)
 	in.pending <- pendingBatch{written: written, parts: parts, upTo: upTo}
 	return true
 }
@@ -351,6 +374,7 @@ func (in *Input) resolve() {
 			pos = in.o.Exports.Produced()
 		}
 		in.t.resolved(pb.parts, pos, pb.upTo)
+		in.resolvedN.Add(1)
 	}
 }
 
@@ -447,7 +471,7 @@ func (in *Input) commitOffsets(ctx context.Context, offs map[int32][2]int64) {
 					in.m.commitErrs.Inc()
 					continue
 				}
-				in.t.committedAt(p.Partition, offs[p.Partition][0])
+				in.t.committedAt(p.Partition, offs[p.Partition][0], offs[p.Partition][1])
 				in.m.commits.Inc()
 			}
 		}
@@ -476,30 +500,58 @@ func (in *Input) onAssigned(ctx context.Context, _ *kgo.Client, assigned map[str
 	in.o.Log.Info("Kafka partitions assigned", "topic", in.o.Topic, "partitions", ps)
 }
 
-// onRevoked commits what is safe for the partitions leaving (so that
-// their next owner replays as little as possible) and stops tracking
-// them. The flows this replica holds for them stay in its store and are
-// exported as usual: the next owner rebuilds them from the commit on, a
-// bounded, counted duplicate.
+// onRevoked hands partitions over: it commits what is safe for them
+// (so that their next owner replays as little as possible), stops taking
+// their records, waits until the mode took what was handed on, and drops
+// the state their records built that is not exported yet. Their next
+// owner rebuilds it from the commit on.
 func (in *Input) onRevoked(ctx context.Context, _ *kgo.Client, revoked map[string][]int32) {
-	ps := revoked[in.o.Topic]
-	if len(ps) == 0 {
-		return
+	if ps := revoked[in.o.Topic]; len(ps) > 0 {
+		in.handOver(ctx, ps, true)
 	}
-	in.commit(ctx)
-	n := in.t.revoke(ps)
-	in.m.handedOver.Add(float64(n))
-	in.o.Log.Info("Kafka partitions revoked", "topic", in.o.Topic, "partitions", ps, "flows_handed_over", n)
 }
 
-// onLost stops tracking partitions lost without a revoke (the session
-// expired): no commit is possible any more.
-func (in *Input) onLost(_ context.Context, _ *kgo.Client, lost map[string][]int32) {
+// onLost is onRevoked without the commit: the session expired, and no
+// commit is possible any more.
+func (in *Input) onLost(ctx context.Context, _ *kgo.Client, lost map[string][]int32) {
 	if ps := lost[in.o.Topic]; len(ps) > 0 {
-		n := in.t.revoke(ps)
-		in.m.handedOver.Add(float64(n))
-		in.o.Log.Warn("Kafka partitions lost", "topic", in.o.Topic, "partitions", ps, "flows_handed_over", n)
+		in.handOver(ctx, ps, false)
 	}
+}
+
+func (in *Input) handOver(ctx context.Context, ps []int32, commit bool) {
+	in.t.leave(ps)
+	ctx, cancel := context.WithTimeout(ctx, in.o.HandOverTimeout)
+	defer cancel()
+	// Batches already handed on may hold records of ps: the mode must
+	// have taken them before their flows are dropped.
+	target := in.handed.Load()
+	tk := time.NewTicker(5 * time.Millisecond)
+	defer tk.Stop()
+	for in.resolvedN.Load() < target && ctx.Err() == nil {
+		select {
+		case <-tk.C:
+		case <-ctx.Done():
+		}
+	}
+	if commit {
+		in.commit(ctx)
+	}
+	keys := in.t.revoke(ps)
+	dropped := 0
+	if in.o.Forget != nil && len(keys) > 0 {
+		n, err := in.o.Forget(ctx, keys)
+		if err != nil {
+			in.o.Log.Warn("cannot drop the state of partitions handed over; this replica will export it too (a duplicate)", "err", err)
+		}
+		dropped = n
+	}
+	in.m.handedOver.Add(float64(dropped))
+	how := "revoked"
+	if !commit {
+		how = "lost"
+	}
+	in.o.Log.Info("Kafka partitions "+how, "topic", in.o.Topic, "partitions", ps, "flows_pending", len(keys), "flows_dropped", dropped)
 }
 
 // Close waits for what Run handed on to be resolved and exported (call

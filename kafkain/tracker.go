@@ -56,6 +56,11 @@ type partition struct {
 	committed   int64
 	replayUntil int64
 	live        int // parts
+	// metaNext is the next offset in the last commit's metadata.
+	metaNext int64
+	// leaving partitions take no more records: they are being handed
+	// over.
+	leaving bool
 }
 
 func newTracker(stateful bool, horizon time.Duration, now func() time.Time) *tracker {
@@ -71,12 +76,23 @@ func (t *tracker) assign(p int32, committed, replayUntil int64) {
 	if _, ok := t.parts[p]; ok {
 		return
 	}
-	t.parts[p] = &partition{next: committed, done: committed, committed: committed, replayUntil: replayUntil}
+	t.parts[p] = &partition{next: committed, done: committed, committed: committed, replayUntil: replayUntil, metaNext: replayUntil}
 }
 
-// revoke stops tracking ps and returns the number of flows that still
+// leave stops taking records of ps, which are being handed over.
+func (t *tracker) leave(ps []int32) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, p := range ps {
+		if pp := t.parts[p]; pp != nil {
+			pp.leaving = true
+		}
+	}
+}
+
+// revoke stops tracking ps and returns the keys of the flows that still
 // held state of them (state the next owner rebuilds by replaying).
-func (t *tracker) revoke(ps []int32) int {
+func (t *tracker) revoke(ps []int32) map[string]bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	gone := map[int32]bool{}
@@ -86,12 +102,12 @@ func (t *tracker) revoke(ps []int32) int {
 			delete(t.parts, p)
 		}
 	}
-	n := 0
+	keys := map[string]bool{}
 	for k, list := range t.flows {
 		kept := list[:0]
 		for _, pt := range list {
 			if gone[pt.partition] {
-				n++
+				keys[k] = true
 				continue
 			}
 			kept = append(kept, pt)
@@ -102,7 +118,7 @@ func (t *tracker) revoke(ps []int32) int {
 			t.flows[k] = kept
 		}
 	}
-	return n
+	return keys
 }
 
 // owned reports whether p is tracked.
@@ -114,40 +130,41 @@ func (t *tracker) owned(p int32) bool {
 }
 
 // fetched notes a record of flow key at offset in p, and reports
-// whether a previous owner had taken it already (a replay). It returns
-// the part to resolve later (nil when stateless or p is not owned).
-func (t *tracker) fetched(key string, p int32, offset int64) (pt *part, replay bool) {
+// whether a previous owner had taken it already (a replay), and whether
+// p is owned (if not, the record must be left to p's owner). It returns
+// the part to resolve later (nil when stateless).
+func (t *tracker) fetched(key string, p int32, offset int64) (pt *part, replay, owned bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	pp := t.parts[p]
-	if pp == nil {
-		return nil, false
+	if pp == nil || pp.leaving {
+		return nil, false, false
 	}
 	replay = offset < pp.replayUntil
 	if offset+1 > pp.next {
 		pp.next = offset + 1
 	}
 	if !t.stateful {
-		return nil, replay
+		return nil, replay, true
 	}
 	for _, x := range t.flows[key] {
 		if x.partition == p {
 			x.unresolved++
 			x.lastSeen = t.now()
-			return x, replay
+			return x, replay, true
 		}
 	}
 	pt = &part{partition: p, first: offset, unresolved: 1, lastSeen: t.now()}
 	t.flows[key] = append(t.flows[key], pt)
 	pp.live++
-	return pt, replay
+	return pt, replay, true
 }
 
 // skipped notes a record of p at offset that holds no state (refused).
 func (t *tracker) skipped(p int32, offset int64) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if pp := t.parts[p]; pp != nil && offset+1 > pp.next {
+	if pp := t.parts[p]; pp != nil && !pp.leaving && offset+1 > pp.next {
 		pp.next = offset + 1
 	}
 }
@@ -236,19 +253,23 @@ func (t *tracker) commitable() map[int32][2]int64 {
 				at = o
 			}
 		}
-		if at > pp.committed && at >= 0 {
+		// A commit that does not move still refreshes the metadata: the
+		// next owner counts what it replays from it.
+		if at >= 0 && (at > pp.committed || pp.next > pp.metaNext) {
 			out[p] = [2]int64{at, pp.next}
 		}
 	}
 	return out
 }
 
-// committedAt notes a successful commit of p at offset.
-func (t *tracker) committedAt(p int32, offset int64) {
+// committedAt notes a successful commit of p at offset, with next in
+// its metadata.
+func (t *tracker) committedAt(p int32, offset, next int64) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if pp := t.parts[p]; pp != nil && offset > pp.committed {
-		pp.committed = offset
+	if pp := t.parts[p]; pp != nil {
+		pp.committed = max(pp.committed, offset)
+		pp.metaNext = max(pp.metaNext, next)
 	}
 }
 

@@ -1,0 +1,142 @@
+package kafka
+
+import (
+	"fmt"
+	"reflect"
+	"strings"
+	"testing"
+
+	"sluice/flow"
+	"sluice/internal/kafkatest"
+	"sluice/internal/testkit"
+	"sluice/internal/testkit/stubcollector"
+)
+
+func ingestYAML(brokers []string) string {
+	return fmt.Sprintf(`
+mode: Proxy
+aggregatorTransportProtocol: tcp
+kafka: {enable: true, brokers: [%s], topic: flows}
+sluice:
+  ipfixAddress: 127.0.0.1:0
+  apiAddress: 127.0.0.1:0
+  grpcAddress: ""
+  proxy: {fillPods: false}
+`, strings.Join(brokers, ", "))
+}
+
+func aggregateYAML(brokers []string, collector string) string {
+	return fmt.Sprintf(`
+mode: Aggregate
+aggregatorTransportProtocol: none
+flowCollector: {enable: true, address: "%s:tcp"}
+sluice:
+  apiAddress: 127.0.0.1:0
+  grpcAddress: ""
+  kafkaInput: {enable: true, brokers: [%s], topic: flows, group: aggregate, sessionTimeout: 6s}
+`, collector, strings.Join(brokers, ", "))
+}
+
+func singleYAML(collector string) string {
+	return fmt.Sprintf(`
+mode: Aggregate
+aggregatorTransportProtocol: tcp
+flowCollector: {enable: true, address: "%s:tcp"}
+sluice:
+  ipfixAddress: 127.0.0.1:0
+  apiAddress: 127.0.0.1:0
+  grpcAddress: ""
+`, collector)
+}
+
+// byConnection indexes exported records by their source endpoint (each
+// connection of the workload has its own), with what depends on the
+// exporting process's timing (the IPFIX message header) cleared.
+func byConnection(t *testing.T, recs []stubcollector.Record) (map[string]flow.Flow, int) {
+	t.Helper()
+	out := map[string]flow.Flow{}
+	dups := 0
+	for _, r := range recs {
+		f := r.Flow
+		f.Origin = flow.Origin{}
+		k := fmt.Sprintf("%s:%d", f.SourceIP, f.SourcePort)
+		if _, ok := out[k]; ok {
+			dups++
+		}
+		out[k] = f
+	}
+	return out, dups
+}
+
+func sum(t *testing.T, ps []*proc, series string) float64 {
+	var n float64
+	for _, p := range ps {
+		if v := p.metric(t, series); v > 0 {
+			n += v
+		}
+	}
+	return n
+}
+
+// TestSameResultAsOneAggregator: 4 agents, 2 ingest replicas, 3
+// Aggregate replicas. Every connection is exported correlated once, and
+// the records equal, field by field, what one aggregator exports for the
+// same input.
+func TestSameResultAsOneAggregator(t *testing.T) {
+	const n = 400
+	k := kafkatest.Start(t, kafkatest.Options{Brokers: 3, Partitions: 12})
+	conns := workload(0, n)
+
+	refColl := stubcollector.New(t)
+	ref := startAgg(t, "single", singleYAML(refColl.Addr()))
+	agents(t, conns, func(int) string { return ref.ipfix })
+
+	coll := stubcollector.New(t)
+	var aggs []*proc
+	for i := range 3 {
+		aggs = append(aggs, startAgg(t, fmt.Sprintf("aggregate-%d", i), aggregateYAML(k.Addrs(), coll.Addr())))
+	}
+	ingest := []*proc{startAgg(t, "ingest-0", ingestYAML(k.Addrs())), startAgg(t, "ingest-1", ingestYAML(k.Addrs()))}
+	agents(t, conns, func(node int) string { return ingest[node/2].ipfix })
+
+	testkit.WaitFor(t, fmt.Sprintf("%d records from one aggregator", n), func() bool { return refColl.Len() >= n })
+	testkit.WaitFor(t, fmt.Sprintf("%d records from the Aggregate tier", n), func() bool { return coll.Len() >= n })
+	testkit.WaitFor(t, "the Aggregate tier to have taken every half and sent every export", func() bool {
+		// Records a replica replays after a rebalance are taken twice,
+		// and counted as replayed.
+		return sum(t, aggs, "sluice_aggregate_records_total") == 2*n+sum(t, aggs, "sluice_kafka_input_records_replayed_total") &&
+			sum(t, aggs, `sluice_sink_records_exported_total{sink="flowCollector"}`) == float64(coll.Len())
+	})
+	if got := sum(t, ingest, `sluice_sink_records_exported_total{sink="kafka"}`); got != 2*n {
+		t.Errorf("the ingest tier wrote %v records to Kafka, want %d", got, 2*n)
+	}
+	want, refDups := byConnection(t, refColl.Records())
+	got, dups := byConnection(t, coll.Records())
+	if refDups != 0 || dups != 0 {
+		t.Errorf("connections exported more than once: %d by one aggregator, %d by the tier", refDups, dups)
+	}
+	if len(got) != n || len(want) != n {
+		t.Fatalf("%d connections from the tier, %d from one aggregator, want %d", len(got), len(want), n)
+	}
+	shown := 0
+	for key, w := range want {
+		g, ok := got[key]
+		if !ok {
+			t.Errorf("%s: not exported by the tier", key)
+			continue
+		}
+		if g.SourcePodName == "" || g.DestinationPodName == "" {
+			t.Errorf("%s: not correlated: %+v", key, g)
+		}
+		if !reflect.DeepEqual(g, w) && shown < 3 {
+			shown++
+			t.Errorf("%s differs:\n tier:   %+v\n single: %+v", key, g, w)
+		}
+	}
+	// The work was shared.
+	for _, a := range aggs {
+		if v := a.metric(t, "sluice_aggregate_records_total"); v <= 0 {
+			t.Errorf("%s aggregated no record", a.name)
+		}
+	}
+}
