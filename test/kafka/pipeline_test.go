@@ -140,3 +140,118 @@ func TestSameResultAsOneAggregator(t *testing.T) {
 		}
 	}
 }
+
+// TestReplicaKilled: one Aggregate replica is killed (kill -9) while
+// records flow. Every connection is still exported correlated, nothing is
+// lost, and what is exported twice is counted and within the bound: no
+// more connections than the survivors replayed records of.
+func TestReplicaKilled(t *testing.T) {
+	const n = 600
+	k := kafkatest.Start(t, kafkatest.Options{Brokers: 3, Partitions: 12})
+	coll := stubcollector.New(t)
+	var aggs []*proc
+	for i := range 3 {
+		aggs = append(aggs, startAgg(t, fmt.Sprintf("aggregate-%d", i), aggregateYAML(k.Addrs(), coll.Addr())))
+	}
+	ingest := []*proc{startAgg(t, "ingest-0", ingestYAML(k.Addrs())), startAgg(t, "ingest-1", ingestYAML(k.Addrs()))}
+	testkit.WaitFor(t, "every replica to own partitions", func() bool {
+		for _, a := range aggs {
+			if a.metric(t, "sluice_kafka_input_partitions") <= 0 {
+				return false
+			}
+		}
+		return true
+	})
+	conns := workload(0, n)
+	// The first half of the connections, then the kill, then the rest:
+	// the victim holds state of the first half, and records of the second
+	// land on its partitions while it is gone.
+	agents(t, conns[:n/2], func(node int) string { return ingest[node/2].ipfix })
+	victim := aggs[1]
+	testkit.WaitFor(t, "the victim to have taken records", func() bool {
+		return victim.metric(t, "sluice_aggregate_records_total") > 0
+	})
+	victim.kill()
+	agents(t, conns[n/2:], func(node int) string { return ingest[node/2].ipfix })
+	survivors := []*proc{aggs[0], aggs[2]}
+
+	testkit.WaitFor(t, fmt.Sprintf("all %d connections exported", n), func() bool {
+		got, _ := byConnection(t, coll.Records())
+		return len(got) == n
+	})
+	got, dups := byConnection(t, coll.Records())
+	for key, f := range got {
+		if f.SourcePodName == "" || f.DestinationPodName == "" {
+			t.Errorf("%s: not correlated", key)
+		}
+	}
+	replayed := sum(t, survivors, "sluice_kafka_input_records_replayed_total")
+	// A connection exported twice had records replayed.
+	if float64(dups) > replayed {
+		t.Errorf("%d connections exported twice, but only %v records replayed (counted)", dups, replayed)
+	}
+	t.Logf("kill -9 of one of 3 replicas: %d connections, %d exported twice, %v records replayed", n, dups, replayed)
+}
+
+// TestScaleOneToThree: records flow to one Aggregate replica, then two
+// more join (partitions move by the cooperative-sticky protocol) while
+// records keep coming. Every connection is exported correlated; none is
+// lost.
+func TestScaleOneToThree(t *testing.T) {
+	const n = 600
+	k := kafkatest.Start(t, kafkatest.Options{Brokers: 3, Partitions: 12})
+	coll := stubcollector.New(t)
+	first := startAgg(t, "aggregate-0", aggregateYAML(k.Addrs(), coll.Addr()))
+	ingest := []*proc{startAgg(t, "ingest-0", ingestYAML(k.Addrs())), startAgg(t, "ingest-1", ingestYAML(k.Addrs()))}
+	testkit.WaitFor(t, "the first replica to own every partition", func() bool {
+		return first.metric(t, "sluice_kafka_input_partitions") == 12
+	})
+	conns := workload(0, n)
+	// Each connection's source half now, its destination half once the
+	// tier has grown: the first replica holds half-built state when
+	// partitions move away from it.
+	var srcs, dsts []connection
+	for _, c := range conns {
+		s, d := c, c
+		s.dstNode, d.srcNode = -1, -1
+		srcs, dsts = append(srcs, s), append(dsts, d)
+	}
+	agents(t, srcs, func(node int) string { return ingest[node/2].ipfix })
+	testkit.WaitFor(t, "the first replica to take every source half", func() bool {
+		return first.metric(t, "sluice_aggregate_records_total") == n
+	})
+	aggs := []*proc{first,
+		startAgg(t, "aggregate-1", aggregateYAML(k.Addrs(), coll.Addr())),
+		startAgg(t, "aggregate-2", aggregateYAML(k.Addrs(), coll.Addr()))}
+	testkit.WaitFor(t, "the partitions to spread over 3 replicas", func() bool {
+		total := 0.0
+		for _, a := range aggs {
+			p := a.metric(t, "sluice_kafka_input_partitions")
+			if p <= 0 {
+				return false
+			}
+			total += p
+		}
+		return total == 12
+	})
+	agents(t, dsts, func(node int) string { return ingest[node/2].ipfix })
+	testkit.WaitFor(t, fmt.Sprintf("all %d connections exported", n), func() bool {
+		got, _ := byConnection(t, coll.Records())
+		return len(got) == n
+	})
+	got, dups := byConnection(t, coll.Records())
+	for key, f := range got {
+		if f.SourcePodName == "" || f.DestinationPodName == "" {
+			t.Errorf("%s: not correlated", key)
+		}
+	}
+	handed := first.metric(t, "sluice_kafka_input_flows_handed_over_total")
+	if handed <= 0 {
+		t.Errorf("the first replica handed over %v flows: the partitions it lost held none?", handed)
+	}
+	replayed := sum(t, aggs, "sluice_kafka_input_records_replayed_total")
+	if float64(dups) > replayed {
+		t.Errorf("%d connections exported twice, %v records replayed", dups, replayed)
+	}
+	t.Logf("1 -> 3 replicas: %d connections, %v flows handed over, %d exported twice, %v records replayed", n, handed, dups, replayed)
+}
