@@ -334,33 +334,42 @@ func (in *Input) hand(ctx context.Context, fs kgo.Fetches) bool {
 	return true
 }
 
-// decode fills f from a record's value: the Flow message, or its JSON
-// mapping (kafka.format json).
+// decode fills f from a record's value and counts what it refuses or
+// finds newer than this version.
 func (in *Input) decode(v []byte, f *flow.Flow) error {
-	var unknown int
-	var err error
-	if len(v) > 0 && v[0] == '{' {
-		var p flowpb.Flow
-		if err = (protojson.UnmarshalOptions{DiscardUnknown: true}).Unmarshal(v, &p); err != nil {
-			in.m.invalid.WithLabelValues(ReasonMalformed).Inc()
-			return fmt.Errorf("%w: %w", flowproto.ErrMalformed, err)
-		}
-		unknown, err = flowproto.ToFlow(&p, f)
-	} else {
-		unknown, err = in.dec.Decode(v, f)
-	}
-	switch {
-	case errors.Is(err, flowproto.ErrMalformed):
-		in.m.invalid.WithLabelValues(ReasonMalformed).Inc()
-		return err
-	case err != nil:
-		in.m.invalid.WithLabelValues(ReasonValue).Inc()
+	unknown, reason, err := decodeValue(in.dec, v, f)
+	if err != nil {
+		in.m.invalid.WithLabelValues(reason).Inc()
 		return err
 	}
 	if unknown > 0 {
 		in.m.unknownFields.Inc()
 	}
 	return nil
+}
+
+// decodeValue fills f, which must be zero, from a record's value: the
+// Flow message, or its JSON mapping (kafka.format json). It returns the
+// number of unknown fields (a newer schema's, kept in f.ProtoUnknown for
+// Protobuf), or the reason (ReasonMalformed, ReasonValue) and the error
+// of a value it refuses.
+func decodeValue(dec *flowproto.Decoder, v []byte, f *flow.Flow) (unknown int, reason string, err error) {
+	if len(v) > 0 && v[0] == '{' {
+		var p flowpb.Flow
+		if err := (protojson.UnmarshalOptions{DiscardUnknown: true}).Unmarshal(v, &p); err != nil {
+			return 0, ReasonMalformed, fmt.Errorf("%w: %w", flowproto.ErrMalformed, err)
+		}
+		unknown, err = flowproto.ToFlow(&p, f)
+	} else {
+		unknown, err = dec.Decode(v, f)
+	}
+	switch {
+	case errors.Is(err, flowproto.ErrMalformed):
+		return 0, ReasonMalformed, err
+	case err != nil:
+		return 0, ReasonValue, err
+	}
+	return unknown, "", nil
 }
 
 // resolve follows the batches handed on, in order: once the mode took
