@@ -44,7 +44,7 @@ func TestBadInput(t *testing.T) {
 	newer := 0
 	for i, c := range workload(0, n) {
 		for _, h := range []struct {
-			f *connection
+			f   *connection
 			src bool
 		}{{&c, true}, {&c, false}} {
 			f := &h.f.dst
