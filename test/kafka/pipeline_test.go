@@ -1,10 +1,12 @@
 package kafka
 
 import (
+	"context"
 	"fmt"
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"sluice/flow"
 	"sluice/internal/kafkatest"
@@ -12,17 +14,17 @@ import (
 	"sluice/internal/testkit/stubcollector"
 )
 
-func ingestYAML(brokers []string) string {
+func ingestYAML(brokers []string, extra ...string) string {
 	return fmt.Sprintf(`
 mode: Proxy
 aggregatorTransportProtocol: tcp
-kafka: {enable: true, brokers: [%s], topic: flows}
+kafka: {enable: true, brokers: [%s], topic: flows%s}
 sluice:
   ipfixAddress: 127.0.0.1:0
   apiAddress: 127.0.0.1:0
   grpcAddress: ""
   proxy: {fillPods: false}
-`, strings.Join(brokers, ", "))
+`, strings.Join(brokers, ", "), strings.Join(extra, ""))
 }
 
 func aggregateYAML(brokers []string, collector string) string {
@@ -254,4 +256,59 @@ func TestScaleOneToThree(t *testing.T) {
 		t.Errorf("%d connections exported twice, %v records replayed", dups, replayed)
 	}
 	t.Logf("1 -> 3 replicas: %d connections, %v flows handed over, %d exported twice, %v records replayed", n, handed, dups, replayed)
+}
+
+// TestKafkaUnavailable: the brokers stop for 10 s, then start again (with
+// their data). The ingest tier keeps what fits its bound (the aggregator's
+// buffer, recordBufferSize, and the client's, kafka.maxBufferedRecords)
+// and delivers it once the brokers are back; past the bound it drops the
+// oldest records and counts them.
+func TestKafkaUnavailable(t *testing.T) {
+	k := kafkatest.Start(t, kafkatest.Options{Brokers: 3, Partitions: 12, Persist: true})
+	coll := stubcollector.New(t)
+	agg := startAgg(t, "aggregate", aggregateYAML(k.Addrs(), coll.Addr()))
+	ingest := startAgg(t, "ingest", ingestYAML(k.Addrs(), ", maxBufferedRecords: 100")+"recordBufferSize: 64\n")
+	to := func(int) string { return ingest.ipfix }
+	sent := func() float64 { return ingest.metric(t, `sluice_proxy_records_total{path="rebuilt"}`) }
+	exported := func() float64 { return ingest.metric(t, `sluice_sink_records_exported_total{sink="kafka"}`) }
+	dropped := func() float64 {
+		return ingest.metric(t, `sluice_sink_records_dropped_total{reason="buffer-full",sink="kafka"}`)
+	}
+	outage := func() {
+		t.Helper()
+		// The outage itself lasts 10 s, as the scenario says.
+		time.Sleep(10 * time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), testkit.WaitTimeout)
+		defer cancel()
+		k.Restart(ctx)
+	}
+
+	agents(t, workload(0, 50), to)
+	testkit.WaitFor(t, "50 connections exported", func() bool { return coll.Len() == 50 })
+
+	// Within the bound: 120 halves while the brokers are down.
+	k.Stop()
+	agents(t, workload(50, 60), to)
+	testkit.WaitFor(t, "the ingest replica to take the 120 halves", func() bool { return sent() == 220 })
+	outage()
+	testkit.WaitFor(t, "110 connections exported", func() bool { return coll.Len() == 110 })
+	if d := dropped(); d > 0 {
+		t.Errorf("%v records dropped within the bound", d)
+	}
+
+	// Past the bound: 600 halves while the brokers are down.
+	k.Stop()
+	agents(t, workload(110, 300), to)
+	testkit.WaitFor(t, "the ingest replica to take the 600 halves", func() bool { return sent() == 820 })
+	outage()
+	testkit.WaitFor(t, "every record written to Kafka or counted as dropped", func() bool {
+		return exported()+dropped() == 820
+	})
+	if d := dropped(); d == 0 || d > 600-164 {
+		t.Errorf("%v records dropped past the bound: want some, and at most 600 less the bound (164)", d)
+	}
+	testkit.WaitFor(t, "the Aggregate replica to take what was written", func() bool {
+		return agg.metric(t, "sluice_kafka_input_records_total") == exported()
+	})
+	t.Logf("brokers down twice for 10 s: %v records written, %v dropped (buffer-full) past the bound of 164", exported(), dropped())
 }
