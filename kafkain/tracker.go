@@ -121,14 +121,6 @@ func (t *tracker) revoke(ps []int32) map[string]bool {
 	return keys
 }
 
-// owned reports whether p is tracked.
-func (t *tracker) owned(p int32) bool {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	_, ok := t.parts[p]
-	return ok
-}
-
 // fetched notes a record of flow key at offset in p, and reports
 // whether a previous owner had taken it already (a replay), and whether
 // p is owned (if not, the record must be left to p's owner). It returns

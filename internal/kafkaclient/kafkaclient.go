@@ -10,7 +10,6 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"strings"
 
@@ -22,9 +21,8 @@ import (
 	"sluice/config"
 )
 
-// Options returns the client options for brokers with t and s; section
-// names the configuration section in errors ("kafka",
-// "sluice.kafkaInput").
+// Options returns the client options for brokers with t and s. Errors
+// name the key at fault relative to its section (tls.caFile, say).
 func Options(brokers []string, t config.KafkaTLS, s config.KafkaSASL) ([]kgo.Opt, error) {
 	opts := []kgo.Opt{kgo.SeedBrokers(brokers...)}
 	if t.Enable {
@@ -32,8 +30,8 @@ func Options(brokers []string, t config.KafkaTLS, s config.KafkaSASL) ([]kgo.Opt
 		if err != nil {
 			return nil, err
 		}
-		// A dialer per connection, so that ServerName defaults to each
-		// broker's host (the client's DialTLSConfig does the same).
+		// The client sets ServerName to each broker's host when c leaves
+		// it empty.
 		opts = append(opts, kgo.DialTLSConfig(c))
 	}
 	if s.Mechanism != "" {
@@ -110,10 +108,4 @@ func Mechanism(s config.KafkaSASL) (sasl.Mechanism, error) {
 // client closing or its context ending, rather than by the brokers.
 func IsShutdown(err error) bool {
 	return errors.Is(err, kgo.ErrClientClosed) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
-}
-
-// HostPort reports whether b is host:port (for errors made early).
-func HostPort(b string) bool {
-	h, p, err := net.SplitHostPort(b)
-	return err == nil && h != "" && p != ""
 }

@@ -30,6 +30,9 @@ type Options struct {
 	Persist bool
 	// SASL is "user:password" to require SASL (PLAIN and SCRAM).
 	SASL string
+	// TLSCert and TLSKey serve TLS; with ClientCA, client certificates
+	// signed by it are required.
+	TLSCert, TLSKey, ClientCA string
 }
 
 // Cluster is a running kfake process.
@@ -103,6 +106,12 @@ func (c *Cluster) start() error {
 	}
 	if c.o.SASL != "" {
 		args = append(args, "-sasl", c.o.SASL)
+	}
+	if c.o.TLSCert != "" {
+		args = append(args, "-tls", c.o.TLSCert+","+c.o.TLSKey)
+		if c.o.ClientCA != "" {
+			args = append(args, "-client-ca", c.o.ClientCA)
+		}
 	}
 	cmd := exec.Command(bin, args...)
 	cmd.Stderr = os.Stderr

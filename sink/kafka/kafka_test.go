@@ -12,6 +12,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
+	"sluice/certs"
 	"sluice/config"
 	"sluice/flow"
 	"sluice/flow/flowkey"
@@ -247,4 +248,39 @@ func TestBoundedWhileDown(t *testing.T) {
 		t.Errorf("exported %d, dropped %v: want some of each", e, d)
 	}
 	t.Logf("brokers down: %d of %d records kept and delivered, %d dropped (buffer-full)", e, n, d[sink.ReasonBufferFull])
+}
+
+// TestMutualTLS: brokers that require client certificates take the
+// records of a sink given the CA and a client pair (kafka.tls.*); a
+// client without a certificate is refused.
+func TestMutualTLS(t *testing.T) {
+	b, err := certs.Ensure(t.TempDir(), certs.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := b.Paths
+	k := kafkatest.Start(t, kafkatest.Options{Brokers: 1, Partitions: 1, TLSCert: p.ServerCert, TLSKey: p.ServerKey, ClientCA: p.CACert})
+	opts, err := kafkaclient.Options(k.Addrs(), config.KafkaTLS{Enable: true, CAFile: p.CACert, CertFile: p.ClientCert, KeyFile: p.ClientKey},
+		config.KafkaSASL{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := start(t, Options{Client: opts, Topic: "flows"}, 64)
+	r.buf.Produce(flowtest.Full(1, false))
+	testkit.WaitFor(t, "the record acknowledged over mutual TLS", func() bool {
+		e, _ := r.m.Totals("kafka")
+		return e == 1
+	})
+
+	noCert, _ := kafkaclient.Options(k.Addrs(), config.KafkaTLS{Enable: true, CAFile: p.CACert}, config.KafkaSASL{})
+	cl, err := kgo.NewClient(append(noCert, kgo.DefaultProduceTopic("flows"), kgo.RecordDeliveryTimeout(3*time.Second))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), testkit.WaitTimeout)
+	defer cancel()
+	if err := cl.ProduceSync(ctx, &kgo.Record{Value: []byte("x")}).FirstErr(); err == nil {
+		t.Error("a client without a certificate wrote to the brokers")
+	}
 }

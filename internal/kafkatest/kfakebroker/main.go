@@ -8,6 +8,8 @@ package main
 
 import (
 	"bufio"
+	"crypto/tls"
+	"crypto/x509"
 	"flag"
 	"fmt"
 	"io"
@@ -28,6 +30,8 @@ func main() {
 	ports := flag.String("ports", "", "comma-separated ports, one per broker (default: any free port)")
 	dataDir := flag.String("data", "", "directory that keeps the cluster's state across restarts (default: memory only)")
 	sasl := flag.String("sasl", "", "user:password: require SASL, with this PLAIN and SCRAM-SHA-256/512 superuser")
+	tlsPair := flag.String("tls", "", "cert.pem,key.pem: serve TLS with this pair")
+	clientCA := flag.String("client-ca", "", "with -tls: require client certificates signed by this CA (PEM)")
 	flag.Parse()
 
 	opts := []kfake.Opt{kfake.NumBrokers(*brokers), kfake.SeedTopics(int32(*partitions), strings.Split(*topics, ",")...)}
@@ -52,6 +56,24 @@ func main() {
 		}
 		opts = append(opts, kfake.EnableSASL(), kfake.Superuser("PLAIN", user, pass),
 			kfake.Superuser("SCRAM-SHA-256", user, pass), kfake.Superuser("SCRAM-SHA-512", user, pass))
+	}
+	if *tlsPair != "" {
+		certFile, keyFile, _ := strings.Cut(*tlsPair, ",")
+		pair, err := tls.LoadX509KeyPair(certFile, keyFile)
+		if err != nil {
+			log.Fatalf("-tls: %v", err)
+		}
+		tc := &tls.Config{Certificates: []tls.Certificate{pair}, MinVersion: tls.VersionTLS12}
+		if *clientCA != "" {
+			pem, err := os.ReadFile(*clientCA)
+			if err != nil {
+				log.Fatalf("-client-ca: %v", err)
+			}
+			tc.ClientCAs = x509.NewCertPool()
+			tc.ClientCAs.AppendCertsFromPEM(pem)
+			tc.ClientAuth = tls.RequireAndVerifyClientCert
+		}
+		opts = append(opts, kfake.TLS(tc))
 	}
 	c, err := kfake.NewCluster(opts...)
 	if err != nil {
