@@ -162,6 +162,16 @@ func (c *Cluster) start() error {
 	}
 }
 
+// Pid is the broker process's id, 0 when stopped.
+func (c *Cluster) Pid() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.cmd == nil {
+		return 0
+	}
+	return c.cmd.Process.Pid
+}
+
 // Kill stops the cluster at once (SIGKILL), as a crash would.
 func (c *Cluster) Kill() {
 	c.mu.Lock()

@@ -70,7 +70,7 @@ func byConnection(t *testing.T, recs []stubcollector.Record) (map[string]flow.Fl
 	return out, dups
 }
 
-func sum(t *testing.T, ps []*proc, series string) float64 {
+func sum(t testing.TB, ps []*proc, series string) float64 {
 	var n float64
 	for _, p := range ps {
 		if v := p.metric(t, series); v > 0 {

@@ -63,7 +63,7 @@ type proc struct {
 
 // startAgg runs `sluice aggregator` with the configuration yaml and waits
 // until it serves.
-func startAgg(t *testing.T, name, yaml string) *proc {
+func startAgg(t testing.TB, name, yaml string) *proc {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), name+".yaml")
 	if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
@@ -128,7 +128,7 @@ func (p *proc) kill() {
 
 // metric reads one series from the process's /metrics; -1 when absent,
 // 0 when the process is gone.
-func (p *proc) metric(t *testing.T, series string) float64 {
+func (p *proc) metric(t testing.TB, series string) float64 {
 	t.Helper()
 	select {
 	case <-p.done:
@@ -187,7 +187,7 @@ func workload(first, n int) []connection {
 
 // agents sends each Node's halves of conns over IPFIX/TCP to addr(node):
 // the 4 agents of the workload.
-func agents(t *testing.T, conns []connection, addr func(node int) string) {
+func agents(t testing.TB, conns []connection, addr func(node int) string) {
 	t.Helper()
 	tb, err := ipfixmap.NewTable(ipfix.DefaultRegistry())
 	if err != nil {
