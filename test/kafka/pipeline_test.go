@@ -3,11 +3,15 @@ package kafka
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"reflect"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
+	"sluice/certs"
 	"sluice/flow"
 	"sluice/internal/kafkatest"
 	"sluice/internal/testkit"
@@ -311,4 +315,82 @@ func TestKafkaUnavailable(t *testing.T) {
 		return agg.metric(t, "sluice_kafka_input_records_total") == exported()
 	})
 	t.Logf("brokers down twice for 10 s: %v records written, %v dropped (buffer-full) past the bound of 164", exported(), dropped())
+}
+
+// TestKafkaUnavailableGRPC: an exporter sends over gRPC to an ingest
+// replica while the brokers stop for 10 s and start again. A stream is
+// confirmed only once Kafka acknowledged its records, so the exporter
+// keeps what was not confirmed and sends it again: it drops nothing, and
+// everything the ingest replica received is on the topic.
+func TestKafkaUnavailableGRPC(t *testing.T) {
+	k := kafkatest.Start(t, kafkatest.Options{Brokers: 3, Partitions: 12, Persist: true})
+	certDir := t.TempDir()
+	ingest := startAgg(t, "ingest", fmt.Sprintf(`
+mode: Proxy
+aggregatorTransportProtocol: none
+kafka: {enable: true, brokers: [%s], topic: flows}
+sluice:
+  apiAddress: 127.0.0.1:0
+  grpcAddress: 127.0.0.1:0
+  tls: {certDir: %q}
+  proxy: {fillPods: false}
+`, strings.Join(k.Addrs(), ", "), certDir))
+	expDir := t.TempDir()
+	for _, f := range []string{certs.CACertFile, certs.ClientCertFile, certs.ClientKeyFile} {
+		b, err := os.ReadFile(filepath.Join(certDir, f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(expDir, f), b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	exp := startProc(t, "exporter", "exporter running", "exporter stopped", "exporter", "--source", "synthetic",
+		"--node", "node-1", "--pod-cidr", "10.244.1.0/24", "--rate", "200", "--poll-interval", "1s",
+		"--active-timeout", "2s", "--idle-timeout", "2s", "--collector", ingest.grpc+":grpc",
+		"--tls-cert-dir", expDir, "--tls-server-name", "localhost", "--metrics-address", "127.0.0.1:0")
+	received := func() float64 {
+		return ingest.metric(t, `sluice_collector_records_received_total{exporter="127.0.0.1",transport="grpc"}`)
+	}
+	written := func() float64 { return ingest.metric(t, `sluice_sink_records_exported_total{sink="kafka"}`) }
+	testkit.WaitFor(t, "records on the topic", func() bool { return written() > 100 })
+
+	k.Stop()
+	before := received()
+	time.Sleep(10 * time.Second) // the outage itself, as the scenario says
+	ctx, cancel := context.WithTimeout(context.Background(), testkit.WaitTimeout)
+	defer cancel()
+	k.Restart(ctx)
+	testkit.WaitFor(t, "records taken again after the outage", func() bool {
+		return received() > before+100
+	})
+
+	_ = exp.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-exp.done:
+	case <-time.After(60 * time.Second):
+		t.Fatal("the exporter did not stop")
+	}
+	exp.mu.Lock()
+	totals := exp.last
+	exp.mu.Unlock()
+	if totals == nil {
+		t.Fatal("the exporter logged no totals")
+	}
+	for _, key := range []string{"dropped_buffer-full", "dropped_encode-error", "unsent"} {
+		if v, _ := totals[key].(float64); v != 0 {
+			t.Errorf("the exporter lost records: %s = %v (totals %v)", key, v, totals)
+		}
+	}
+	testkit.WaitFor(t, "everything received written to Kafka", func() bool { return written() == received() })
+	for _, reason := range []string{"buffer-full", "send-error", "shutdown"} {
+		if d := ingest.metric(t, fmt.Sprintf(`sluice_sink_records_dropped_total{reason=%q,sink="kafka"}`, reason)); d > 0 {
+			t.Errorf("the ingest replica dropped %v records (%s)", d, reason)
+		}
+	}
+	exported, _ := totals["exported"].(float64)
+	if written() < exported {
+		t.Errorf("the exporter had %v records confirmed, only %v are on the topic", exported, written())
+	}
+	t.Logf("brokers down 10 s under gRPC: exporter confirmed %v (resent %v), %v on the topic", exported, totals["resent"], written())
 }

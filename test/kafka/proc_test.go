@@ -51,14 +51,17 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// proc is a sluice aggregator process.
+// proc is a sluice process.
 type proc struct {
-	name       string
-	cmd        *exec.Cmd
-	mu         sync.Mutex
-	raw        strings.Builder
-	done       chan struct{}
-	ipfix, api string
+	name             string
+	cmd              *exec.Cmd
+	mu               sync.Mutex
+	raw              strings.Builder
+	done             chan struct{}
+	ipfix, api, grpc string
+	// last is the last JSON log line whose msg is lastMsg, once seen.
+	lastMsg string
+	last    map[string]any
 }
 
 // startAgg runs `sluice aggregator` with the configuration yaml and waits
@@ -69,8 +72,15 @@ func startAgg(t testing.TB, name, yaml string) *proc {
 	if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	p := &proc{name: name, done: make(chan struct{})}
-	p.cmd = exec.Command(sluiceBin, "aggregator", "--config", path, "--log-format", "json")
+	return startProc(t, name, "aggregator running", "", "aggregator", "--config", path)
+}
+
+// startProc runs sluice with args (and --log-format json), waits for the
+// log line ready, and keeps the last line whose msg is lastMsg.
+func startProc(t testing.TB, name, ready, lastMsg string, args ...string) *proc {
+	t.Helper()
+	p := &proc{name: name, done: make(chan struct{}), lastMsg: lastMsg}
+	p.cmd = exec.Command(sluiceBin, append(args, "--log-format", "json")...)
 	out, err := p.cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -79,7 +89,7 @@ func startAgg(t testing.TB, name, yaml string) *proc {
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	ready := make(chan map[string]any, 1)
+	readyc := make(chan map[string]any, 1)
 	go func() {
 		sc := bufio.NewScanner(out)
 		sc.Buffer(make([]byte, 1<<20), 1<<20)
@@ -89,8 +99,18 @@ func startAgg(t testing.TB, name, yaml string) *proc {
 			p.raw.WriteString(line + "\n")
 			p.mu.Unlock()
 			var m map[string]any
-			if json.Unmarshal([]byte(line), &m) == nil && m["msg"] == "aggregator running" {
-				ready <- m
+			if json.Unmarshal([]byte(line), &m) == nil {
+				switch m["msg"] {
+				case ready:
+					select {
+					case readyc <- m:
+					default:
+					}
+				case p.lastMsg:
+					p.mu.Lock()
+					p.last = m
+					p.mu.Unlock()
+				}
 			}
 		}
 		_ = p.cmd.Wait()
@@ -105,9 +125,10 @@ func startAgg(t testing.TB, name, yaml string) *proc {
 		}
 	})
 	select {
-	case m := <-ready:
+	case m := <-readyc:
 		p.ipfix, _ = m["ipfix"].(string)
 		p.api, _ = m["api"].(string)
+		p.grpc, _ = m["grpc"].(string)
 	case <-p.done:
 		t.Fatalf("%s exited before serving", name)
 	case <-time.After(testkit.WaitTimeout):
