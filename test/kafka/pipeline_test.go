@@ -394,3 +394,76 @@ sluice:
 	}
 	t.Logf("brokers down 10 s under gRPC: exporter confirmed %v (resent %v), %v on the topic", exported, totals["resent"], written())
 }
+
+// TestProxyReadsKafka: a Proxy-mode aggregator reads the topic too
+// (sluice.kafkaInput in Proxy mode): every record is forwarded once, and
+// its offsets are committed once the sink wrote it, so a second replica
+// that starts later in the group reads nothing again.
+func TestProxyReadsKafka(t *testing.T) {
+	const n = 100
+	k := kafkatest.Start(t, kafkatest.Options{Brokers: 3, Partitions: 12})
+	coll := stubcollector.New(t)
+	yaml := fmt.Sprintf(`
+mode: Proxy
+aggregatorTransportProtocol: none
+flowCollector: {enable: true, address: "%s:tcp"}
+sluice:
+  apiAddress: 127.0.0.1:0
+  grpcAddress: ""
+  kafkaInput: {enable: true, brokers: [%s], topic: flows, group: proxy, sessionTimeout: 6s}
+`, coll.Addr(), strings.Join(k.Addrs(), ", "))
+	first := startAgg(t, "proxy-0", yaml)
+	ingest := startAgg(t, "ingest", ingestYAML(k.Addrs()))
+	agents(t, workload(0, n), func(int) string { return ingest.ipfix })
+	testkit.WaitFor(t, fmt.Sprintf("%d records forwarded", 2*n), func() bool { return coll.Len() == 2*n })
+	testkit.WaitFor(t, "the offsets committed", func() bool {
+		return first.metric(t, "sluice_kafka_input_commits_total") > 0 && first.metric(t, "sluice_kafka_input_records_total") == 2*n
+	})
+	first.stop(t)
+	second := startAgg(t, "proxy-1", yaml)
+	testkit.WaitFor(t, "the second replica to own every partition", func() bool {
+		return second.metric(t, "sluice_kafka_input_partitions") == 12
+	})
+	agents(t, workload(n, 1), func(int) string { return ingest.ipfix })
+	testkit.WaitFor(t, "the new records forwarded", func() bool { return coll.Len() >= 2*n+2 })
+	if got := second.metric(t, "sluice_kafka_input_records_total"); got != 2 {
+		t.Errorf("the second replica read %v records, want only the 2 new ones", got)
+	}
+	if coll.Len() != 2*n+2 {
+		t.Errorf("%d records forwarded, want %d", coll.Len(), 2*n+2)
+	}
+}
+
+// TestAggregateGracefulStop: an Aggregate replica stopped gracefully
+// (SIGTERM) flushes its flows, and its last commit covers them: the next
+// replica of the group reads nothing again.
+func TestAggregateGracefulStop(t *testing.T) {
+	const n = 100
+	k := kafkatest.Start(t, kafkatest.Options{Brokers: 3, Partitions: 12})
+	coll := stubcollector.New(t)
+	first := startAgg(t, "aggregate-0", aggregateYAML(k.Addrs(), coll.Addr()))
+	ingest := startAgg(t, "ingest", ingestYAML(k.Addrs()))
+	conns := workload(0, n)
+	// Only the source halves: the flows wait for their other side when
+	// the replica stops, and the stop exports them one-sided.
+	var srcs []connection
+	for _, c := range conns {
+		c.dstNode = -1
+		srcs = append(srcs, c)
+	}
+	agents(t, srcs, func(int) string { return ingest.ipfix })
+	testkit.WaitFor(t, "the replica to take every half", func() bool {
+		return first.metric(t, "sluice_aggregate_records_total") == n
+	})
+	first.stop(t)
+	testkit.WaitFor(t, fmt.Sprintf("the %d one-sided records exported at the stop", n), func() bool { return coll.Len() == n })
+	second := startAgg(t, "aggregate-1", aggregateYAML(k.Addrs(), coll.Addr()))
+	testkit.WaitFor(t, "the second replica to own every partition", func() bool {
+		return second.metric(t, "sluice_kafka_input_partitions") == 12
+	})
+	agents(t, workload(n, 1), func(int) string { return ingest.ipfix })
+	testkit.WaitFor(t, "the new connection taken", func() bool { return second.metric(t, "sluice_aggregate_records_total") >= 2 })
+	if got := second.metric(t, "sluice_kafka_input_records_total"); got != 2 {
+		t.Errorf("the second replica read %v records, want only the 2 new ones (the first committed what it flushed)", got)
+	}
+}

@@ -147,6 +147,17 @@ func (p *proc) kill() {
 	}
 }
 
+// stop ends the process gracefully (SIGTERM) and waits for it.
+func (p *proc) stop(t testing.TB) {
+	t.Helper()
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.done:
+	case <-time.After(60 * time.Second):
+		t.Fatalf("%s did not stop", p.name)
+	}
+}
+
 // metric reads one series from the process's /metrics; -1 when absent,
 // 0 when the process is gone.
 func (p *proc) metric(t testing.TB, series string) float64 {
