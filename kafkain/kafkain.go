@@ -420,17 +420,27 @@ func (in *Input) readExports() {
 	}
 }
 
-// commit applies the exports the sinks wrote and commits what may be.
+// commit applies the exports the sinks wrote, forgets the parts past
+// their horizon, and commits what may be.
 func (in *Input) commit(ctx context.Context) {
 	if in.o.Exports != nil {
+		// The cut is taken before reading the buffer's head: whatever the
+		// store exported for a flow whose last record was taken before
+		// cut-horizon is then before that head, and the wait below covers
+		// it, whatever its key (and whether readExports saw it yet).
+		cut := in.o.Now().Add(-in.o.Horizon)
+		head := in.o.Exports.Produced()
 		in.emMu.Lock()
 		ems := in.emitted
 		in.emitted = nil
 		in.emMu.Unlock()
 		if len(ems) > 0 {
+			head = max(head, ems[len(ems)-1].pos+1)
+		}
+		if head > 0 {
 			// The exports count once the sinks wrote them.
 			wctx, cancel := context.WithTimeout(ctx, 10*in.o.CommitInterval)
-			err := in.o.Exports.WaitWritten(wctx, ems[len(ems)-1].pos+1)
+			err := in.o.Exports.WaitWritten(wctx, head)
 			cancel()
 			if err != nil {
 				in.emMu.Lock()
@@ -438,10 +448,11 @@ func (in *Input) commit(ctx context.Context) {
 				in.emMu.Unlock()
 				return
 			}
-			for _, e := range ems {
-				in.t.exported(e.key, e.pos)
-			}
 		}
+		for _, e := range ems {
+			in.t.exported(e.key, e.pos)
+		}
+		in.t.expire(cut)
 	}
 	in.commitOffsets(ctx, in.t.commitable())
 }

@@ -167,9 +167,14 @@ func (t *tracker) skipped(p int32, offset int64) {
 func (t *tracker) resolved(parts []*part, pos uint64, upTo map[int32]int64) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	// The store's timeouts run from when it took a record, which may be
+	// well after the fetch when the mode is behind: the horizon starts
+	// here, not at the fetch.
+	now := t.now()
 	for _, pt := range parts {
 		pt.unresolved--
 		pt.pos = max(pt.pos, pos)
+		pt.lastSeen = now
 	}
 	for p, o := range upTo {
 		if pp := t.parts[p]; pp != nil && o > pp.done {
@@ -201,39 +206,55 @@ func (t *tracker) exported(key string, pos uint64) {
 	}
 }
 
+// expire forgets the parts whose last record was taken before cut and
+// that are resolved: by then the store exported or forgot their flows.
+// The caller must first wait until the sinks wrote every export produced
+// before cut (see Input.commit): an export under a key other than its
+// records' (or one not yet applied) is then still covered.
+func (t *tracker) expire(cut time.Time) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if !t.stateful {
+		return
+	}
+	expired := 0
+	for k, list := range t.flows {
+		kept := list[:0]
+		for _, pt := range list {
+			if pt.unresolved == 0 && pt.lastSeen.Before(cut) {
+				expired++
+				if pp := t.parts[pt.partition]; pp != nil {
+					pp.live--
+				}
+				continue
+			}
+			kept = append(kept, pt)
+		}
+		if len(kept) == 0 {
+			delete(t.flows, k)
+		} else {
+			t.flows[k] = kept
+		}
+	}
+	if expired > 0 && t.expiredFn != nil {
+		t.expiredFn(expired)
+	}
+}
+
 // commitable returns, for each owned partition, the offset it may commit
 // now if it is past the last one committed, and the metadata (the next
-// offset fetched). It forgets parts past their horizon first.
+// offset fetched).
 func (t *tracker) commitable() map[int32][2]int64 {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	oldest := map[int32]int64{}
 	if t.stateful {
-		cut := t.now().Add(-t.horizon)
-		expired := 0
-		for k, list := range t.flows {
-			kept := list[:0]
+		for _, list := range t.flows {
 			for _, pt := range list {
-				if pt.unresolved == 0 && pt.lastSeen.Before(cut) {
-					expired++
-					if pp := t.parts[pt.partition]; pp != nil {
-						pp.live--
-					}
-					continue
-				}
-				kept = append(kept, pt)
 				if o, ok := oldest[pt.partition]; !ok || pt.first < o {
 					oldest[pt.partition] = pt.first
 				}
 			}
-			if len(kept) == 0 {
-				delete(t.flows, k)
-			} else {
-				t.flows[k] = kept
-			}
-		}
-		if expired > 0 && t.expiredFn != nil {
-			t.expiredFn(expired)
 		}
 	}
 	out := map[int32][2]int64{}

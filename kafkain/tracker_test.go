@@ -11,6 +11,7 @@ func (c *clock) now() time.Time { return c.t }
 
 func commitAt(t *testing.T, tr *tracker, p int32) int64 {
 	t.Helper()
+	tr.expire(tr.now().Add(-tr.horizon))
 	c, ok := tr.commitable()[p]
 	if !ok {
 		return -2
@@ -104,5 +105,25 @@ func TestTrackerStateless(t *testing.T) {
 	tr.resolved(nil, 0, map[int32]int64{0: 6})
 	if got := commitAt(t, tr, 0); got != 6 {
 		t.Fatalf("commit at %d once written, want 6", got)
+	}
+}
+
+// The horizon runs from when the mode took a record, not from its fetch:
+// a record that waited in the pipeline longer than the horizon must not
+// expire the moment it is taken, before the store could export it.
+func TestTrackerHorizonFromResolve(t *testing.T) {
+	ck := &clock{time.Unix(1000, 0)}
+	tr := newTracker(true, time.Minute, ck.now)
+	tr.assign(0, -1, -1)
+	a, _, _ := tr.fetched("a", 0, 0)
+	ck.t = ck.t.Add(2 * time.Minute) // the mode was behind
+	tr.resolved([]*part{a}, 1, map[int32]int64{0: 1})
+	ck.t = ck.t.Add(time.Second)
+	if got := commitAt(t, tr, 0); got != 0 {
+		t.Fatalf("commit at %d one second after the mode took the record, want 0 (held)", got)
+	}
+	ck.t = ck.t.Add(time.Minute)
+	if got := commitAt(t, tr, 0); got != 1 {
+		t.Fatalf("commit at %d a horizon after the mode took the record, want 1", got)
 	}
 }
