@@ -405,6 +405,12 @@ func (in *Input) readExports() {
 		for i, f := range buf {
 			key = flowkey.Append(key[:0], f)
 			ems = append(ems, emission{key: string(key), pos: base + uint64(i)})
+			// A correlated inter-Node from-external flow was built from
+			// records keyed on the SNAT endpoint.
+			var ok bool
+			if key, ok = flowkey.AppendSNAT(key[:0], f); ok && string(key) != ems[len(ems)-1].key {
+				ems = append(ems, emission{key: string(key), pos: base + uint64(i)})
+			}
 		}
 		read += uint64(len(buf))
 		clear(buf)

@@ -36,6 +36,26 @@ func Append(b []byte, f *flow.Flow) []byte {
 	return append(b, z[:]...)
 }
 
+// AppendSNAT appends the key of f with the proxy's SNAT address and port
+// as the source, and reports true, when f is a from-external record that
+// names them. The Aggregate store keeps an inter-Node from-external flow
+// under that key, but its correlated export names the external client as
+// the source (and a destination Pod), so Append gives another key: a
+// reader matching exports to records must try both.
+func AppendSNAT(b []byte, f *flow.Flow) ([]byte, bool) {
+	if f.FlowType != flow.FlowTypeFromExternal || !f.ProxySnatIP.IsValid() || f.ProxySnatIP.IsUnspecified() {
+		return b, false
+	}
+	a := endpoint(f.ProxySnatIP, f.ProxySnatPort)
+	z := endpoint(f.DestinationIP, f.DestinationPort)
+	if less(z, a) {
+		a, z = z, a
+	}
+	b = append(b, f.Protocol)
+	b = append(b, a[:]...)
+	return append(b, z[:]...), true
+}
+
 // IngressHalf reports whether f is the ingress-Node half of an inter-Node
 // from-external flow (the Aggregate store's rule, §3.2).
 func IngressHalf(f *flow.Flow) bool {
