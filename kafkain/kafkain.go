@@ -96,6 +96,9 @@ type Input struct {
 	// handed and resolvedN count batches handed on and resolved.
 	handed, resolvedN atomic.Uint64
 
+	// maxEmitted is the constant, lowered by tests.
+	maxEmitted int
+
 	stopped   chan struct{} // closed when Run's fetching ended
 	closeOnce sync.Once
 	wg        sync.WaitGroup
@@ -107,8 +110,19 @@ type pendingBatch struct {
 	upTo    map[int32]int64
 }
 
-// maxEmitted bounds the exports waiting to be applied.
+// maxEmitted bounds the exports waiting to be applied (about 80 bytes
+// each).
 const maxEmitted = 1 << 20
+
+// Fetch bounds: what the client buffers from the brokers is at most
+// maxConcurrentFetches fetches of fetchMaxBytes each (64 MiB), instead of
+// one fetch of 50 MiB per broker. Both are plain fetch settings, valid
+// for any Kafka; eight concurrent fetches hold back no cluster of up to
+// eight brokers.
+const (
+	fetchMaxBytes        = 8 << 20
+	maxConcurrentFetches = 8
+)
 
 type emission struct {
 	key string
@@ -117,6 +131,7 @@ type emission struct {
 
 type metrics struct {
 	records, replayed, unknownFields, handedOver, expired prometheus.Counter
+	exportsDropped                                        prometheus.Counter
 	invalid                                               *prometheus.CounterVec
 	commits, commitErrs, fetchErrs                        prometheus.Counter
 	partitions, tracked                                   prometheus.GaugeFunc
@@ -153,7 +168,7 @@ func New(o Options) (*Input, error) {
 		o.Now = time.Now
 	}
 	in := &Input{o: o, dec: flowproto.NewDecoder(), pool: flow.NewPool(),
-		pending: make(chan pendingBatch, 256), stopped: make(chan struct{})}
+		pending: make(chan pendingBatch, 256), stopped: make(chan struct{}), maxEmitted: maxEmitted}
 	in.t = newTracker(o.Exports != nil, o.Horizon, o.Now)
 	in.initMetrics()
 	in.t.expiredFn = func(n int) { in.m.expired.Add(float64(n)) }
@@ -162,6 +177,8 @@ func New(o Options) (*Input, error) {
 		kgo.ConsumeTopics(o.Topic),
 		kgo.Balancers(kgo.CooperativeStickyBalancer()),
 		kgo.DisableAutoCommit(),
+		kgo.FetchMaxBytes(fetchMaxBytes),
+		kgo.MaxConcurrentFetches(maxConcurrentFetches),
 		// A group with no commit yet starts at the beginning of what the
 		// topic retains: records written before the first replica started
 		// are aggregated too.
@@ -182,7 +199,7 @@ func New(o Options) (*Input, error) {
 	}
 	if o.Registry != nil {
 		for _, c := range []prometheus.Collector{in.m.records, in.m.replayed, in.m.unknownFields, in.m.handedOver,
-			in.m.expired, in.m.invalid, in.m.commits, in.m.commitErrs, in.m.fetchErrs, in.m.partitions, in.m.tracked} {
+			in.m.expired, in.m.exportsDropped, in.m.invalid, in.m.commits, in.m.commitErrs, in.m.fetchErrs, in.m.partitions, in.m.tracked} {
 			if err := o.Registry.Register(c); err != nil {
 				cl.Close()
 				return nil, fmt.Errorf("kafkain: %w", err)
@@ -206,6 +223,8 @@ func (in *Input) initMetrics() {
 			"Flows of partitions this replica lost that it dropped unexported: their next owner rebuilds them by replaying the partition."),
 		expired: c("sluice_kafka_input_flows_expired_total",
 			"Flows whose records stopped holding back the commit because nothing was exported for them within the horizon."),
+		exportsDropped: c("sluice_kafka_input_exports_dropped_total",
+			"Exports the input dropped unapplied because the sinks were not writing: their flows hold their partitions' commits until the horizon instead."),
 		invalid: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_kafka_input_records_invalid_total",
 			Help: "Records refused: malformed (not a Flow message) or invalid-value (a value Sluice cannot represent)."}, []string{"reason"}),
 		commits:    c("sluice_kafka_input_commits_total", "Offset commits that succeeded."),
@@ -416,11 +435,12 @@ func (in *Input) readExports() {
 		clear(buf)
 		in.emMu.Lock()
 		in.emitted = append(in.emitted, ems...)
-		if n := len(in.emitted) - maxEmitted; n > 0 {
+		if n := len(in.emitted) - in.maxEmitted; n > 0 {
 			// The sinks are not writing: forget the oldest exports. Their
 			// flows then hold their partitions' commits back until the
 			// horizon (more replay after a failover, never a loss).
 			in.emitted = append(in.emitted[:0], in.emitted[n:]...)
+			in.m.exportsDropped.Add(float64(n))
 		}
 		in.emMu.Unlock()
 	}
