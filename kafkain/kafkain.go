@@ -95,6 +95,11 @@ type Input struct {
 
 	// handed and resolvedN count batches handed on and resolved.
 	handed, resolvedN atomic.Uint64
+	// building is held by hand from the first record it notes until its
+	// batch is counted in handed: a hand-over waits for it, so that the
+	// batch being built (records fetched before the partitions left) is
+	// taken by the mode before their flows are dropped.
+	building chan struct{}
 
 	// maxEmitted is the constant, lowered by tests.
 	maxEmitted int
@@ -168,7 +173,8 @@ func New(o Options) (*Input, error) {
 		o.Now = time.Now
 	}
 	in := &Input{o: o, dec: flowproto.NewDecoder(), pool: flow.NewPool(),
-		pending: make(chan pendingBatch, 256), stopped: make(chan struct{}), maxEmitted: maxEmitted}
+		pending: make(chan pendingBatch, 256), stopped: make(chan struct{}), maxEmitted: maxEmitted,
+		building: make(chan struct{}, 1)}
 	in.t = newTracker(o.Exports != nil, o.Horizon, o.Now)
 	in.initMetrics()
 	in.t.expiredFn = func(n int) { in.m.expired.Add(float64(n)) }
@@ -294,6 +300,12 @@ func (in *Input) Run(ctx context.Context) error {
 // hand decodes the records of fs into one batch and hands it on; false
 // when ctx ended first.
 func (in *Input) hand(ctx context.Context, fs kgo.Fetches) bool {
+	select {
+	case in.building <- struct{}{}:
+	case <-ctx.Done():
+		return false
+	}
+	defer func() { <-in.building }()
 	var b flow.Batch
 	if in.o.Exports != nil {
 		b.Pool = in.pool // Aggregate mode copies what it keeps
@@ -569,8 +581,13 @@ func (in *Input) handOver(ctx context.Context, ps []int32, commit bool) {
 	in.t.leave(ps)
 	ctx, cancel := context.WithTimeout(ctx, in.o.HandOverTimeout)
 	defer cancel()
-	// Batches already handed on may hold records of ps: the mode must
-	// have taken them before their flows are dropped.
+	// Batches already handed on, or being built, may hold records of ps:
+	// the mode must have taken them before their flows are dropped.
+	select {
+	case in.building <- struct{}{}:
+		<-in.building
+	case <-ctx.Done():
+	}
 	target := in.handed.Load()
 	tk := time.NewTicker(5 * time.Millisecond)
 	defer tk.Stop()
