@@ -28,11 +28,16 @@ import (
 // Stateless (Proxy mode): a record is done once its batch is written
 // (the Written answer waits for the sinks), so resolved is enough.
 type tracker struct {
-	mu        sync.Mutex
-	stateful  bool
-	horizon   time.Duration
-	flows     map[string][]*part
-	parts     map[int32]*partition
+	mu       sync.Mutex
+	stateful bool
+	horizon  time.Duration
+	flows    map[string][]*part
+	parts    map[int32]*partition
+	// read is, per partition this member owned before, the offset after
+	// the last record it took: if the partition comes back (its session
+	// expired while the brokers were away, say), what it reads again
+	// below it is a replay even when its last commit's metadata is older.
+	read      map[int32]int64
 	now       func() time.Time
 	expiredFn func(n int)
 }
@@ -65,7 +70,7 @@ type partition struct {
 
 func newTracker(stateful bool, horizon time.Duration, now func() time.Time) *tracker {
 	return &tracker{stateful: stateful, horizon: horizon, flows: map[string][]*part{},
-		parts: map[int32]*partition{}, now: now}
+		parts: map[int32]*partition{}, read: map[int32]int64{}, now: now}
 }
 
 // assign starts tracking p, whose committed offset is committed (-1 if
@@ -76,7 +81,11 @@ func (t *tracker) assign(p int32, committed, replayUntil int64) {
 	if _, ok := t.parts[p]; ok {
 		return
 	}
-	t.parts[p] = &partition{next: committed, done: committed, committed: committed, replayUntil: replayUntil, metaNext: replayUntil}
+	metaNext := replayUntil
+	if r, ok := t.read[p]; ok {
+		replayUntil = max(replayUntil, r)
+	}
+	t.parts[p] = &partition{next: committed, done: committed, committed: committed, replayUntil: replayUntil, metaNext: metaNext}
 }
 
 // leave stops taking records of ps, which are being handed over.
@@ -97,8 +106,9 @@ func (t *tracker) revoke(ps []int32) map[string]bool {
 	defer t.mu.Unlock()
 	gone := map[int32]bool{}
 	for _, p := range ps {
-		if _, ok := t.parts[p]; ok {
+		if pp, ok := t.parts[p]; ok {
 			gone[p] = true
+			t.read[p] = max(t.read[p], pp.next)
 			delete(t.parts, p)
 		}
 	}

@@ -127,3 +127,22 @@ func TestTrackerHorizonFromResolve(t *testing.T) {
 		t.Fatalf("commit at %d a horizon after the mode took the record, want 1", got)
 	}
 }
+
+// A partition that comes back to this member (lost with its session,
+// say) counts as replays what the member itself read before, even past
+// its last commit's metadata.
+func TestTrackerOwnReadsReplayed(t *testing.T) {
+	tr := newTracker(true, time.Minute, time.Now)
+	tr.assign(0, 0, -1)
+	for o := range int64(5) {
+		tr.fetched("a", 0, o)
+	}
+	tr.revoke([]int32{0})
+	tr.assign(0, 0, 2) // the last commit's metadata: read up to 2
+	if _, replay, _ := tr.fetched("a", 0, 3); !replay {
+		t.Error("offset 3, read by this member before, not counted as a replay")
+	}
+	if _, replay, _ := tr.fetched("a", 0, 5); replay {
+		t.Error("offset 5, never read, counted as a replay")
+	}
+}
