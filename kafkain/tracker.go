@@ -11,14 +11,14 @@ import (
 // its flow:
 //
 //   - fetched: the record's flow (its key) gets a part for the record's
-//     partition, holding the oldest offset not exported (first) and how
-//     many of its records the mode has not taken yet (unresolved);
+//     partition, which holds the record's offset as pending;
 //   - resolved: the mode took the batch (its Written answer came back);
 //     pos is then the number of records handed to the export buffer so
 //     far, read after the answer, so that every export at a position from
 //     pos on was built after the record was added;
-//   - exported: an export of the flow at position p >= pos, once the
-//     sinks wrote it (ring.Buffer.WaitWritten), removes the part.
+//   - exported: an export of the flow at position p, once the sinks wrote
+//     it (ring.Buffer.WaitWritten), releases the records taken at a pos
+//     of at most p (see part); a part holding nothing more is removed.
 //
 // A part whose flow never exports again (a record that changed nothing, a
 // one-sided flow dropped) is forgotten horizon after its last record: by
@@ -42,12 +42,71 @@ type tracker struct {
 	expiredFn func(n int)
 }
 
+// part is what one flow holds of one partition: its records the mode
+// has not taken yet (pend, their offsets, in order; the mode takes them
+// in that order), and those it took, in at most two segments: a, the
+// oldest, and b, those taken after an export could have been built
+// between them and a's. An export at position e releases a segment whose
+// pos is at most e, so that a flow whose records keep coming releases
+// what each export covers instead of holding its first record until an
+// export finds nothing pending.
 type part struct {
-	partition  int32
-	first      int64
-	unresolved int
-	pos        uint64
-	lastSeen   time.Time
+	partition int32
+	pend      []int64
+	a, b      segment
+	lastSeen  time.Time
+}
+
+// segment is records of a part the mode took: first is the oldest's
+// offset, pos the export buffer's position when the last was taken.
+type segment struct {
+	ok    bool
+	first int64
+	pos   uint64
+}
+
+// first is the oldest offset the part holds.
+func (pt *part) first() int64 {
+	switch {
+	case pt.a.ok:
+		return pt.a.first
+	case len(pt.pend) > 0:
+		return pt.pend[0]
+	}
+	return -1 // holds nothing (not kept as such)
+}
+
+// take notes that the mode took the oldest pending record when the
+// export buffer had had pos records.
+func (pt *part) take(pos uint64) {
+	if len(pt.pend) == 0 {
+		return
+	}
+	o := pt.pend[0]
+	pt.pend = pt.pend[1:]
+	switch {
+	case !pt.a.ok:
+		pt.a = segment{ok: true, first: o, pos: pos}
+	case !pt.b.ok && pos == pt.a.pos:
+		// No export can tell them apart: one segment.
+	case !pt.b.ok:
+		pt.b = segment{ok: true, first: o, pos: pos}
+	default:
+		pt.b.pos = max(pt.b.pos, pos)
+	}
+}
+
+// release applies an export at position pos; it reports whether the
+// part holds nothing more.
+func (pt *part) release(pos uint64) bool {
+	if pt.a.ok && pt.a.pos <= pos {
+		pt.a = pt.b
+		pt.b = segment{}
+		if pt.a.ok && pt.a.pos <= pos {
+			pt.a = segment{}
+		}
+	}
+	return !pt.a.ok && len(pt.pend) == 0
 }
 
 // partition is an owned partition.
@@ -151,12 +210,12 @@ func (t *tracker) fetched(key string, p int32, offset int64) (pt *part, replay, 
 	}
 	for _, x := range t.flows[key] {
 		if x.partition == p {
-			x.unresolved++
+			x.pend = append(x.pend, offset)
 			x.lastSeen = t.now()
 			return x, replay, true
 		}
 	}
-	pt = &part{partition: p, first: offset, unresolved: 1, lastSeen: t.now()}
+	pt = &part{partition: p, pend: []int64{offset}, lastSeen: t.now()}
 	t.flows[key] = append(t.flows[key], pt)
 	pp.live++
 	return pt, replay, true
@@ -182,8 +241,7 @@ func (t *tracker) resolved(parts []*part, pos uint64, upTo map[int32]int64) {
 	// here, not at the fetch.
 	now := t.now()
 	for _, pt := range parts {
-		pt.unresolved--
-		pt.pos = max(pt.pos, pos)
+		pt.take(pos)
 		pt.lastSeen = now
 	}
 	for p, o := range upTo {
@@ -201,7 +259,7 @@ func (t *tracker) exported(key string, pos uint64) {
 	list := t.flows[key]
 	kept := list[:0]
 	for _, pt := range list {
-		if pt.unresolved == 0 && pos >= pt.pos {
+		if pt.release(pos) {
 			if pp := t.parts[pt.partition]; pp != nil {
 				pp.live--
 			}
@@ -231,7 +289,7 @@ func (t *tracker) expire(cut time.Time) {
 	for k, list := range t.flows {
 		kept := list[:0]
 		for _, pt := range list {
-			if pt.unresolved == 0 && pt.lastSeen.Before(cut) {
+			if len(pt.pend) == 0 && pt.lastSeen.Before(cut) {
 				expired++
 				if pp := t.parts[pt.partition]; pp != nil {
 					pp.live--
@@ -261,8 +319,8 @@ func (t *tracker) commitable() map[int32][2]int64 {
 	if t.stateful {
 		for _, list := range t.flows {
 			for _, pt := range list {
-				if o, ok := oldest[pt.partition]; !ok || pt.first < o {
-					oldest[pt.partition] = pt.first
+				if o, ok := oldest[pt.partition]; !ok || pt.first() < o {
+					oldest[pt.partition] = pt.first()
 				}
 			}
 		}

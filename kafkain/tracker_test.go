@@ -146,3 +146,35 @@ func TestTrackerOwnReadsReplayed(t *testing.T) {
 		t.Error("offset 5, never read, counted as a replay")
 	}
 }
+
+// A long-lived flow whose records keep coming: a record taken between an
+// export and the commit that applies it must not keep the flow's older
+// records held. The export releases what it covers.
+func TestTrackerBusyFlowReleasedByEachExport(t *testing.T) {
+	tr := newTracker(true, time.Hour, time.Now)
+	tr.assign(0, -1, -1)
+	a, _, _ := tr.fetched("a", 0, 0)
+	tr.resolved([]*part{a}, 5, map[int32]int64{0: 1})
+	// The store exports the flow at position 5; before the input applies
+	// the export, the flow's next record is taken (at position 6).
+	a, _, _ = tr.fetched("a", 0, 1)
+	tr.resolved([]*part{a}, 6, map[int32]int64{0: 2})
+	tr.exported("a", 5)
+	if got := commitAt(t, tr, 0); got != 1 {
+		t.Fatalf("commit at %d, want 1: the export at 5 covers the record at 0, only the one at 1 is held", got)
+	}
+	// Again, with a record still pending when the export is applied.
+	a, _, _ = tr.fetched("a", 0, 2)
+	tr.exported("a", 6)
+	if got := commitAt(t, tr, 0); got != 2 {
+		t.Fatalf("commit at %d, want 2 (the pending record)", got)
+	}
+	tr.resolved([]*part{a}, 9, map[int32]int64{0: 3})
+	tr.exported("a", 9)
+	if got := commitAt(t, tr, 0); got != 3 {
+		t.Fatalf("commit at %d once everything was exported, want 3", got)
+	}
+	if n := tr.live(); n != 0 {
+		t.Errorf("%d flows held", n)
+	}
+}
