@@ -83,3 +83,54 @@ func TestHandOverWaitsForTheBatchBeingBuilt(t *testing.T) {
 		t.Errorf("handed over %v, want the record's flow", keys)
 	}
 }
+
+// A partition handed over right after the store exported one of its
+// flows: the hand-over's commit applies that export (it waits until the
+// input read it), so the flow is not dropped as pending and exported
+// again by the next owner.
+func TestHandOverAppliesExportsMadeBeforeIt(t *testing.T) {
+	buf := ring.New[*flow.Flow](16)
+	forgot := make(chan map[string]bool, 1)
+	in, err := New(Options{Topic: "t", Group: "g", Out: make(chan flow.Batch), Exports: buf, Horizon: time.Hour,
+		HandOverTimeout: 2 * time.Second,
+		Client:          []kgo.Opt{kgo.SeedBrokers(testkit.RefusedAddr(t))},
+		Forget: func(_ context.Context, keys map[string]bool) (int, error) {
+			forgot <- keys
+			return len(keys), nil
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.cl.Close()
+	f := &flow.Flow{Protocol: 6, SourceIP: netip.MustParseAddr("10.0.0.1"), DestinationIP: netip.MustParseAddr("10.0.0.2"),
+		SourcePort: 1000, DestinationPort: 80}
+	key := string(flowkey.Append(nil, f))
+	in.t.assign(0, -1, -1)
+	pt, _, _ := in.t.fetched(key, 0, 0)
+	in.t.resolved([]*part{pt}, buf.Produced(), map[int32]int64{0: 1})
+	buf.Produce(f) // the store exports the flow
+
+	overDone := make(chan struct{})
+	go func() {
+		defer close(overDone)
+		in.handOver(context.Background(), []int32{0}, true)
+	}()
+	// The input reads the export late: a hand-over that does not wait
+	// for it drops the exported flow as pending within this window.
+	select {
+	case keys := <-forgot:
+		t.Fatalf("dropped %d flows as pending, though the store had exported the flow", len(keys))
+	case <-time.After(300 * time.Millisecond):
+	}
+	in.wg.Go(in.readExports)
+	<-overDone
+	select {
+	case keys := <-forgot:
+		if keys[key] {
+			t.Errorf("the exported flow was dropped as pending")
+		}
+	default:
+	}
+	buf.Close()
+	in.wg.Wait()
+}

@@ -92,6 +92,9 @@ type Input struct {
 	// emitted are exports read and not applied yet (key, position).
 	emMu    sync.Mutex
 	emitted []emission
+	// exportsRead is the export buffer's position readExports has read
+	// up to (what it lost included).
+	exportsRead atomic.Uint64
 
 	// handed and resolvedN count batches handed on and resolved.
 	handed, resolvedN atomic.Uint64
@@ -446,6 +449,7 @@ func (in *Input) readExports() {
 		read += uint64(len(buf))
 		clear(buf)
 		in.emMu.Lock()
+		in.exportsRead.Store(base + uint64(len(buf)))
 		in.emitted = append(in.emitted, ems...)
 		if n := len(in.emitted) - in.maxEmitted; n > 0 {
 			// The sinks are not writing: forget the oldest exports. Their
@@ -595,6 +599,18 @@ func (in *Input) handOver(ctx context.Context, ps []int32, commit bool) {
 		select {
 		case <-tk.C:
 		case <-ctx.Done():
+		}
+	}
+	if in.o.Exports != nil {
+		// What the store exported by now must be read for the commit
+		// below to apply it: a flow exported and not applied would be
+		// dropped as pending, and exported again by the next owner.
+		head := in.o.Exports.Produced()
+		for in.exportsRead.Load() < head && ctx.Err() == nil {
+			select {
+			case <-tk.C:
+			case <-ctx.Done():
+			}
 		}
 	}
 	if commit {
