@@ -28,6 +28,7 @@ import (
 	"sluice/flow"
 	"sluice/flow/ipfixmap"
 	"sluice/ipfix"
+	"sluice/kafkain"
 	"sluice/kubeinformers"
 	"sluice/mode"
 	"sluice/ring"
@@ -103,6 +104,8 @@ type Aggregator struct {
 	// when the Traceflow controller gave the aggregator Kubernetes
 	// access; nil otherwise.
 	liveObjects func(context.Context) ([]cluster.Object, error)
+	// kin reads records from Kafka (sluice.kafkaInput); nil when off.
+	kin *kafkain.Input
 }
 
 // namedSink is a sink and the key of its configuration section.
@@ -169,6 +172,9 @@ func (a *Aggregator) init(o Options) error {
 		return err
 	}
 	if err := a.setupCollectors(); err != nil {
+		return err
+	}
+	if err := a.setupKafkaInput(); err != nil {
 		return err
 	}
 	a.recheckOnCAChange()
@@ -283,6 +289,7 @@ func (a *Aggregator) Close() {
 			c.Close()
 		}
 	}
+	a.closeKafkaInput()
 }
 
 // Run serves until ctx ends, then shuts down in order and returns.
@@ -369,6 +376,7 @@ func (a *Aggregator) Run(ctx context.Context) error {
 	close(a.batches)
 	stopRun() // the metadata source and the API end with the run
 	a.drain(&stages, modeDone, running)
+	a.closeKafkaInput()
 	if a.informers != nil {
 		a.informers.Shutdown() // their users have stopped
 	}

@@ -23,7 +23,7 @@ func (a *Aggregator) newMode() (mode.Mode, error) {
 	}
 	enr := enrich.NewEnricher(o)
 	if cfg.Mode == config.ModeProxy {
-		return proxy.New(proxy.Options{Enricher: enr, Metrics: proxy.NewMetrics(a.reg)}), nil
+		return proxy.New(proxy.Options{Enricher: enr, Metrics: proxy.NewMetrics(a.reg), KeepPods: !cfg.Sluice.Proxy.FillPods}), nil
 	}
 	m := aggregateMode{aggregate.New(aggregate.Options{
 		ActiveTimeout: cfg.ActiveFlowRecordTimeout.Duration, InactiveTimeout: cfg.InactiveFlowRecordTimeout.Duration,

@@ -10,6 +10,7 @@ import (
 	"sluice/sink/flowlog"
 	"sluice/sink/flowstream"
 	"sluice/sink/ipfixout"
+	"sluice/sink/kafka"
 	"sluice/sink/s3"
 )
 
@@ -22,6 +23,7 @@ func Sinks() []sink.Factory {
 		flowstream.Factory(),
 		s3.Factory(),
 		clickhouse.Factory(),
+		kafka.Factory(),
 	}
 }
 
@@ -73,6 +75,12 @@ func (a *Aggregator) setupFastPath() error {
 	}
 	if !on || len(a.sinks) != 1 {
 		return nil
+	}
+	if a.cfg.Sluice.KafkaInput.Enable && a.cfg.Mode == config.ModeAggregate {
+		return nil // the Kafka input follows exports as flow records
+	}
+	if a.cfg.Mode == config.ModeProxy && !a.cfg.Sluice.Proxy.FillPods {
+		return nil // the fast path always fills Pods
 	}
 	m, ok := a.mode.(mode.Encoder)
 	if !ok {
