@@ -155,6 +155,7 @@ func (a *Aggregator) init(o Options) error {
 	if err := a.setupFastPath(); err != nil {
 		return err
 	}
+	a.setupBackPressure()
 	if err := a.setupUI(o); err != nil {
 		return err
 	}
