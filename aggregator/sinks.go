@@ -122,5 +122,14 @@ func (a *Aggregator) setupBackPressure() {
 				w += a.encBuf.Waited()
 			}
 			return w.Seconds()
-		}))
+		}),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sluice_pipeline_backpressure_waiting",
+			Help: "1 while the pipeline waits for a sink that is a whole recordBufferSize behind, else 0."},
+			func() float64 {
+				n := a.buf.Waiting()
+				if a.encBuf != nil {
+					n += a.encBuf.Waiting()
+				}
+				return float64(min(n, 1))
+			}))
 }

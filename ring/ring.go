@@ -91,6 +91,13 @@ func (b *Buffer[T]) Waited() time.Duration {
 	return b.waited
 }
 
+// Waiting is the number of producers waiting for consumers now.
+func (b *Buffer[T]) Waiting() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.waiting
+}
+
 // Flushing makes every later Produce a ProduceWait that waits until each
 // open consumer has room: at the end of a run, what is still on its way
 // must reach the sinks rather than lap them. A consumer that stops
