@@ -142,12 +142,14 @@ func (b *Buffer[T]) Hand(ctx context.Context, wait bool, items ...T) {
 // produceWait produces items one by one, each once no consumer it must
 // wait for (see mustWait) would lose an item, or once ctx ends.
 func (b *Buffer[T]) produceWait(ctx context.Context, flush bool, items []T) {
-	stop := context.AfterFunc(ctx, func() {
-		b.mu.Lock()
-		defer b.mu.Unlock()
-		b.room.Broadcast()
-	})
-	defer stop()
+	// ctx's end wakes the wait; watched from the first wait on, so that
+	// a Produce that finds room costs no more than without back-pressure.
+	var stop func() bool
+	defer func() {
+		if stop != nil {
+			stop()
+		}
+	}()
 	b.mu.Lock()
 	var since time.Time // when this call first waited
 	free := 0           // items that surely overwrite nothing a consumer waited for has not read
@@ -163,6 +165,13 @@ func (b *Buffer[T]) produceWait(ctx context.Context, flush bool, items []T) {
 			}
 			if since.IsZero() {
 				since = now
+				if ctx.Done() != nil {
+					stop = context.AfterFunc(ctx, func() {
+						b.mu.Lock()
+						defer b.mu.Unlock()
+						b.room.Broadcast()
+					})
+				}
 			}
 			b.waiting++
 			var t *time.Timer

@@ -2,6 +2,7 @@ package ring
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -496,5 +497,39 @@ func TestFlushSkipsBestEffort(t *testing.T) {
 	case <-done:
 	case <-time.After(10 * time.Second):
 		t.Fatal("ProduceWait waits for a best-effort consumer")
+	}
+}
+
+// BenchmarkProduce hands batches of 64 items to a buffer one consumer
+// drains: without back-pressure (the consumer may be lapped) and with it
+// (the producer waits when the consumer is a whole buffer behind).
+func BenchmarkProduce(b *testing.B) {
+	for _, bp := range []bool{false, true} {
+		b.Run(fmt.Sprintf("backpressure=%v", bp), func(b *testing.B) {
+			buf := New[int](8192)
+			if bp {
+				buf.BackPressure(time.Minute)
+			}
+			c := buf.Consumer()
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				var dst []int
+				for {
+					var ok bool
+					if dst, ok = c.Next(context.Background(), dst[:0], 512); !ok {
+						return
+					}
+				}
+			}()
+			items := make([]int, 64)
+			b.ResetTimer()
+			for range b.N {
+				buf.Produce(items...)
+			}
+			buf.Close()
+			<-done
+			b.ReportMetric(float64(c.Lost)/float64(b.N*64), "lost/item")
+		})
 	}
 }
