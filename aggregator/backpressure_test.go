@@ -229,6 +229,9 @@ sluice:
 	if waited < stall.Seconds()*0.9 {
 		t.Errorf("the pipeline waited %.2fs for the stuck sink, less than the stall timeout %s", waited, stall)
 	}
+	if !strings.Contains(logs, "sent nothing for sluice.sinkStallTimeout") || !strings.Contains(logs, "sink=flowCollector") {
+		t.Error("no warning names the stuck sink")
+	}
 	b, err := os.ReadFile(logPath)
 	if err != nil {
 		t.Fatal(err)

@@ -42,6 +42,10 @@ type Buffer[T any] struct {
 	// see BackPressure); waited is how long producers waited in all.
 	stall  time.Duration
 	waited time.Duration
+	// onStall is told of each consumer back-pressure stops waiting for
+	// after the stall timeout (see OnStall); stalls are those to tell of.
+	onStall func(*Consumer[T])
+	stalls  []*Consumer[T]
 }
 
 // New returns a buffer of at least capacity items (rounded up to a power
@@ -81,6 +85,16 @@ func (b *Buffer[T]) BackPressure(stall time.Duration) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.stall = stall
+}
+
+// OnStall has f called, by a producer and without the buffer's lock, for
+// each consumer that back-pressure stops waiting for because it read
+// nothing for the stall timeout (once until it reads again): the caller
+// logs it. Set it before producing.
+func (b *Buffer[T]) OnStall(f func(*Consumer[T])) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.onStall = f
 }
 
 // Waited is how long producers have waited for consumers so far (for
@@ -201,8 +215,13 @@ func (b *Buffer[T]) produceWait(ctx context.Context, flush bool, items []T) {
 	if !since.IsZero() {
 		b.waited += time.Since(since)
 	}
+	stalls, onStall := b.stalls, b.onStall
+	b.stalls = nil
 	b.mu.Unlock()
 	b.wake.Broadcast()
+	for _, c := range stalls {
+		onStall(c)
+	}
 }
 
 // free is how many items can be produced before one overwrites an item
@@ -246,7 +265,14 @@ func (b *Buffer[T]) mustWait(flush bool, now time.Time) (wait bool, until time.T
 		}
 		d := c.behindSince.Add(b.stall)
 		if !now.Before(d) {
-			continue // stopped reading: lapped
+			// Stopped reading: lapped.
+			if !c.lapped {
+				c.lapped = true
+				if b.onStall != nil {
+					b.stalls = append(b.stalls, c)
+				}
+			}
+			continue
 		}
 		if !wait || d.Before(until) {
 			until = d
@@ -297,6 +323,9 @@ type Consumer[T any] struct {
 	// this consumer a whole buffer behind since it last read (zero when
 	// it read since).
 	behindSince time.Time
+	// lapped is set when back-pressure stopped waiting for it for the
+	// stall timeout, until it reads again.
+	lapped bool
 }
 
 // Consumer returns a consumer starting at the current head (it sees only
@@ -500,7 +529,7 @@ func (c *Consumer[T]) Next(ctx context.Context, dst []T, max int) (out []T, ok b
 		dst = append(dst, b.items[c.next&b.mask])
 		c.next++
 	}
-	c.behindSince = time.Time{} // it made progress
+	c.behindSince, c.lapped = time.Time{}, false // it made progress
 	if b.waiting > 0 {
 		b.room.Broadcast()
 	}

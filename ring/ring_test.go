@@ -383,6 +383,8 @@ func TestBackPressureLapsSilentConsumer(t *testing.T) {
 	const stall = 200 * time.Millisecond
 	b := New[int](4)
 	b.BackPressure(stall)
+	var told []*Consumer[int]
+	b.OnStall(func(c *Consumer[int]) { told = append(told, c) }) // the producer's goroutine: this one
 	dead := b.Consumer()
 	start := time.Now()
 	for i := range 100 {
@@ -401,6 +403,9 @@ func TestBackPressureLapsSilentConsumer(t *testing.T) {
 	if w := b.Waited(); w != waited {
 		t.Fatalf("the producer waited %s more for a consumer it had lapped", w-waited)
 	}
+	if len(told) != 1 || told[0] != dead {
+		t.Fatalf("OnStall told of %d consumers, want the silent one once", len(told))
+	}
 	got, _ := dead.Next(context.Background(), nil, 100)
 	if dead.Lost != 196 || len(got) != 4 || got[0] != 196 {
 		t.Fatalf("lapped consumer: read %v, lost %d, want 196..199 and 196 lost", got, dead.Lost)
@@ -411,6 +416,9 @@ func TestBackPressureLapsSilentConsumer(t *testing.T) {
 	b.Produce(1, 2, 3, 4, 5)
 	if d := time.Since(start); d < stall {
 		t.Fatalf("a consumer that read again was lapped after %s, before the stall timeout", d)
+	}
+	if len(told) != 2 {
+		t.Fatalf("OnStall told of %d stalls, want 2 (it read in between)", len(told))
 	}
 }
 
