@@ -333,7 +333,10 @@ func (c *Conn) Write(msg []byte) error {
 		return errWritesStopped
 	}
 	if _, err := c.nc.Write(msg); err != nil {
-		if errors.Is(err, os.ErrDeadlineExceeded) {
+		switch {
+		case c.stopped != nil && c.stopped.Load():
+			err = errWritesStopped
+		case errors.Is(err, os.ErrDeadlineExceeded):
 			err = fmt.Errorf("%w: the collector read nothing for %s", ErrWriteTimeout, c.o.WriteTimeout)
 		}
 		c.drop(err)
