@@ -35,7 +35,7 @@ VERSION       := $(shell sed -n 's/^appVersion: *"*\([^"]*\)"* *$$/\1/p' deploy/
 IMAGE_REF     := sluice:v$(VERSION)
 STATIC_BINARY := bin/sluice-linux-static
 
-.PHONY: cluster-test cluster-up cluster-down test deps vet staticcheck unit interop fuzz bench soak build generate generate-check manifests manifests-check image ui ui-check ui-screenshots
+.PHONY: cluster-test cluster-up cluster-down test deps vet staticcheck unit interop fuzz bench bench-reference soak build generate generate-check manifests manifests-check image ui ui-check ui-screenshots
 
 test: deps ui-check generate-check manifests-check vet staticcheck unit interop cluster-test fuzz
 
@@ -99,6 +99,28 @@ bench:
 	$(GO) install $(BENCHSTAT)
 	cd interop && $(GO) test -run='^$$' -bench=. -benchmem -count=6 | tee ../bench.txt
 	$(GOBIN)/benchstat bench.txt
+
+# The race of whole processes against the reference's flow-aggregator
+# (not part of `make test`): builds the reference from the fetched snapshot
+# (scripts/build-reference-aggregator.sh, cached in $(SLUICE_CACHE)) and
+# sluice, then bench/race runs both against the kube-apiserver `make deps`
+# built, in interleaved rounds. Needs root (the reference runs under
+# `unshare -m`) and free ports 4739, 14739 and 10348. The table goes to
+# bench-reference.txt, the runs as benchmark lines to
+# bench-reference-runs.txt; see docs/performance.md.
+RACE_FLOWS    ?= 100k,1M,3M
+RACE_ROUNDS   ?= 2
+RACE_ARGS     ?=
+bench-reference:
+	./scripts/build-reference-aggregator.sh >/dev/null
+	$(GO) build -o bin/sluice ./cmd/sluice
+	$(GO) build -o bin/race ./bench/race
+	$(GO) install $(BENCHSTAT)
+	bin/race -reference "$$(./scripts/build-reference-aggregator.sh)" -sluice bin/sluice \
+		-rounds $(RACE_ROUNDS) -flows $(RACE_FLOWS) -bench-out bench-reference-runs.txt $(RACE_ARGS) >bench-reference.txt \
+		|| { cat bench-reference.txt; exit 1; }
+	$(GOBIN)/benchstat -col /impl bench-reference-runs.txt >>bench-reference.txt
+	cat bench-reference.txt
 
 generate:
 	@protoc --version 2>/dev/null | grep -qx 'libprotoc $(PROTOC_VERSION)' || { echo "generate: need protoc $(PROTOC_VERSION) (apt-get install protobuf-compiler libprotobuf-dev)"; exit 1; }

@@ -48,10 +48,12 @@ func (s *Store) Records(q flow.Query) ([]*flow.Flow, int) {
 }
 
 type queryReq struct {
-	q     flow.Query
-	flows []*flow.Flow
-	n     int
-	done  chan struct{}
+	q flow.Query
+	// forget, when set, makes the request a Forget.
+	forget KeyMatch
+	flows  []*flow.Flow
+	n      int
+	done   chan struct{}
 }
 
 // Query runs Records in the goroutine of Run, for any goroutine. It fails
@@ -69,6 +71,11 @@ func (s *Store) Query(ctx context.Context, q flow.Query) ([]*flow.Flow, int, err
 }
 
 func (s *Store) answer(r *queryReq) {
+	if r.forget != nil {
+		r.n = s.forget(r.forget)
+		close(r.done)
+		return
+	}
 	r.flows, r.n = s.Records(r.q)
 	close(r.done)
 }

@@ -8,6 +8,7 @@ package aggregator
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -16,15 +17,19 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"k8s.io/client-go/kubernetes"
 
 	"sluice/api"
 	"sluice/certs"
+	"sluice/clusterid"
 	"sluice/collector"
 	"sluice/config"
 	"sluice/enrich"
 	"sluice/flow"
 	"sluice/flow/ipfixmap"
 	"sluice/ipfix"
+	"sluice/kafkain"
+	"sluice/kubeinformers"
 	"sluice/mode"
 	"sluice/ring"
 	"sluice/sink"
@@ -64,6 +69,12 @@ type Aggregator struct {
 
 	// meta is the Kubernetes metadata source, nil when there is none.
 	meta enrich.Source
+	// informers is the process's informer factory (the metadata source's,
+	// which the Traceflow watch joins); nil without a live cluster.
+	informers *kubeinformers.Shared
+	// cluster is the cluster's identity; its UUID is zero when unknown
+	// (an inventory file, no Kubernetes, or the look-up failed).
+	cluster clusterid.Identity
 	// traceflow answers Traceflow objects; nil unless
 	// sluice.traceflow.enable.
 	traceflow *controller.Controller
@@ -93,6 +104,8 @@ type Aggregator struct {
 	// when the Traceflow controller gave the aggregator Kubernetes
 	// access; nil otherwise.
 	liveObjects func(context.Context) ([]cluster.Object, error)
+	// kin reads records from Kafka (sluice.kafkaInput); nil when off.
+	kin *kafkain.Input
 }
 
 // namedSink is a sink and the key of its configuration section.
@@ -162,6 +175,9 @@ func (a *Aggregator) init(o Options) error {
 	if err := a.setupCollectors(); err != nil {
 		return err
 	}
+	if err := a.setupKafkaInput(); err != nil {
+		return err
+	}
 	a.recheckOnCAChange()
 	a.api = api.New(a.reg, a.log)
 	a.setupAPI()
@@ -175,8 +191,10 @@ func (a *Aggregator) init(o Options) error {
 // names: sluice.inventory, or sluice.kubeconfig or the Pod's own cluster.
 func (a *Aggregator) setupMetadata() error {
 	s := a.cfg.Sluice
+	// The Traceflow watch joins the metadata source's informers (one set
+	// of watches; see package kubeinformers).
 	src, err := enrich.OpenSource(enrich.SourceOptions{Inventory: s.Inventory, Kubeconfig: s.Kubeconfig,
-		InCluster: enrich.InClusterEnv(), CheckAccess: true, Logger: a.log})
+		InCluster: enrich.InClusterEnv(), CheckAccess: true, ShareInformers: true, Logger: a.log})
 	if err != nil {
 		key := "sluice.kubeconfig"
 		if s.Inventory != "" {
@@ -188,7 +206,45 @@ func (a *Aggregator) setupMetadata() error {
 		a.log.Info("no Pod metadata source (sluice.inventory or sluice.kubeconfig): records keep the Pod metadata exporters sent, and nothing is added")
 	}
 	a.meta = src
+	if k, ok := src.(*enrich.Kube); ok {
+		a.informers = k.Informers()
+		a.setupClusterID(k.Client())
+	}
 	return nil
+}
+
+// setupClusterID reads the cluster's identity (see package clusterid):
+// the clusterId of records when clusterID is not configured, and the
+// observation domain of exported messages when
+// flowCollector.observationDomainID is not. Where the reference exits,
+// after its ten seconds, Sluice starts without it (clusterId empty unless
+// configured), as it starts when the API server cannot be asked about
+// permissions: the failure is logged with what to fix.
+func (a *Aggregator) setupClusterID(client kubernetes.Interface) {
+	id, err := clusterid.Get(context.Background(), client, clusterid.Options{Log: a.log})
+	switch {
+	case errors.Is(err, clusterid.ErrForbidden):
+		a.log.Warn("cluster identity: the credentials " + err.Error() + "; records get no clusterId unless clusterID is set " +
+			"(grant get on them, see docs/kubernetes.md#permissions-rbac)")
+		return
+	case err != nil:
+		a.log.Error("cluster identity not read; records get no clusterId unless clusterID is set", "err", err)
+		return
+	}
+	a.cluster = id
+	a.log.Info("cluster identity", "uuid", id.String(), "source", id.Source, "clusterID", a.clusterID())
+}
+
+// clusterID is what records carry in clusterId: clusterID when configured,
+// else the cluster's UUID, else nothing.
+func (a *Aggregator) clusterID() string {
+	switch {
+	case a.cfg.ClusterID != "":
+		return a.cfg.ClusterID
+	case a.cluster.UUID != flow.UID{}:
+		return a.cluster.String()
+	}
+	return ""
 }
 
 // Addrs returns the bound addresses.
@@ -234,6 +290,7 @@ func (a *Aggregator) Close() {
 			c.Close()
 		}
 	}
+	a.closeKafkaInput()
 }
 
 // Run serves until ctx ends, then shuts down in order and returns.
@@ -320,6 +377,10 @@ func (a *Aggregator) Run(ctx context.Context) error {
 	close(a.batches)
 	stopRun() // the metadata source and the API end with the run
 	a.drain(&stages, modeDone, running)
+	a.closeKafkaInput()
+	if a.informers != nil {
+		a.informers.Shutdown() // their users have stopped
+	}
 	uiDone()
 	if err := <-apiDone; err != nil && runErr == nil {
 		runErr = err

@@ -95,6 +95,9 @@ func (a *Aggregator) startCollectors(ctx context.Context, errs chan<- error) *sy
 	if a.grpcLn != nil {
 		start(func() error { return a.coll.ServeGRPC(ctx, a.grpcLn, a.grpcTLS) })
 	}
+	if a.kin != nil {
+		start(func() error { return a.kin.Run(ctx) })
+	}
 	return &colls
 }
 

@@ -17,13 +17,13 @@ import (
 // newMode makes the configured mode, with the one Enricher both modes use.
 func (a *Aggregator) newMode() (mode.Mode, error) {
 	cfg := a.cfg
-	o := enrich.EnricherOptions{PodLabels: cfg.RecordContents.PodLabels, UIDs: cfg.FlowCollector.IncludeK8sUIDs, ClusterID: cfg.ClusterID}
+	o := enrich.EnricherOptions{PodLabels: cfg.RecordContents.PodLabels, UIDs: cfg.FlowCollector.IncludeK8sUIDs, ClusterID: a.clusterID()}
 	if a.meta != nil {
 		o.Store = a.meta
 	}
 	enr := enrich.NewEnricher(o)
 	if cfg.Mode == config.ModeProxy {
-		return proxy.New(proxy.Options{Enricher: enr, Metrics: proxy.NewMetrics(a.reg)}), nil
+		return proxy.New(proxy.Options{Enricher: enr, Metrics: proxy.NewMetrics(a.reg), KeepPods: !cfg.Sluice.Proxy.FillPods}), nil
 	}
 	m := aggregateMode{aggregate.New(aggregate.Options{
 		ActiveTimeout: cfg.ActiveFlowRecordTimeout.Duration, InactiveTimeout: cfg.InactiveFlowRecordTimeout.Duration,

@@ -12,6 +12,7 @@ import (
 	"sluice/sink/flowlog"
 	"sluice/sink/flowstream"
 	"sluice/sink/ipfixout"
+	"sluice/sink/kafka"
 	"sluice/sink/s3"
 )
 
@@ -24,6 +25,7 @@ func Sinks() []sink.Factory {
 		flowstream.Factory(),
 		s3.Factory(),
 		clickhouse.Factory(),
+		kafka.Factory(),
 	}
 }
 
@@ -47,7 +49,7 @@ func LoadConfig(path string) (*config.Aggregator, error) {
 func (a *Aggregator) setupSinks() error {
 	a.sinkMetrics = sink.NewMetrics(a.reg)
 	env := sink.Env{Config: a.cfg, Log: a.log, Metrics: a.sinkMetrics, Registry: a.reg,
-		Table: a.table, Buffer: a.buf, ServerTLS: a.serverTLS, Kube: a.kubeAccess}
+		Table: a.table, Buffer: a.buf, ServerTLS: a.serverTLS, Kube: a.kubeAccess, ClusterUUID: a.cluster.UUID}
 	for _, f := range Sinks() {
 		if !a.cfg.SinkEnabled(f.Key) {
 			continue
@@ -75,6 +77,12 @@ func (a *Aggregator) setupFastPath() error {
 	}
 	if !on || len(a.sinks) != 1 {
 		return nil
+	}
+	if a.cfg.Sluice.KafkaInput.Enable && a.cfg.Mode == config.ModeAggregate {
+		return nil // the Kafka input follows exports as flow records
+	}
+	if a.cfg.Mode == config.ModeProxy && !a.cfg.Sluice.Proxy.FillPods {
+		return nil // the fast path always fills Pods
 	}
 	m, ok := a.mode.(mode.Encoder)
 	if !ok {

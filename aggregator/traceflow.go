@@ -44,7 +44,7 @@ func (a *Aggregator) setupTraceflow() error {
 	// One watch of the cluster serves every trace, the controller's and
 	// the UI's: a trace reads the caches instead of listing the whole
 	// cluster. IPPools too, for the bridging mode.
-	w := kube.NewWatcher(client, dyn, kube.WatchOptions{Logger: a.log, IPPools: true})
+	w := kube.NewWatcher(client, dyn, kube.WatchOptions{Logger: a.log, IPPools: true, Informers: a.informers})
 	ctl, err := controller.New(client, dyn, controller.Options{
 		Objects:     w.WaitObjects,
 		Settings:    a.traceSettings(),

@@ -101,7 +101,7 @@ type Aggregator struct {
 	// RecordContents selects optional record contents.
 	RecordContents RecordContents `yaml:"recordContents"`
 	// ClusterID is exported in the clusterId element; empty means the
-	// cluster's UUID.
+	// cluster's UUID (package clusterid), or nothing without a cluster.
 	ClusterID string `yaml:"clusterID"`
 	// RecordBufferSize is the number of records the buffer between the
 	// pipeline and the sinks holds.
@@ -120,6 +120,8 @@ type Aggregator struct {
 	S3Uploader S3Uploader `yaml:"s3Uploader"`
 	// FlowLogger is the local log file sink.
 	FlowLogger FlowLogger `yaml:"flowLogger"`
+	// Kafka is the Kafka sink (config/kafka.go).
+	Kafka Kafka `yaml:"kafka"`
 	// Sluice holds the settings Sluice adds to Antrea's.
 	Sluice Sluice `yaml:"sluice"`
 
@@ -156,8 +158,9 @@ type FlowCollector struct {
 	// Address is `<host>:<port>[:<proto>]`, IPv6 hosts in brackets; see
 	// [FlowCollector.Target].
 	Address string `yaml:"address"`
-	// ObservationDomainID is the domain of exported messages; nil means one
-	// derived from the cluster UUID.
+	// ObservationDomainID is the domain of exported messages; nil means
+	// the FNV-1 (32-bit) hash of the cluster UUID's 16 octets (of the
+	// ClusterID text when there is no cluster UUID).
 	ObservationDomainID *uint32 `yaml:"observationDomainID"`
 	// RecordFormat is FormatIPFIX or FormatJSON.
 	RecordFormat string `yaml:"recordFormat"`
@@ -335,6 +338,8 @@ type Sluice struct {
 	Traceflow TraceflowOptions `yaml:"traceflow"`
 	// UI is the web UI (package ui).
 	UI UIOptions `yaml:"ui"`
+	// KafkaInput reads records from a Kafka topic (config/kafka.go).
+	KafkaInput KafkaInput `yaml:"kafkaInput"`
 }
 
 // UIOptions is the `sluice.ui` section: the read-only web UI.
@@ -436,6 +441,10 @@ type ProxyOptions struct {
 	// between. It applies when flowCollector is the only consumer of
 	// records and sends IPFIX, and flowCollector.includeK8sUIDs is off.
 	FastPath bool `yaml:"fastPath"`
+	// FillPods names the Pods an inter-Node half lacks (the default). An
+	// ingest tier that writes to Kafka for an Aggregate tier sets it
+	// false: correlation tells the halves apart by the Pod each names.
+	FillPods bool `yaml:"fillPods"`
 }
 
 // AggregateOptions is the `sluice.aggregate` section.
@@ -488,13 +497,15 @@ func Default() *Aggregator {
 			RecordFormat: FormatCSV,
 			PrettyPrint:  true,
 		},
+		Kafka: Kafka{Topic: DefaultKafkaTopic, Format: KafkaFormatProto, MaxBufferedRecords: DefaultKafkaMaxBufferedRecords},
 		Sluice: Sluice{
+			KafkaInput:   KafkaInput{Topic: DefaultKafkaTopic, Group: DefaultKafkaGroup, SessionTimeout: Duration{DefaultKafkaSessionTimeout}},
 			IPFIXAddress: ":4739",
 			GRPCAddress:  ":14739",
 			APIAddress:   ":10348",
 			// Antrea's FlowStreamService port.
 			FlowStreamAddress: ":14740",
-			Proxy:             ProxyOptions{PassThroughUnknown: true, FastPath: true},
+			Proxy:             ProxyOptions{PassThroughUnknown: true, FastPath: true, FillPods: true},
 			Aggregate:         AggregateOptions{MaxFlows: 1000000, ExportOneSided: true, FastPath: true},
 			DrainTimeout:      Duration{10 * time.Second},
 			SinkOverflow:      SinkOverflowBlock,
@@ -547,6 +558,14 @@ func (a *Aggregator) applyDefaults() {
 	setString(&a.FlowLogger.RecordFormat, d.FlowLogger.RecordFormat)
 	setInt(&a.FlowLogger.MaxSize, d.FlowLogger.MaxSize)
 
+	setString(&a.Kafka.Topic, d.Kafka.Topic)
+	setString(&a.Kafka.Format, d.Kafka.Format)
+	setInt(&a.Kafka.MaxBufferedRecords, d.Kafka.MaxBufferedRecords)
+	setString(&a.Sluice.KafkaInput.Topic, d.Sluice.KafkaInput.Topic)
+	setString(&a.Sluice.KafkaInput.Group, d.Sluice.KafkaInput.Group)
+	if a.Sluice.KafkaInput.SessionTimeout.Duration == 0 {
+		a.Sluice.KafkaInput.SessionTimeout = d.Sluice.KafkaInput.SessionTimeout
+	}
 	setString(&a.Sluice.IPFIXAddress, d.Sluice.IPFIXAddress)
 	// sluice.grpcAddress is not restored: decoding starts from the
 	// default, so an empty value was written in the file, and means off.

@@ -35,6 +35,8 @@ func (a *Aggregator) SinkEnabled(key string) bool {
 		return a.FlowLogger.Enable
 	case SinkFlowStreamService:
 		return a.FlowStreamService.Enable
+	case SinkKafka:
+		return a.Kafka.Enable
 	}
 	return false
 }
@@ -86,7 +88,9 @@ func (a *Aggregator) validate(opts ValidateOptions) []error {
 	v.s3Uploader()
 	v.flowLogger()
 	v.sink(SinkFlowStreamService, a.FlowStreamService.Enable, "the flow stream service")
+	v.kafka()
 	v.sluice()
+	v.kafkaInput()
 	return v.errs
 }
 

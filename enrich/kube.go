@@ -23,7 +23,8 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 
-	"sluice/internal/kubemeta"
+	"sluice/kubeinformers"
+	"sluice/kubetrim"
 )
 
 const (
@@ -58,6 +59,10 @@ type KubeOptions struct {
 	// Logger receives sync and watch events, client-go's own messages
 	// included; slog.Default() if nil.
 	Logger *slog.Logger
+	// Informers, when set, is the process's informer factory, which the
+	// Kube then shares (see package kubeinformers) instead of running its
+	// own. Its owner shuts it down.
+	Informers *kubeinformers.Shared
 }
 
 // Kube is a Store that follows a Kubernetes cluster through the API server:
@@ -77,6 +82,7 @@ type KubeOptions struct {
 // It needs get, list and watch on pods, nodes and services at cluster scope.
 type Kube struct {
 	client        kubernetes.Interface
+	shared        *kubeinformers.Shared
 	syncTimeout   time.Duration
 	batchInterval time.Duration
 	now           func() time.Time
@@ -167,11 +173,19 @@ func KubeConfig(kubeconfigPath string) (*rest.Config, error) {
 	return cfg, nil
 }
 
+// Client is the client the Kube reads the cluster through.
+func (k *Kube) Client() kubernetes.Interface { return k.client }
+
+// Informers is the informer factory the Kube shares (KubeOptions.Informers),
+// nil when it runs its own.
+func (k *Kube) Informers() *kubeinformers.Shared { return k.shared }
+
 // NewKube returns a Kube that reads the cluster through client. It holds
 // no data until Run has synced.
 func NewKube(client kubernetes.Interface, opts KubeOptions) *Kube {
 	k := &Kube{
 		client:        client,
+		shared:        opts.Informers,
 		syncTimeout:   opts.SyncTimeout,
 		batchInterval: opts.BatchInterval,
 		now:           opts.Now,
@@ -219,27 +233,44 @@ func (k *Kube) Run(ctx context.Context) error {
 	// client-go logs through the logger in the context: send it to slog.
 	ictx := klog.NewContext(ctx, logr.FromSlogHandler(k.log.Handler()))
 
-	factory := informers.NewSharedInformerFactoryWithOptions(k.client, 0,
-		informers.WithTransform(trimObject))
-	core := factory.Core().V1()
+	// Our own factory, or the process's shared one (whose transform keeps
+	// what trimObject keeps, and more).
+	var factory informers.SharedInformerFactory
+	if k.shared == nil {
+		factory = informers.NewSharedInformerFactoryWithOptions(k.client, 0, informers.WithTransform(trimObject))
+	}
+	informer := func(resource string, get func(informers.SharedInformerFactory) cache.SharedIndexInformer) (cache.SharedIndexInformer, error) {
+		if k.shared != nil {
+			return k.shared.Informer(resource, get, k.onWatchError)
+		}
+		inf := get(factory)
+		return inf, inf.SetWatchErrorHandlerWithContext(k.onWatchError)
+	}
 	kinds := []struct {
-		name     string
-		informer cache.SharedIndexInformer
-		handler  cache.ResourceEventHandler
+		name    string
+		get     func(informers.SharedInformerFactory) cache.SharedIndexInformer
+		handler cache.ResourceEventHandler
 	}{
-		{"pods", core.Pods().Informer(), cache.ResourceEventHandlerDetailedFuncs{
-			AddFunc: k.onPodAdd, UpdateFunc: k.onPodUpdate, DeleteFunc: k.onPodDelete}},
-		{"nodes", core.Nodes().Informer(), cache.ResourceEventHandlerDetailedFuncs{
-			AddFunc: k.onNodeAdd, UpdateFunc: k.onNodeUpdate, DeleteFunc: k.onNodeDelete}},
-		{"services", core.Services().Informer(), cache.ResourceEventHandlerDetailedFuncs{
-			AddFunc: k.onServiceAdd, UpdateFunc: k.onServiceUpdate, DeleteFunc: k.onServiceDelete}},
+		{"pods", func(f informers.SharedInformerFactory) cache.SharedIndexInformer {
+			return f.Core().V1().Pods().Informer()
+		},
+			cache.ResourceEventHandlerDetailedFuncs{AddFunc: k.onPodAdd, UpdateFunc: k.onPodUpdate, DeleteFunc: k.onPodDelete}},
+		{"nodes", func(f informers.SharedInformerFactory) cache.SharedIndexInformer {
+			return f.Core().V1().Nodes().Informer()
+		},
+			cache.ResourceEventHandlerDetailedFuncs{AddFunc: k.onNodeAdd, UpdateFunc: k.onNodeUpdate, DeleteFunc: k.onNodeDelete}},
+		{"services", func(f informers.SharedInformerFactory) cache.SharedIndexInformer {
+			return f.Core().V1().Services().Informer()
+		},
+			cache.ResourceEventHandlerDetailedFuncs{AddFunc: k.onServiceAdd, UpdateFunc: k.onServiceUpdate, DeleteFunc: k.onServiceDelete}},
 	}
 	regs := make([]kubeRegistration, 0, len(kinds))
 	for _, kind := range kinds {
-		if err := kind.informer.SetWatchErrorHandlerWithContext(k.onWatchError); err != nil {
+		inf, err := informer(kind.name, kind.get)
+		if err != nil {
 			return fmt.Errorf("kube: %s informer: %w", kind.name, err)
 		}
-		reg, err := kind.informer.AddEventHandler(kind.handler)
+		reg, err := inf.AddEventHandler(kind.handler)
 		if err != nil {
 			return fmt.Errorf("kube: %s informer: %w", kind.name, err)
 		}
@@ -247,13 +278,19 @@ func (k *Kube) Run(ctx context.Context) error {
 	}
 
 	k.log.InfoContext(ctx, "kubernetes: watching pods, nodes and services", "syncTimeout", k.syncTimeout)
-	factory.StartWithContext(ictx)
+	if k.shared != nil {
+		k.shared.Start(ictx)
+	} else {
+		factory.StartWithContext(ictx)
+	}
 	var wg sync.WaitGroup
 	wg.Go(func() { k.applyLoop(ctx) })
 	k.waitForSync(ctx, regs, start)
 	<-ctx.Done()
 	wg.Wait()
-	factory.Shutdown() // the informers stop with ctx; wait for them
+	if factory != nil {
+		factory.Shutdown() // the informers stop with ctx; wait for them
+	}
 	return nil
 }
 
@@ -753,7 +790,18 @@ func samePod(a, b *corev1.Pod) bool {
 		a.Status.PodIP == b.Status.PodIP &&
 		slices.Equal(a.Status.PodIPs, b.Status.PodIPs) &&
 		maps.Equal(a.Labels, b.Labels) &&
-		slices.Equal(a.OwnerReferences, b.OwnerReferences)
+		slices.EqualFunc(a.OwnerReferences, b.OwnerReferences, sameOwner)
+}
+
+// sameOwner compares owner references by value: their booleans are
+// pointers, which differ between two decodings of the same Pod.
+func sameOwner(a, b metav1.OwnerReference) bool {
+	return a.APIVersion == b.APIVersion && a.Kind == b.Kind && a.Name == b.Name && a.UID == b.UID &&
+		sameBool(a.Controller, b.Controller) && sameBool(a.BlockOwnerDeletion, b.BlockOwnerDeletion)
+}
+
+func sameBool(a, b *bool) bool {
+	return a == b || a != nil && b != nil && *a == *b
 }
 
 func sameNode(a, b *Node) bool {
@@ -774,7 +822,7 @@ func sameService(a, b *Service) bool {
 func trimObject(obj any) (any, error) {
 	switch o := obj.(type) {
 	case *corev1.Pod:
-		m := kubemeta.Trim(&o.ObjectMeta)
+		m := kubetrim.Trim(&o.ObjectMeta)
 		// The controller names the Pod's workload (for the web UI).
 		if c := metav1.GetControllerOfNoCopy(o); c != nil {
 			m.OwnerReferences = []metav1.OwnerReference{{APIVersion: c.APIVersion, Kind: c.Kind, Name: c.Name,
@@ -786,10 +834,10 @@ func trimObject(obj any) (any, error) {
 			Status:     corev1.PodStatus{PodIP: o.Status.PodIP, PodIPs: o.Status.PodIPs},
 		}, nil
 	case *corev1.Node:
-		return kubemeta.Node(o), nil
+		return kubetrim.Node(o), nil
 	case *corev1.Service:
 		return &corev1.Service{
-			ObjectMeta: kubemeta.Trim(&o.ObjectMeta),
+			ObjectMeta: kubetrim.Trim(&o.ObjectMeta),
 			Spec:       corev1.ServiceSpec{ClusterIP: o.Spec.ClusterIP, ClusterIPs: o.Spec.ClusterIPs, Ports: o.Spec.Ports},
 		}, nil
 	}

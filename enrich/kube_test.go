@@ -804,3 +804,29 @@ func TestKubePodUIDChangeIsOneEvent(t *testing.T) {
 		t.Errorf("after the change: %+v, %v; want u-new live", p, ok)
 	}
 }
+
+// TestSamePodOwnerReferences: two versions of a Pod decoded apart hold
+// their owner references' booleans in different memory; equal values are
+// the same Pod (a pointer comparison re-queued every update of every Pod
+// that has a controller).
+func TestSamePodOwnerReferences(t *testing.T) {
+	yes := func() *bool { b := true; return &b }
+	owned := func(p *corev1.Pod) {
+		p.OwnerReferences = []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "rs", UID: "u-rs",
+			Controller: yes(), BlockOwnerDeletion: yes()}}
+	}
+	a := kpod("p", "u-p", at(0), []string{"10.0.0.1"}, owned)
+	b := a.DeepCopy()
+	if !samePod(a, b) {
+		t.Error("a Pod and its copy differ")
+	}
+	no := false
+	b.OwnerReferences[0].Controller = &no
+	if samePod(a, b) {
+		t.Error("a changed controller flag went unseen")
+	}
+	b.OwnerReferences[0].Controller = nil
+	if samePod(a, b) {
+		t.Error("a cleared controller flag went unseen")
+	}
+}

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"k8s.io/client-go/kubernetes"
+
+	"sluice/kubeinformers"
 )
 
 // A Source is a Store kept current by Run: an Inventory or a Kube.
@@ -36,7 +38,10 @@ type SourceOptions struct {
 	// Services (CheckKubeAccess), so that a missing grant stops the
 	// start-up with its name.
 	CheckAccess bool
-	Logger      *slog.Logger
+	// ShareInformers gives a Kube a kubeinformers.Shared of its own
+	// client (Kube.Informers), for the process's other informers to join.
+	ShareInformers bool
+	Logger         *slog.Logger
 }
 
 // kubeAccessTimeout bounds OpenSource's permission check.
@@ -78,7 +83,11 @@ func OpenSource(o SourceOptions) (Source, error) {
 				return nil, err
 			}
 		}
-		return NewKube(client, KubeOptions{Logger: o.Logger}), nil
+		ko := KubeOptions{Logger: o.Logger}
+		if o.ShareInformers {
+			ko.Informers = kubeinformers.New(client)
+		}
+		return NewKube(client, ko), nil
 	}
 	return nil, nil
 }

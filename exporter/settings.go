@@ -27,6 +27,7 @@ import (
 	"sluice/exporter/source/ctnetlink"
 	"sluice/exporter/source/synthetic"
 	"sluice/flow/ipfixmap"
+	"sluice/kubeinformers"
 	"sluice/traceflow/cluster/kube"
 	"sluice/traceflow/pipeline"
 )
@@ -207,9 +208,20 @@ func (s Settings) run(ctx, bgCtx context.Context, wg *sync.WaitGroup, st *setup,
 	if tlsReload != nil {
 		wg.Go(func() { tlsReload.Run(bgCtx) })
 	}
-	meta, err := enrich.OpenSource(enrich.SourceOptions{Inventory: s.Inventory, Kubeconfig: s.Kubeconfig, InCluster: s.InCluster, Logger: log})
+	// One informer factory for the Pod metadata and the attribution's
+	// watch: one set of lists and watches of the cluster.
+	meta, err := enrich.OpenSource(enrich.SourceOptions{Inventory: s.Inventory, Kubeconfig: s.Kubeconfig, InCluster: s.InCluster,
+		ShareInformers: true, Logger: log})
 	if err != nil {
 		return fmt.Errorf("%s: %w", s.metadataFlag(), err)
+	}
+	var shared *kubeinformers.Shared
+	if k, ok := meta.(*enrich.Kube); ok && k.Informers() != nil {
+		shared = k.Informers()
+		wg.Go(func() {
+			<-bgCtx.Done() // its users stop with it
+			shared.Shutdown()
+		})
 	}
 	var store enrich.Store
 	if meta != nil {
@@ -256,7 +268,7 @@ func (s Settings) run(ctx, bgCtx context.Context, wg *sync.WaitGroup, st *setup,
 		log.Info("no Pod CIDR given; the synthetic source uses a default", "pod_cidr", podCIDRs[0])
 	}
 
-	attr, err := s.openAttribution(bgCtx, wg, log)
+	attr, err := s.openAttribution(bgCtx, wg, shared, log)
 	if err != nil {
 		return err
 	}
@@ -298,10 +310,11 @@ const (
 
 // openAttribution loads the policy model from the metadata source's
 // objects and keeps it current in the background; nil when there is no
-// metadata source or --attribution=false. A state the model cannot use is
+// metadata source or --attribution=false. Its watch joins shared, the
+// Pod metadata's informers, when not nil. A state the model cannot use is
 // a warning: the
 // exporter runs without attribution until a reload succeeds.
-func (s *Settings) openAttribution(ctx context.Context, wg *sync.WaitGroup, log *slog.Logger) (*attribution.Attributor, error) {
+func (s *Settings) openAttribution(ctx context.Context, wg *sync.WaitGroup, shared *kubeinformers.Shared, log *slog.Logger) (*attribution.Attributor, error) {
 	if !s.Attribution {
 		return nil, nil
 	}
@@ -331,7 +344,7 @@ func (s *Settings) openAttribution(ctx context.Context, wg *sync.WaitGroup, log 
 	}
 	// The informers follow the cluster; each change reaches the model
 	// (a new generation) within attributionKubeInterval of its event.
-	w := kube.NewWatcher(client, dyn, kube.WatchOptions{Logger: log})
+	w := kube.NewWatcher(client, dyn, kube.WatchOptions{Logger: log, Informers: shared})
 	a := attribution.New(attribution.Options{Log: log})
 	a.SetWatchStats(func() attribution.WatchStats {
 		st := w.Stats()

@@ -394,8 +394,8 @@ type decisions struct {
 }
 
 // decide fills d for r: the record's Pod strings, then Process's decisions
-// on them: FillPods for an inter-Node record, then the direction and
-// labels of the result.
+// on them: FillPods for an inter-Node record, and the labels of the
+// result (the direction is decided on the strings as received).
 func (f *forwarder) decide(r *ipfix.Record, p *fplan, d *decisions) {
 	if p.flowType >= 0 {
 		v, _ := r.Uint(p.flowType)
@@ -506,7 +506,8 @@ func (f *forwarder) write(arena []byte, r *ipfix.Record, o *flow.Origin, p *fpla
 			}
 			arena = append(arena, b[:]...)
 		case opDirection:
-			arena = append(arena, direction(d.flowType, d.has[0], d.has[1]))
+			// On the Pods the exporter named, before any fill (as Process).
+			arena = append(arena, direction(d.flowType, len(d.strs[0][podName]) > 0, len(d.strs[1][podName]) > 0))
 		}
 	}
 	return arena, true

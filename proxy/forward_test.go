@@ -578,3 +578,132 @@ func TestForwardLongLengthPrefix(t *testing.T) {
 		}
 	}
 }
+
+// TestForwardDirectionFromReceived checks the fast path's flowDirection on
+// inter-Node halves whose other Pod the store knows: decided on the record
+// as the exporter sent it (egress for the source Node's half, ingress for
+// the destination Node's), as the reference does, not on the Pod filled in.
+func TestForwardDirectionFromReceived(t *testing.T) {
+	table, err := ipfixmap.NewTable(ipfix.DefaultRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ex, err := ipfixmap.NewExporter(table, ipfixmap.ExportOptions{Names: true, Proxy: true}, true, ipfix.MinDataSetID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := proxy.New(proxy.Options{Enricher: enrich.NewEnricher(enrich.EnricherOptions{Store: fwStore()})})
+	fw, err := proxy.NewForwarding(p, table, ex)
+	if err != nil || fw == nil {
+		t.Fatalf("NewForwarding: %v, %v", fw, err)
+	}
+	fwd := fw.NewForwarder()
+	reg := ipfix.DefaultRegistry()
+	var fields []ipfix.Field
+	for _, n := range []string{"flowStartSeconds", "sourceIPv4Address", "destinationIPv4Address", "sourcePodNamespace",
+		"sourcePodName", "destinationPodNamespace", "destinationPodName", "flowType"} {
+		ie, ok := reg.ByName(n)
+		if !ok {
+			t.Fatalf("no element %s", n)
+		}
+		fields = append(fields, ipfix.Field{IE: ie})
+	}
+	tmpl, err := ipfix.NewTemplate(300, fields)
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Date(2025, 6, 1, 0, 0, 0, 0, time.UTC)
+	src, dst := netip.MustParseAddr("10.244.1.5"), netip.MustParseAddr("10.244.2.7")
+	for _, c := range []struct {
+		name             string
+		srcPod, dstPod   string
+		want             uint8
+		wantSrc, wantDst string
+	}{
+		{"source Node's half", "cart-1", "", flow.DirectionEgress, "cart-1", "db-0"},
+		{"destination Node's half", "", "db-0", flow.DirectionIngress, "cart-1", "db-0"},
+	} {
+		var msg []byte
+		enc, err := ipfix.NewEncoder(ipfix.EncoderOptions{}, func(m []byte) error { msg = bytes.Clone(m); return nil })
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := enc.AddTemplate(1, tmpl); err != nil {
+			t.Fatal(err)
+		}
+		ns := func(pod string) string {
+			if pod == "" {
+				return ""
+			}
+			return "shop"
+		}
+		b := enc.Begin(1, tmpl).Time(start).Addr(src).Addr(dst).String(ns(c.srcPod)).String(c.srcPod).
+			String(ns(c.dstPod)).String(c.dstPod).Uint(uint64(flow.FlowTypeInterNode))
+		if err := b.End(); err != nil {
+			t.Fatal(err)
+		}
+		if err := enc.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		dec := ipfix.NewDecoder(ipfix.NewSession(ipfix.SessionOptions{}))
+		if err := dec.Reset(msg, time.Now()); err != nil {
+			t.Fatal(err)
+		}
+		if !dec.Next() {
+			t.Fatalf("%s: no record decoded: %v", c.name, dec.Err())
+		}
+		o := flow.Origin{ObservationDomainID: 7, Exporter: netip.MustParseAddr("192.0.2.1")}
+		_, got, ok := fwd.Forward(dec.Record(), &o, nil, nil)
+		if !ok || len(got) != 1 {
+			t.Fatalf("%s: the fast path did not take the record (%v, %d records)", c.name, ok, len(got))
+		}
+		out := decodeEncoded(t, got[0])
+		if out["flowDirection"] != fmt.Sprint(c.want) {
+			t.Errorf("%s: flowDirection %s, want %d", c.name, out["flowDirection"], c.want)
+		}
+		if out["sourcePodName"] != c.wantSrc || out["destinationPodName"] != c.wantDst {
+			t.Errorf("%s: Pods %q → %q, want %q → %q", c.name, out["sourcePodName"], out["destinationPodName"], c.wantSrc, c.wantDst)
+		}
+	}
+}
+
+// decodeEncoded decodes one forwarded record into its values by element
+// name (numbers and strings as text).
+func decodeEncoded(t *testing.T, r ipfix.EncodedRecord) map[string]string {
+	t.Helper()
+	var msg []byte
+	enc, err := ipfix.NewEncoder(ipfix.EncoderOptions{}, func(m []byte) error { msg = bytes.Clone(m); return nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := enc.AddTemplate(1, r.Template); err != nil {
+		t.Fatal(err)
+	}
+	if err := enc.AddEncoded(1, r.Template, r.Data); err != nil {
+		t.Fatal(err)
+	}
+	if err := enc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	dec := ipfix.NewDecoder(ipfix.NewSession(ipfix.SessionOptions{}))
+	if err := dec.Reset(msg, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if !dec.Next() {
+		t.Fatalf("forwarded record does not decode: %v", dec.Err())
+	}
+	rec := dec.Record()
+	out := map[string]string{}
+	for i := range rec.NumFields() {
+		f := rec.Field(i)
+		switch f.Type {
+		case ipfix.String:
+			s, _ := rec.String(i)
+			out[f.IE.Name] = s
+		case ipfix.Unsigned8, ipfix.Unsigned16, ipfix.Unsigned32, ipfix.Unsigned64:
+			v, _ := rec.Uint(i)
+			out[f.IE.Name] = fmt.Sprint(v)
+		}
+	}
+	return out
+}

@@ -21,6 +21,11 @@ type Options struct {
 	Enricher *enrich.Enricher
 	// Metrics are where records are counted; nil for series of its own.
 	Metrics *Metrics
+	// KeepPods leaves the Pods of inter-Node halves as the exporters
+	// named them (sluice.proxy.fillPods false): an ingest tier feeding an
+	// Aggregate tier through Kafka, whose correlation tells the halves
+	// apart by which Pod each names.
+	KeepPods bool
 }
 
 // Metrics are Proxy mode's series.
@@ -44,6 +49,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 // Proxy enriches records.
 type Proxy struct {
 	enr             *enrich.Enricher
+	keepPods        bool
 	copied, rebuilt prometheus.Counter
 }
 
@@ -57,7 +63,7 @@ func New(o Options) *Proxy {
 	if enr == nil {
 		enr = enrich.NewEnricher(enrich.EnricherOptions{})
 	}
-	return &Proxy{enr: enr, copied: m.Records.WithLabelValues("copied"), rebuilt: m.Records.WithLabelValues("rebuilt")}
+	return &Proxy{enr: enr, keepPods: o.KeepPods, copied: m.Records.WithLabelValues("copied"), rebuilt: m.Records.WithLabelValues("rebuilt")}
 }
 
 // Run enriches the batches from in and produces their records to out
@@ -92,14 +98,15 @@ func receive(ctx context.Context, in <-chan flow.Batch, handle func(flow.Batch))
 	}
 }
 
-// Process enriches one record in place: the Pod metadata an inter-Node
+// Process enriches one record in place: flow direction, decided on the
+// record as the exporter sent it (as the reference does: the Pods it
+// names are those of its own Node), then the Pod metadata an inter-Node
 // half lacks (no correlation will bring the other half's names, so each
-// half is made self-describing), flow direction, then labels, UIDs and the
-// cluster ID.
+// half is made self-describing), labels, UIDs and the cluster ID.
 func (p *Proxy) Process(f *flow.Flow) {
-	p.enr.Enrich(f, f.FlowType == flow.FlowTypeInterNode)
 	f.FlowDirection = Direction(f)
 	f.Present.Set(flow.FlowDirection)
+	p.enr.Enrich(f, f.FlowType == flow.FlowTypeInterNode && !p.keepPods)
 }
 
 // Direction is Antrea's flowDirection rule for a record of one node:

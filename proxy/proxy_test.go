@@ -53,9 +53,21 @@ func TestProcessFillsInterNodeHalf(t *testing.T) {
 	if f.DestinationPodName != "db-0" || f.DestinationPodNamespace != "shop" || f.DestinationNodeName != "node-b" || !f.Present.Has(flow.DestinationPodName) {
 		t.Errorf("destination not filled: %+v", f)
 	}
-	// Direction is decided on what the exporter sent (its own Pod), not on the fill.
-	if f.FlowDirection != flow.DirectionUnknown && f.FlowDirection != flow.DirectionEgress {
-		t.Errorf("direction %d", f.FlowDirection)
+	// Direction is decided on what the exporter sent (its own Pod), not on
+	// the fill: as the reference, egress for the source Node's half.
+	if f.FlowDirection != flow.DirectionEgress || !f.Present.Has(flow.FlowDirection) {
+		t.Errorf("direction %d, want %d (egress)", f.FlowDirection, flow.DirectionEgress)
+	}
+	// The destination Node's half, whose source Pod the store knows:
+	// ingress.
+	h := flow.Flow{FlowType: flow.FlowTypeInterNode, DestinationPodNamespace: "shop", DestinationPodName: "db-0", DestinationNodeName: "node-b",
+		SourceIP: netip.MustParseAddr("10.244.1.5"), DestinationIP: netip.MustParseAddr("10.244.2.7"), StartTime: time.Now()}
+	p.Process(&h)
+	if h.SourcePodName != "cart-1" {
+		t.Errorf("source not filled: %+v", h)
+	}
+	if h.FlowDirection != flow.DirectionIngress {
+		t.Errorf("destination half: direction %d, want %d (ingress)", h.FlowDirection, flow.DirectionIngress)
 	}
 	if f.SourcePodLabels != `{"app":"cart","tier":"web"}` || f.DestinationPodLabels != "{}" {
 		t.Errorf("labels %q %q", f.SourcePodLabels, f.DestinationPodLabels)

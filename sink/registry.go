@@ -54,6 +54,26 @@ type Env struct {
 	// error when the aggregator has no Kubernetes API (no
 	// sluice.kubeconfig, not in a Pod). Nil is the same as always failing.
 	Kube func() (kubernetes.Interface, string, error)
+	// ClusterUUID is the cluster's UUID (see package clusterid); zero
+	// when it is not known (an inventory file, no Kubernetes).
+	ClusterUUID flow.UID
+}
+
+// ClusterUUIDText is ClusterUUID in its canonical text form, "" when it
+// is not known.
+func (e Env) ClusterUUIDText() string {
+	if e.ClusterUUID == (flow.UID{}) {
+		return ""
+	}
+	const hex = "0123456789abcdef"
+	b := make([]byte, 0, 36)
+	for i, c := range e.ClusterUUID {
+		if i == 4 || i == 6 || i == 8 || i == 10 {
+			b = append(b, '-')
+		}
+		b = append(b, hex[c>>4], hex[c&0xf])
+	}
+	return string(b)
 }
 
 // Closer is a sink that holds what New took (a listener, a file) until Run

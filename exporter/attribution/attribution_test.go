@@ -79,10 +79,10 @@ func TestVerdicts(t *testing.T) {
 	}
 	// A state the model cannot use leaves the last one in place.
 	bad := NewLoader(a, func(context.Context) ([]cluster.Object, error) {
-		return cluster.ParseObjects([]byte("apiVersion: v1\nkind: Node\nmetadata: {name: n}\n"), "bad.yaml")
+		return cluster.ParseObjects([]byte("apiVersion: v1\nkind: Pod\nmetadata: {name: p, namespace: ns}\nspec: {nodeName: nowhere}\nstatus: {podIP: 10.0.0.5}\n"), "bad.yaml")
 	}, pipeline.DefaultConfig())
 	if _, err := bad.Load(ctx); err == nil || a.Generation() != 2 {
-		t.Errorf("a Node without an InternalIP: err %v, generation %d", err, a.Generation())
+		t.Errorf("a Pod on a Node not in the state: err %v, generation %d", err, a.Generation())
 	}
 	var wg sync.WaitGroup
 	for i := range 4 {

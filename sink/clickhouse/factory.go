@@ -45,6 +45,7 @@ func newFromConfig(env sink.Env) (sink.Sink, error) {
 		Compress: c.Compress, Debug: c.Debug, CommitInterval: c.CommitInterval.Duration,
 		QueueSize: c.QueueSize, CreateSchema: c.CreateSchema, TTL: c.TTL.Duration,
 		Log: env.Log, Metrics: env.Metrics, Registry: env.Registry, Name: config.SinkClickHouse,
+		ClusterUUID: env.ClusterUUIDText(),
 	})
 	if err != nil {
 		return nil, cfg.KeyError("clickHouse", err)

@@ -24,6 +24,9 @@ type block struct {
 	n       int
 	insert  string   // the INSERT statement
 	targets []target // where each inserted column's values are
+	// clusterUUID is the clusterUUID column's value; empty: each
+	// record's clusterId (see Options.ClusterUUID).
+	clusterUUID string
 }
 
 // kinds of a column's slice in a block.
@@ -83,6 +86,14 @@ func seconds(t time.Time) time.Time {
 	return t
 }
 
+// cluster is f's clusterUUID column.
+func (b *block) cluster(f *flow.Flow) string {
+	if b.clusterUUID != "" {
+		return b.clusterUUID
+	}
+	return f.ClusterID
+}
+
 // add appends f as a row.
 func (b *block) add(f *flow.Flow) {
 	var ag flow.Aggregation
@@ -123,7 +134,7 @@ func (b *block) add(f *flow.Flow) {
 		f.Ingress.Name, f.Ingress.Namespace, f.Ingress.RuleName,
 		f.Egress.Name, f.Egress.Namespace, f.Egress.RuleName,
 		f.TCPState, f.SourcePodLabels, f.DestinationPodLabels,
-		f.ClusterID, f.EgressName, a.str(f.EgressIP), f.EgressNodeName,
+		b.cluster(f), f.EgressName, a.str(f.EgressIP), f.EgressNodeName,
 	} {
 		b.strs[i] = append(b.strs[i], v)
 	}

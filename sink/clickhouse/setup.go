@@ -54,6 +54,7 @@ func (s *Sink) setup(ctx context.Context) error {
 		s.o.Log.Warn("the flows table lacks Sluice's columns; rows are inserted without them", "columns", strings.Join(left, ", "))
 	}
 	s.blk = newBlock(s.o.Database, have)
+	s.blk.clusterUUID = s.o.ClusterUUID
 	s.ready = true
 	return nil
 }

@@ -96,6 +96,10 @@ type Options struct {
 	Registry prometheus.Registerer
 	// Name labels the metrics; default "clickHouse".
 	Name string
+	// ClusterUUID fills the clusterUUID column, as the reference fills it
+	// with the cluster's UUID whatever clusterID says; empty: the
+	// record's clusterId.
+	ClusterUUID string
 }
 
 // Sink inserts records into ClickHouse.

@@ -14,6 +14,7 @@ import (
 	"sluice/certs"
 	"sluice/certs/kubecerts"
 	"sluice/config"
+	"sluice/flow"
 	"sluice/flow/ipfixmap"
 	"sluice/sink"
 )
@@ -56,7 +57,7 @@ func newFromConfig(env sink.Env) (sink.Sink, error) {
 	}
 	s, err := New(Options{
 		Address: hostport, Proto: proto, TLS: tlsConf, TLSConfig: tlsLoad, JSON: fc.RecordFormat == config.FormatJSON,
-		ObservationDomainID: observationDomain(cfg), MaxMessageSize: fc.MaxIPFIXMsgSize, TemplateRefresh: fc.TemplateRefreshTimeout.Duration,
+		ObservationDomainID: observationDomain(cfg, env.ClusterUUID), MaxMessageSize: fc.MaxIPFIXMsgSize, TemplateRefresh: fc.TemplateRefreshTimeout.Duration,
 		Exporter: ex, Log: env.Log, Metrics: env.Metrics, Name: config.SinkFlowCollector,
 	})
 	if err != nil {
@@ -165,14 +166,21 @@ func loadSecretTLS(ctx context.Context, client kubernetes.Interface, ns, caSecre
 	return certs.ParseClient(p.Cert, p.Key, p.CA)
 }
 
-// observationDomain is flowCollector.observationDomainID, or an FNV-1 hash
-// of the cluster ID so that the domain is stable across restarts.
-func observationDomain(cfg *config.Aggregator) uint32 {
+// observationDomain is flowCollector.observationDomainID, or, as the
+// reference derives it, the FNV-1 (32-bit) hash of the cluster UUID's 16
+// octets, so that the domain is stable across restarts and differs from
+// cluster to cluster. Without a cluster UUID (an inventory file, no
+// Kubernetes), the hash of the clusterID text (empty when not set).
+func observationDomain(cfg *config.Aggregator, clusterUUID flow.UID) uint32 {
 	if id := cfg.FlowCollector.ObservationDomainID; id != nil {
 		return *id
 	}
 	h := fnv.New32()
-	h.Write([]byte(cfg.ClusterID))
+	if clusterUUID != (flow.UID{}) {
+		h.Write(clusterUUID[:])
+	} else {
+		h.Write([]byte(cfg.ClusterID))
+	}
 	return h.Sum32()
 }
 

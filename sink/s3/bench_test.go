@@ -21,7 +21,7 @@ func BenchmarkEncode(b *testing.B) {
 		compress bool
 	}{{"csv", FormatCSV, false}, {"csv.gz", FormatCSV, true}, {"parquet", FormatParquet, false}, {"parquet.zstd", FormatParquet, true}} {
 		b.Run(c.name, func(b *testing.B) {
-			f, err := newFormat(c.format, c.compress)
+			f, err := newFormat(c.format, c.compress, "")
 			if err != nil {
 				b.Fatal(err)
 			}

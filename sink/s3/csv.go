@@ -20,6 +20,11 @@ const CSVFields = 53
 // timestamp (the time the row is written). Per-node end times and
 // throughputs come from Aggregate mode and are 0 in Proxy mode.
 func AppendCSVRow(b []byte, f *flow.Flow, written time.Time) []byte {
+	return appendCSVRow(b, f, written, f.ClusterID)
+}
+
+// appendCSVRow is AppendCSVRow with cluster in the clusterUUID field.
+func appendCSVRow(b []byte, f *flow.Flow, written time.Time, cluster string) []byte {
 	var none flow.Aggregation // zero times and throughputs when not aggregated
 	agg := f.Aggregation
 	if agg == nil {
@@ -75,7 +80,7 @@ func AppendCSVRow(b []byte, f *flow.Flow, written time.Time) []byte {
 		b = strconv.AppendUint(b, n, 10)
 	}
 	b = append(b, ',')
-	b = rowtext.AppendText(b, f.ClusterID)
+	b = rowtext.AppendText(b, cluster)
 	b = append(b, ',')
 	b = strconv.AppendInt(b, written.Unix(), 10)
 	b = append(b, ',')

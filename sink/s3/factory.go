@@ -20,7 +20,7 @@ func newFromConfig(env sink.Env) (sink.Sink, error) {
 	c := cfg.S3Uploader
 	o := Options{Bucket: c.BucketName, Prefix: c.BucketPrefix, Region: c.Region, Format: c.RecordFormat,
 		Compress: c.Compress, MaxRecordsPerFile: c.MaxRecordsPerFile, UploadInterval: c.UploadInterval.Duration,
-		Log: env.Log, Metrics: env.Metrics, Registry: env.Registry, Name: config.SinkS3Uploader}
+		Log: env.Log, Metrics: env.Metrics, Registry: env.Registry, Name: config.SinkS3Uploader, ClusterUUID: env.ClusterUUIDText()}
 	if c.Endpoint != "" {
 		host, secure, err := ParseEndpoint(c.Endpoint)
 		if err != nil {

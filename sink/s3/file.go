@@ -41,18 +41,20 @@ type format struct {
 	newEncoder  func() encoder
 }
 
-func newFormat(name string, compress bool) (format, error) {
+// newFormat is the file format name; cluster, when not empty, fills every
+// row's clusterUUID.
+func newFormat(name string, compress bool, cluster string) (format, error) {
 	switch name {
 	case FormatCSV, "":
 		if compress {
 			return format{ext: ".csv.gz", contentType: "application/gzip",
-				newEncoder: func() encoder { return newCSVEncoder(true) }}, nil
+				newEncoder: func() encoder { return newCSVEncoder(true, cluster) }}, nil
 		}
 		return format{ext: ".csv", contentType: "text/csv",
-			newEncoder: func() encoder { return newCSVEncoder(false) }}, nil
+			newEncoder: func() encoder { return newCSVEncoder(false, cluster) }}, nil
 	case FormatParquet:
 		return format{ext: ".parquet", contentType: "application/vnd.apache.parquet",
-			newEncoder: func() encoder { return newParquetEncoder(compress) }}, nil
+			newEncoder: func() encoder { return newParquetEncoder(compress, cluster) }}, nil
 	}
 	return format{}, fmt.Errorf("record format %q is not CSV or Parquet", name)
 }
@@ -62,10 +64,13 @@ type csvEncoder struct {
 	buf  bytes.Buffer
 	gz   *gzip.Writer
 	line []byte
+	// cluster, when not empty, is the clusterUUID field of every row
+	// (Options.ClusterUUID); else each record's clusterId.
+	cluster string
 }
 
-func newCSVEncoder(compress bool) *csvEncoder {
-	e := &csvEncoder{line: make([]byte, 0, 1024)}
+func newCSVEncoder(compress bool, cluster string) *csvEncoder {
+	e := &csvEncoder{line: make([]byte, 0, 1024), cluster: cluster}
 	if compress {
 		e.gz = gzip.NewWriter(&e.buf)
 	}
@@ -73,7 +78,11 @@ func newCSVEncoder(compress bool) *csvEncoder {
 }
 
 func (e *csvEncoder) add(f *flow.Flow, written time.Time) error {
-	e.line = AppendCSVRow(e.line[:0], f, written)
+	cluster := e.cluster
+	if cluster == "" {
+		cluster = f.ClusterID
+	}
+	e.line = appendCSVRow(e.line[:0], f, written, cluster)
 	e.line = append(e.line, '\n')
 	if e.gz != nil {
 		_, err := e.gz.Write(e.line)
@@ -101,10 +110,12 @@ type parquetEncoder struct {
 	w     *parquet.GenericWriter[ParquetRow]
 	batch []ParquetRow
 	n     int
+	// cluster: as csvEncoder's.
+	cluster string
 }
 
-func newParquetEncoder(compress bool) *parquetEncoder {
-	e := &parquetEncoder{batch: make([]ParquetRow, 0, 512)}
+func newParquetEncoder(compress bool, cluster string) *parquetEncoder {
+	e := &parquetEncoder{batch: make([]ParquetRow, 0, 512), cluster: cluster}
 	opts := []parquet.WriterOption{parquet.MaxRowsPerRowGroup(rowGroupRows),
 		parquet.CreatedBy("sluice", "", "")}
 	if compress {
@@ -116,7 +127,11 @@ func newParquetEncoder(compress bool) *parquetEncoder {
 
 func (e *parquetEncoder) add(f *flow.Flow, written time.Time) error {
 	e.batch = e.batch[:len(e.batch)+1]
-	MakeParquetRow(&e.batch[len(e.batch)-1], f, written)
+	r := &e.batch[len(e.batch)-1]
+	MakeParquetRow(r, f, written)
+	if e.cluster != "" {
+		r.ClusterUUID = e.cluster
+	}
 	e.n++
 	if len(e.batch) == cap(e.batch) {
 		return e.flush()

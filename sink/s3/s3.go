@@ -96,6 +96,10 @@ type Options struct {
 	Registry prometheus.Registerer
 	// Name labels the metrics; default "s3Uploader".
 	Name string
+	// ClusterUUID fills the clusterUUID column of every row, as the
+	// reference fills it with the cluster's UUID whatever clusterID says;
+	// empty: the record's clusterId.
+	ClusterUUID string
 }
 
 // EnvCredentials are the credentials of the AWS SDKs' usual chain: the
@@ -175,7 +179,7 @@ func New(o Options) (*Sink, error) {
 	if o.Bucket == "" {
 		return nil, errors.New("s3: no bucket name")
 	}
-	f, err := newFormat(o.Format, o.Compress)
+	f, err := newFormat(o.Format, o.Compress, o.ClusterUUID)
 	if err != nil {
 		return nil, fmt.Errorf("s3: %w", err)
 	}

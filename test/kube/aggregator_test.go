@@ -235,6 +235,11 @@ type aggregatorOptions struct {
 	sluiceExtra string
 	// collectorExtra is appended to the flowCollector section likewise.
 	collectorExtra string
+	// topExtra is prepended to the configuration (top-level keys).
+	topExtra string
+	// ipfixCollector, when set, is where IPFIX (not JSON) records go
+	// instead of the JSON collector.
+	ipfixCollector string
 }
 
 func startAggregatorWith(t *testing.T, o aggregatorOptions, jc *jsonCollector) *aggregatorProc {
@@ -246,7 +251,13 @@ func startAggregatorWith(t *testing.T, o aggregatorOptions, jc *jsonCollector) *
 	if o.grpc {
 		grpcAddr = fmt.Sprintf("127.0.0.1:%d", grpcPort)
 	}
-	conf := fmt.Sprintf(`mode: Proxy
+	collector, format := "", "JSON"
+	if o.ipfixCollector != "" {
+		collector, format = o.ipfixCollector, "IPFIX"
+	} else {
+		collector = jc.ln.Addr().String()
+	}
+	conf := fmt.Sprintf(`%smode: Proxy
 aggregatorTransportProtocol: tcp
 recordContents:
   podLabels: true
@@ -255,7 +266,7 @@ flowStreamService:
 flowCollector:
   enable: true
   address: %s:tcp
-  recordFormat: JSON
+  recordFormat: %s
 %s
 sluice:
   ipfixAddress: 127.0.0.1:%d
@@ -264,7 +275,7 @@ sluice:
   kubeconfig: "%s"
   tls:
     certDir: %s
-%s`, jc.ln.Addr(), o.collectorExtra, ipfixPort, grpcAddr, apiPort, kubeconfig, filepath.Join(dir, "certs"), o.sluiceExtra)
+%s`, o.topExtra, collector, format, o.collectorExtra, ipfixPort, grpcAddr, apiPort, kubeconfig, filepath.Join(dir, "certs"), o.sluiceExtra)
 	path := filepath.Join(dir, "flow-aggregator.conf")
 	if err := os.WriteFile(path, []byte(conf), 0o600); err != nil {
 		t.Fatal(err)

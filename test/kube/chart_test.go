@@ -4,6 +4,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
@@ -23,6 +24,9 @@ type chartVariant struct {
 	// check looks at the rendered objects beyond what every variant must
 	// have.
 	check func(t *testing.T, r rendered)
+	// noExporter: the variant turns the exporter off (an Aggregate tier
+	// beside an ingest tier's release), so its objects are not required.
+	noExporter bool
 }
 
 // rendered indexes a manifest's objects by "Kind/name".
@@ -212,6 +216,36 @@ func chartVariants() []chartVariant {
 				t.Errorf("exporter args %q", args)
 			}
 		}},
+		// The two tiers of docs/scale.md, each a release of the chart: an
+		// ingest tier (Proxy, autoscaled, the kafka sink, Pods left as the
+		// exporters named them) and an Aggregate tier of 3 replicas reading
+		// the topic.
+		{name: "kafka-ingest-tier", set: []string{"mode=Proxy", "autoscaling.enable=true", "kafka.enable=true",
+			"kafka.brokers={kafka-0.kafka:9092,kafka-1.kafka:9092}", "sluice.proxy.fillPods=false"}, check: func(t *testing.T, r rendered) {
+			cfg := aggregatorConfig(t, r)
+			if cfg.Mode != config.ModeProxy || !cfg.Kafka.Enable || len(cfg.Kafka.Brokers) != 2 || cfg.Kafka.Topic != "sluice-flows" ||
+				cfg.Kafka.Format != config.KafkaFormatProto || cfg.Sluice.Proxy.FillPods || cfg.Sluice.KafkaInput.Enable {
+				t.Errorf("ingest tier: mode %s, kafka %+v, fillPods %v, kafkaInput %v", cfg.Mode, cfg.Kafka, cfg.Sluice.Proxy.FillPods, cfg.Sluice.KafkaInput.Enable)
+			}
+		}},
+		{name: "kafka-aggregate-tier", noExporter: true, set: []string{"replicas=3", "exporter.enable=false", "aggregatorTransportProtocol=none",
+			"sluice.grpcEnable=false", "sluice.kafkaInput.enable=true", "sluice.kafkaInput.brokers={kafka-0.kafka:9092}",
+			"flowCollector.enable=true", "flowCollector.address=collector.example:4739:tcp"}, check: func(t *testing.T, r rendered) {
+			cfg := aggregatorConfig(t, r)
+			k := cfg.Sluice.KafkaInput
+			if cfg.Mode != config.ModeAggregate || !k.Enable || len(k.Brokers) != 1 || k.Group != "sluice-aggregate" ||
+				k.SessionTimeout.Duration != 45*time.Second || cfg.Kafka.Enable {
+				t.Errorf("Aggregate tier: mode %s, kafkaInput %+v, kafka sink %v", cfg.Mode, k, cfg.Kafka.Enable)
+			}
+			var d appsv1.Deployment
+			r.get(t, "Deployment", "flow-aggregator", &d)
+			if d.Spec.Replicas == nil || *d.Spec.Replicas != 3 || d.Spec.Strategy.Type == appsv1.RecreateDeploymentStrategyType {
+				t.Errorf("Deployment replicas %v, strategy %q: want 3, rolling", d.Spec.Replicas, d.Spec.Strategy.Type)
+			}
+			if _, ok := r["DaemonSet/flow-aggregator-exporter"]; ok {
+				t.Error("the exporter rendered in the Aggregate tier")
+			}
+		}},
 		{name: "grpc-only", set: []string{"aggregatorTransportProtocol=none"}, check: func(t *testing.T, r rendered) {
 			if cfg := aggregatorConfig(t, r); cfg.AggregatorTransportProtocol != config.TransportNone || cfg.Sluice.GRPCAddress != ":14739" {
 				t.Errorf("grpc %q, transport %s", cfg.Sluice.GRPCAddress, cfg.AggregatorTransportProtocol)
@@ -271,6 +305,9 @@ func TestChartRenders(t *testing.T) {
 				"Role/flow-aggregator-certs", "RoleBinding/flow-aggregator-certs",
 				"Role/flow-aggregator-exporter-certs", "RoleBinding/flow-aggregator-exporter-certs",
 				"Service/flow-aggregator", "Deployment/flow-aggregator", "DaemonSet/flow-aggregator-exporter"} {
+				if v.noExporter && strings.Contains(k, "-exporter") {
+					continue
+				}
 				if _, ok := r[k]; !ok {
 					t.Errorf("%s not rendered", k)
 				}
@@ -299,6 +336,8 @@ func TestChartRefuses(t *testing.T) {
 		{[]string{"mode=Aggregate", "autoscaling.enable=true"}, `a HorizontalPodAutoscaler is allowed only in mode "Proxy"`},
 		{[]string{"mode=Proxy", "autoscaling.enable=true", "autoscaling.minReplicas=4", "autoscaling.maxReplicas=2"}, "autoscaling.minReplicas must be less than or equal to autoscaling.maxReplicas"},
 		{[]string{"sluice.grpcEnable=false"}, `exporter.protocol "grpc" needs sluice.grpcEnable`},
+		{[]string{"replicas=3", "sluice.kafkaInput.enable=true"}, "sluice.kafkaInput.brokers must list at least one broker"},
+		{[]string{"mode=Proxy", "kafka.enable=true"}, "kafka.brokers must list at least one broker"},
 		{[]string{"sluice.ui.enable=true", "sluice.ui.port=10348"}, "sluice.ui.port 10348 is used by another of the aggregator's ports"},
 		{[]string{"sluice.ui.enable=true", "sluice.ui.port=70000"}, "sluice.ui.port 70000: must be from 1 to 65535"},
 	} {
@@ -307,9 +346,13 @@ func TestChartRefuses(t *testing.T) {
 			t.Errorf("--set %v: error %v, want one containing %q", c.set, err, c.want)
 		}
 	}
-	// Proxy mode may run several replicas.
+	// Proxy mode may run several replicas; so may Aggregate mode on Kafka.
 	if _, err := render(t, "flow-aggregator", "flow-aggregator", "mode=Proxy", "replicas=3"); err != nil {
 		t.Errorf("Proxy mode with 3 replicas: %v", err)
+	}
+	if _, err := render(t, "flow-aggregator", "flow-aggregator", "replicas=3", "sluice.kafkaInput.enable=true",
+		"sluice.kafkaInput.brokers={kafka:9092}"); err != nil {
+		t.Errorf("Aggregate mode with 3 replicas reading Kafka: %v", err)
 	}
 }
 
@@ -327,11 +370,24 @@ func checkTraceflowRendered(t *testing.T, r rendered, cfg *config.Aggregator, on
 	var role rbacv1.ClusterRole
 	r.get(t, "ClusterRole", "flow-aggregator", &role)
 	grants := map[string]string{}
+	named := map[string]string{} // grants on objects by name
 	for _, rule := range role.Rules {
 		for _, g := range rule.APIGroups {
 			for _, res := range rule.Resources {
+				if len(rule.ResourceNames) > 0 {
+					for _, n := range rule.ResourceNames {
+						named[g+"/"+res+"/"+n] = strings.Join(rule.Verbs, ",")
+					}
+					continue
+				}
 				grants[g+"/"+res] = strings.Join(rule.Verbs, ",")
 			}
+		}
+	}
+	// The cluster's identity, with or without Traceflow.
+	for _, k := range []string{"/configmaps/antrea-cluster-identity", "/namespaces/kube-system"} {
+		if named[k] != "get" {
+			t.Errorf("ClusterRole flow-aggregator grants %q on %s, want \"get\"", named[k], k)
 		}
 	}
 	// The model's objects are watched (one informer each), not listed per

@@ -84,6 +84,7 @@ func Build(objs []Object) (*State, Problems) {
 			b.warn(o.Describe(), "kind %s (%s) is not part of the model; ignored", o.Kind, o.APIVersion)
 		}
 	}
+	b.skipAddressless()
 	b.st.index()
 	b.podPools()
 	for _, s := range slices {
@@ -99,6 +100,9 @@ func Build(objs []Object) (*State, Problems) {
 type builder struct {
 	st    *State
 	probs Problems
+	// addressless are the Nodes skipped for having no InternalIP (yet):
+	// their Pods are skipped too.
+	addressless map[string]bool
 }
 
 func (b *builder) warn(obj, format string, args ...any) {
@@ -147,7 +151,14 @@ func (b *builder) node(o Object, n *corev1.Node) {
 		node.TransportIP = node.TransportV6 // an IPv6-only Node
 	}
 	if !node.TransportIP.IsValid() {
-		b.fail(o.Describe(), "has no InternalIP address (needed as the tunnel endpoint)")
+		// A Node that has not reported its addresses yet (joining) must
+		// not stop every trace in the cluster: it is left out, and so
+		// are its Pods (see skipAddressless).
+		b.warn(o.Describe(), "has no InternalIP address (needed as the tunnel endpoint); ignored")
+		if b.addressless == nil {
+			b.addressless = map[string]bool{}
+		}
+		b.addressless[n.Name] = true
 		return
 	}
 	cidrs := n.Spec.PodCIDRs
@@ -553,6 +564,28 @@ func (b *builder) egress(o Object, e *crd.Egress) {
 	b.st.Egresses = append(b.st.Egresses, e)
 }
 
+// skipAddressless leaves out the Pods of Nodes that were left out for
+// having no InternalIP, with a warning each, before the state is indexed.
+func (b *builder) skipAddressless() {
+	if len(b.addressless) == 0 {
+		return
+	}
+	nodes := map[string]bool{}
+	for _, n := range b.st.Nodes {
+		nodes[n.Name] = true
+	}
+	kept := b.st.Pods[:0]
+	for _, p := range b.st.Pods {
+		if b.addressless[p.Node] && !nodes[p.Node] {
+			b.warn("Pod "+p.Key(), "is on Node %q, which has no InternalIP address; ignored", p.Node)
+			continue
+		}
+		kept = append(kept, p)
+	}
+	clear(b.st.Pods[len(kept):])
+	b.st.Pods = kept
+}
+
 // crossChecks finds inconsistencies between objects.
 func (b *builder) crossChecks() {
 	for _, ap := range b.st.AntreaPolicies {
@@ -633,7 +666,13 @@ func (b *builder) crossChecks() {
 	for _, e := range st.Egresses {
 		obj := "Egress " + e.Name
 		if _, node, ok := EgressAssignment(e); ok {
-			if st.Node(node) == nil {
+			switch {
+			case st.Node(node) != nil:
+			case b.addressless[node]:
+				// A Node not ready yet: like an IP that no Node holds.
+				b.warn(obj, "status.egressNode %q has no InternalIP address; traced as an Egress without IP", node)
+				e.Status.EgressNode = ""
+			default:
 				b.fail(obj, "status.egressNode %q is not a Node in the cluster state", node)
 			}
 			continue // assigned: none of the warnings below applies

@@ -54,6 +54,48 @@ func TestBuildBase(t *testing.T) {
 	}
 }
 
+// TestSkipsWhatIsNotReady: in a live cluster some Pods are always
+// pending (not scheduled, or without an IP yet) and a Node may not have
+// reported its addresses yet. Each is skipped with a warning naming it,
+// and the rest of the cluster is still modelled: a trace between other
+// Pods goes on.
+func TestSkipsWhatIsNotReady(t *testing.T) {
+	st, probs := build(t, base,
+		`{apiVersion: v1, kind: Pod, metadata: {name: pending, namespace: ns}, status: {phase: Pending}}`,
+		`{apiVersion: v1, kind: Pod, metadata: {name: no-ip, namespace: ns}, spec: {nodeName: n1}, status: {phase: Pending}}`,
+		`{apiVersion: v1, kind: Node, metadata: {name: n3}, spec: {podCIDR: 10.0.3.0/24}}`,
+		`{apiVersion: v1, kind: Pod, metadata: {name: on-n3, namespace: ns}, spec: {nodeName: n3}, status: {podIP: 10.0.3.5}}`,
+		`{apiVersion: crd.antrea.io/v1beta1, kind: Egress, metadata: {name: via-n3}, spec: {appliedTo: {podSelector: {}}}, status: {egressIP: 192.168.0.50, egressNode: n3}}`,
+	)
+	if err := probs.Err(); err != nil {
+		t.Fatalf("the cluster check failed: %v", err)
+	}
+	if st == nil {
+		t.Fatal("no state")
+	}
+	for _, want := range []string{
+		"Pod ns/pending: is not scheduled (no spec.nodeName); ignored",
+		"Pod ns/no-ip: has no IP address yet; ignored",
+		"Node n3: has no InternalIP address (needed as the tunnel endpoint); ignored",
+		`Pod ns/on-n3: is on Node "n3", which has no InternalIP address; ignored`,
+		`Egress via-n3: status.egressNode "n3" has no InternalIP address; traced as an Egress without IP`,
+	} {
+		found := false
+		for _, p := range probs {
+			found = found || p.Severity == Warning && strings.Contains(p.String(), want)
+		}
+		if !found {
+			t.Errorf("no warning %q in %v", want, probs)
+		}
+	}
+	if st.Node("n3") != nil || st.Pod("ns", "on-n3") != nil || st.Pod("ns", "pending") != nil || st.Pod("ns", "no-ip") != nil {
+		t.Errorf("skipped objects are in the state: Nodes %d, Pods %d", len(st.Nodes), len(st.Pods))
+	}
+	if st.Pod("ns", "a") == nil || st.Node("n1") == nil || st.Node("n2") == nil {
+		t.Errorf("the ready objects are missing: %+v", st)
+	}
+}
+
 // TestProblems checks that each inconsistency is reported, with its
 // severity, naming the object.
 func TestProblems(t *testing.T) {
@@ -77,7 +119,7 @@ func TestProblems(t *testing.T) {
 		{"egress on unknown node", `{apiVersion: crd.antrea.io/v1beta1, kind: Egress, metadata: {name: e}, spec: {appliedTo: {podSelector: {}}}, status: {egressIP: 192.168.0.50, egressNode: n7}}`,
 			Error, `Egress e: status.egressNode "n7" is not a Node`},
 		{"node without address", `{apiVersion: v1, kind: Node, metadata: {name: n3}, spec: {podCIDR: 10.0.3.0/24}}`,
-			Error, "Node n3: has no InternalIP address"},
+			Warning, "Node n3: has no InternalIP address (needed as the tunnel endpoint); ignored"},
 		{"bad policy action", `{apiVersion: crd.antrea.io/v1beta1, kind: ClusterNetworkPolicy, metadata: {name: p}, spec: {priority: 1, appliedTo: [{podSelector: {}}], ingress: [{action: Maybe}]}}`,
 			Error, `ClusterNetworkPolicy p: ingress rule 0: action "Maybe"`},
 		{"bad ipBlock", `{apiVersion: networking.k8s.io/v1, kind: NetworkPolicy, metadata: {name: p, namespace: ns}, spec: {podSelector: {}, ingress: [{from: [{ipBlock: {cidr: nope}}]}]}}`,

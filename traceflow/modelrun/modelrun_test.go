@@ -1,11 +1,16 @@
 package modelrun
 
 import (
+	"context"
 	"errors"
 	"net/netip"
+	"strings"
 	"testing"
 
+	"sluice/traceflow/cluster"
+	"sluice/traceflow/crd"
 	"sluice/traceflow/pipeline"
+	"sluice/traceflow/tracer"
 )
 
 func TestSettingsConfig(t *testing.T) {
@@ -65,6 +70,83 @@ func TestSettingsEncryption(t *testing.T) {
 		var se *SettingError
 		if !errors.As(err, &se) || se.Field != "TrafficEncryptionMode" {
 			t.Errorf("%s with %s: error %v, want a SettingError naming TrafficEncryptionMode", s.TrafficMode, s.TrafficEncryptionMode, err)
+		}
+	}
+}
+
+// TestTraceSkipsWhatIsNotReady traces between two running Pods of a
+// cluster that also has a pending Pod and a Node that has not reported
+// its address yet (with a Pod of its own): the trace runs, and the
+// skipped objects come back as warnings.
+func TestTraceSkipsWhatIsNotReady(t *testing.T) {
+	objs, err := cluster.ParseObjects([]byte(`
+apiVersion: v1
+kind: Node
+metadata: {name: n1}
+spec: {podCIDR: 10.10.1.0/24}
+status: {addresses: [{type: InternalIP, address: 192.168.77.1}]}
+---
+apiVersion: v1
+kind: Node
+metadata: {name: n2}
+spec: {podCIDR: 10.10.2.0/24}
+status: {addresses: [{type: InternalIP, address: 192.168.77.2}]}
+---
+apiVersion: v1
+kind: Node
+metadata: {name: joining}
+spec: {podCIDR: 10.10.3.0/24}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: client, namespace: default}
+spec: {nodeName: n1}
+status: {phase: Running, podIP: 10.10.1.5}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: server, namespace: default}
+spec: {nodeName: n2}
+status: {phase: Running, podIP: 10.10.2.5}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: pending, namespace: default}
+status: {phase: Pending}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: early, namespace: default}
+spec: {nodeName: joining}
+status: {phase: Running, podIP: 10.10.3.5}
+`), "cluster.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, probs := cluster.Build(objs)
+	if err := probs.Err(); err != nil {
+		t.Fatalf("cluster check: %v", err)
+	}
+	tf, err := NewTraceflow(st, "default/client", "default/server", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr, warnings, err := Trace(context.Background(), objs, DefaultSettings(), tf, tracer.Options{})
+	if err != nil {
+		t.Fatalf("trace: %v", err)
+	}
+	if tr.Traceflow.Status.Phase != crd.PhaseSucceeded {
+		t.Errorf("phase %q, want %q", tr.Traceflow.Status.Phase, crd.PhaseSucceeded)
+	}
+	var text []string
+	for _, p := range warnings {
+		text = append(text, p.String())
+	}
+	all := strings.Join(text, "\n")
+	for _, want := range []string{"Pod default/pending: is not scheduled", "Node joining: has no InternalIP address",
+		`Pod default/early: is on Node "joining", which has no InternalIP address; ignored`} {
+		if !strings.Contains(all, want) {
+			t.Errorf("warnings lack %q:\n%s", want, all)
 		}
 	}
 }

@@ -29,7 +29,8 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
-	"sluice/internal/kubemeta"
+	"sluice/kubeinformers"
+	"sluice/kubetrim"
 	"sluice/traceflow/cluster"
 	"sluice/traceflow/crd"
 )
@@ -49,6 +50,12 @@ type WatchOptions struct {
 	// Load gives; the Traceflow controller, which models the bridging
 	// mode, sets it.
 	IPPools bool
+	// Informers, when set, is the process's informer factory, which the
+	// typed informers then share (see package kubeinformers): its Pods
+	// include finished ones (cluster.Build leaves them out) and keep the
+	// ippools annotation (dropped here without IPPools). Its owner shuts
+	// it down.
+	Informers *kubeinformers.Shared
 }
 
 // ErrNotSynced is WaitObjects' error when its context ends before every
@@ -83,6 +90,8 @@ type Watcher struct {
 	rediscover time.Duration
 	// ippools: see WatchOptions.IPPools.
 	ippools bool
+	// shared: see WatchOptions.Informers.
+	shared *kubeinformers.Shared
 
 	changed chan struct{} // capacity 1
 
@@ -109,6 +118,12 @@ type watchKind struct {
 	kind       string
 	typed      bool // items lack apiVersion and kind
 	quiet      bool // not served is no warning (see antreaResource)
+	// dropIPPools removes the ippools annotation a shared cache keeps
+	// and this Watcher does not want (WatchOptions.IPPools off).
+	dropIPPools bool
+	// sharedErrs: the informer is shared, and its watch errors reach
+	// this kind through kubeinformers.Shared.
+	sharedErrs bool
 	informer   cache.SharedIndexInformer
 	reg        cache.ResourceEventHandlerRegistration
 	lastErr    atomic.Pointer[error]
@@ -147,7 +162,7 @@ func NewWatcher(client kubernetes.Interface, dyn dynamic.Interface, o WatchOptio
 	if o.Rediscover <= 0 {
 		o.Rediscover = DefaultRediscover
 	}
-	return &Watcher{client: client, dyn: dyn, log: o.Logger, rediscover: o.Rediscover, ippools: o.IPPools,
+	return &Watcher{client: client, dyn: dyn, log: o.Logger, rediscover: o.Rediscover, ippools: o.IPPools, shared: o.Informers,
 		changed: make(chan struct{}, 1), syncCh: make(chan struct{})}
 }
 
@@ -213,22 +228,61 @@ func (w *Watcher) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	factory := informers.NewSharedInformerFactoryWithOptions(w.client, 0, informers.WithTransform(trimTyped(w.ippools)))
-	pods := factory.InformerFor(&corev1.Pod{}, func(c kubernetes.Interface, resync time.Duration) cache.SharedIndexInformer {
-		return coreinformers.NewFilteredPodInformer(c, metav1.NamespaceAll, resync, cache.Indexers{}, func(o *metav1.ListOptions) {
-			// Finished Pods hold no interface; leave them on the server.
-			o.FieldSelector = "status.phase!=Succeeded,status.phase!=Failed"
-		})
-	})
-	kinds := []*watchKind{
-		{resource: "namespaces", apiVersion: "v1", kind: "Namespace", typed: true, informer: factory.Core().V1().Namespaces().Informer()},
-		{resource: "nodes", apiVersion: "v1", kind: "Node", typed: true, informer: factory.Core().V1().Nodes().Informer()},
-		{resource: "pods", apiVersion: "v1", kind: "Pod", typed: true, informer: pods},
-		{resource: "services", apiVersion: "v1", kind: "Service", typed: true, informer: factory.Core().V1().Services().Informer()},
-		{resource: "endpointslices.discovery.k8s.io", apiVersion: "discovery.k8s.io/v1", kind: "EndpointSlice", typed: true,
-			informer: factory.Discovery().V1().EndpointSlices().Informer()},
-		{resource: "networkpolicies.networking.k8s.io", apiVersion: "networking.k8s.io/v1", kind: "NetworkPolicy", typed: true,
-			informer: factory.Networking().V1().NetworkPolicies().Informer()},
+	typed := []struct {
+		k   *watchKind
+		get func(informers.SharedInformerFactory) cache.SharedIndexInformer
+	}{
+		{&watchKind{resource: "namespaces", apiVersion: "v1", kind: "Namespace"},
+			func(f informers.SharedInformerFactory) cache.SharedIndexInformer {
+				return f.Core().V1().Namespaces().Informer()
+			}},
+		{&watchKind{resource: "nodes", apiVersion: "v1", kind: "Node"},
+			func(f informers.SharedInformerFactory) cache.SharedIndexInformer {
+				return f.Core().V1().Nodes().Informer()
+			}},
+		{&watchKind{resource: "pods", apiVersion: "v1", kind: "Pod"}, func(f informers.SharedInformerFactory) cache.SharedIndexInformer {
+			if w.shared != nil {
+				return f.Core().V1().Pods().Informer() // every Pod: the Pod metadata cache wants finished ones too
+			}
+			return f.InformerFor(&corev1.Pod{}, func(c kubernetes.Interface, resync time.Duration) cache.SharedIndexInformer {
+				return coreinformers.NewFilteredPodInformer(c, metav1.NamespaceAll, resync, cache.Indexers{}, func(o *metav1.ListOptions) {
+					// Finished Pods hold no interface; leave them on the server.
+					o.FieldSelector = "status.phase!=Succeeded,status.phase!=Failed"
+				})
+			})
+		}},
+		{&watchKind{resource: "services", apiVersion: "v1", kind: "Service"},
+			func(f informers.SharedInformerFactory) cache.SharedIndexInformer {
+				return f.Core().V1().Services().Informer()
+			}},
+		{&watchKind{resource: "endpointslices.discovery.k8s.io", apiVersion: "discovery.k8s.io/v1", kind: "EndpointSlice"},
+			func(f informers.SharedInformerFactory) cache.SharedIndexInformer {
+				return f.Discovery().V1().EndpointSlices().Informer()
+			}},
+		{&watchKind{resource: "networkpolicies.networking.k8s.io", apiVersion: "networking.k8s.io/v1", kind: "NetworkPolicy"},
+			func(f informers.SharedInformerFactory) cache.SharedIndexInformer {
+				return f.Networking().V1().NetworkPolicies().Informer()
+			}},
+	}
+	var factory informers.SharedInformerFactory // our own, when not shared
+	if w.shared == nil {
+		factory = informers.NewSharedInformerFactoryWithOptions(w.client, 0, informers.WithTransform(trimTyped(w.ippools)))
+	}
+	var kinds []*watchKind
+	for _, t := range typed {
+		k := t.k
+		k.typed = true
+		if w.shared != nil {
+			k.dropIPPools = !w.ippools
+			inf, err := w.shared.Informer(k.resource, t.get, w.watchErrorHandler(k))
+			if err != nil {
+				return fmt.Errorf("kube watcher: %s informer: %w", k.resource, err)
+			}
+			k.informer, k.sharedErrs = inf, true
+		} else {
+			k.informer = t.get(factory)
+		}
+		kinds = append(kinds, k)
 	}
 	dfactory := dynamicinformer.NewDynamicSharedInformerFactory(w.dyn, 0)
 	var missing []antreaResource // not served at start
@@ -260,7 +314,11 @@ func (w *Watcher) Run(ctx context.Context) error {
 	w.signalSync()
 
 	w.log.InfoContext(ctx, "kubernetes: watching the cluster state", "resources", len(kinds), "not_served", len(missing))
-	factory.StartWithContext(ictx)
+	if w.shared != nil {
+		w.shared.Start(ictx)
+	} else {
+		factory.StartWithContext(ictx)
+	}
 	dfactory.Start(ictx.Done())
 	// Signal each resource's first list, so that a consumer waiting for
 	// all of them hears of the last.
@@ -303,7 +361,9 @@ func (w *Watcher) Run(ctx context.Context) error {
 	}
 	<-ctx.Done()
 	wg.Wait()
-	factory.Shutdown()
+	if factory != nil {
+		factory.Shutdown()
+	}
 	dfactory.Shutdown()
 	return nil
 }
@@ -363,9 +423,9 @@ func (w *Watcher) antreaKind(dfactory dynamicinformer.DynamicSharedInformerFacto
 	return &watchKind{resource: name, apiVersion: antreaGroupVersion.String(), kind: r.kind, quiet: r.quiet, informer: inf}, nil
 }
 
-// register sets k's error and event handlers.
-func (w *Watcher) register(k *watchKind) error {
-	if err := k.informer.SetWatchErrorHandlerWithContext(func(ctx context.Context, _ *cache.Reflector, err error) {
+// watchErrorHandler is k's handler of failed lists and watches.
+func (w *Watcher) watchErrorHandler(k *watchKind) cache.WatchErrorHandlerWithContext {
+	return func(ctx context.Context, _ *cache.Reflector, err error) {
 		w.errCount.Add(1)
 		k.lastErr.Store(&err)
 		if apierrors.IsNotFound(err) && !k.typed {
@@ -375,8 +435,16 @@ func (w *Watcher) register(k *watchKind) error {
 		}
 		w.signal()
 		w.signalSync()
-	}); err != nil {
-		return fmt.Errorf("kube watcher: %s informer: %w", k.resource, err)
+	}
+}
+
+// register sets k's error and event handlers (the error handler is the
+// shared factory's business when k's informer is shared).
+func (w *Watcher) register(k *watchKind) error {
+	if !k.sharedErrs {
+		if err := k.informer.SetWatchErrorHandlerWithContext(w.watchErrorHandler(k)); err != nil {
+			return fmt.Errorf("kube watcher: %s informer: %w", k.resource, err)
+		}
 	}
 	reg, err := k.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(any) { w.events.Add(1); w.signal() },
@@ -496,6 +564,14 @@ func (k *watchKind) encode(it any) (cluster.Object, error) {
 	}
 	m.SetResourceVersion("")
 	m.SetGeneration(0)
+	if k.dropIPPools {
+		if a := m.GetAnnotations(); a != nil {
+			delete(a, crd.AnnotationIPPools)
+			if len(a) == 0 {
+				m.SetAnnotations(nil)
+			}
+		}
+	}
 	var raw []byte
 	if u, ok := ro.(*unstructured.Unstructured); ok {
 		if u.GetAPIVersion() == "" {
@@ -542,7 +618,7 @@ func (w *Watcher) Stats() WatchStats {
 // pass.
 func trimTyped(ippools bool) cache.TransformFunc {
 	trim := func(m *metav1.ObjectMeta) metav1.ObjectMeta {
-		t := kubemeta.Trim(m)
+		t := kubetrim.Trim(m)
 		if v, ok := m.Annotations[crd.AnnotationIPPools]; ok && ippools {
 			t.Annotations = map[string]string{crd.AnnotationIPPools: v}
 		}
@@ -554,43 +630,25 @@ func trimTyped(ippools bool) cache.TransformFunc {
 			return &corev1.Pod{
 				ObjectMeta: trim(&o.ObjectMeta),
 				Spec: corev1.PodSpec{NodeName: o.Spec.NodeName, HostNetwork: o.Spec.HostNetwork,
-					Containers: namedPorts(o.Spec.Containers)},
+					Containers: kubetrim.NamedPorts(o.Spec.Containers)},
 				Status: corev1.PodStatus{Phase: o.Status.Phase, PodIP: o.Status.PodIP, PodIPs: o.Status.PodIPs},
 			}, nil
 		case *corev1.Node:
-			return kubemeta.Node(o), nil
+			return kubetrim.Node(o), nil
 		case *corev1.Namespace:
 			return &corev1.Namespace{ObjectMeta: trim(&o.ObjectMeta)}, nil
 		case *corev1.Service:
-			return &corev1.Service{ObjectMeta: kubemeta.Trim(&o.ObjectMeta), Spec: o.Spec,
+			return &corev1.Service{ObjectMeta: kubetrim.Trim(&o.ObjectMeta), Spec: o.Spec,
 				Status: corev1.ServiceStatus{LoadBalancer: o.Status.LoadBalancer}}, nil
 		case *discoveryv1.EndpointSlice:
 			c := *o
-			c.ObjectMeta = kubemeta.Trim(&o.ObjectMeta)
+			c.ObjectMeta = kubetrim.Trim(&o.ObjectMeta)
 			return &c, nil
 		case *networkingv1.NetworkPolicy:
-			return &networkingv1.NetworkPolicy{ObjectMeta: kubemeta.Trim(&o.ObjectMeta), Spec: o.Spec}, nil
+			return &networkingv1.NetworkPolicy{ObjectMeta: kubetrim.Trim(&o.ObjectMeta), Spec: o.Spec}, nil
 		}
 		return obj, nil
 	}
-}
-
-// namedPorts keeps of a Pod's containers only their named ports, which
-// policy rules can name (cluster.Build reads them); nil when none has one.
-func namedPorts(cs []corev1.Container) []corev1.Container {
-	var out []corev1.Container
-	for _, c := range cs {
-		var ports []corev1.ContainerPort
-		for _, p := range c.Ports {
-			if p.Name != "" {
-				ports = append(ports, corev1.ContainerPort{Name: p.Name, ContainerPort: p.ContainerPort, Protocol: p.Protocol})
-			}
-		}
-		if len(ports) > 0 {
-			out = append(out, corev1.Container{Name: c.Name, Ports: ports})
-		}
-	}
-	return out
 }
 
 // trimAntrea is the dynamic informers' transform: managed fields and

@@ -80,8 +80,14 @@ true
 {{- if not (has .Values.mode (list "Aggregate" "Proxy")) }}
 {{- fail (printf "mode %q: must be \"Aggregate\" or \"Proxy\"." .Values.mode) }}
 {{- end }}
-{{- if and (eq .Values.mode "Aggregate") (gt (int .Values.replicas) 1) }}
-{{- fail (printf "replicas=%d: Aggregate mode correlates both halves of a connection in one process, so it runs at most 1 replica; set replicas to 1, or use mode \"Proxy\" to scale out." (int .Values.replicas)) }}
+{{- if and (eq .Values.mode "Aggregate") (gt (int .Values.replicas) 1) (not .Values.sluice.kafkaInput.enable) }}
+{{- fail (printf "replicas=%d: Aggregate mode correlates both halves of a connection in one process, so it runs at most 1 replica; set replicas to 1, use mode \"Proxy\" to scale out, or read from Kafka (sluice.kafkaInput.enable, docs/scale.md) to share the correlation among replicas." (int .Values.replicas)) }}
+{{- end }}
+{{- if and .Values.sluice.kafkaInput.enable (not .Values.sluice.kafkaInput.brokers) }}
+{{- fail "sluice.kafkaInput.enable: sluice.kafkaInput.brokers must list at least one broker (host:port)." }}
+{{- end }}
+{{- if and .Values.kafka.enable (not .Values.kafka.brokers) }}
+{{- fail "kafka.enable: kafka.brokers must list at least one broker (host:port)." }}
 {{- end }}
 {{- if and .Values.autoscaling.enable (ne .Values.mode "Proxy") }}
 {{- fail "autoscaling.enable: a HorizontalPodAutoscaler is allowed only in mode \"Proxy\" (Aggregate mode runs 1 replica)." }}
@@ -98,7 +104,7 @@ true
 {{- if not (has .Values.aggregatorTransportProtocol (list "tls" "tcp" "udp" "none")) }}
 {{- fail (printf "aggregatorTransportProtocol %q: must be tls, tcp, udp or none." .Values.aggregatorTransportProtocol) }}
 {{- end }}
-{{- if and (eq .Values.aggregatorTransportProtocol "none") (not .Values.sluice.grpcEnable) }}
+{{- if and (eq .Values.aggregatorTransportProtocol "none") (not .Values.sluice.grpcEnable) (not .Values.sluice.kafkaInput.enable) }}
 {{- fail "aggregatorTransportProtocol \"none\" and sluice.grpcEnable false: the aggregator would take no records." }}
 {{- end }}
 {{- if and .Values.exporter.enable (eq .Values.exporter.protocol "grpc") (not .Values.sluice.grpcEnable) }}
