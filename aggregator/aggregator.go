@@ -168,6 +168,7 @@ func (a *Aggregator) init(o Options) error {
 	if err := a.setupFastPath(); err != nil {
 		return err
 	}
+	a.setupBackPressure()
 	if err := a.setupUI(o); err != nil {
 		return err
 	}
@@ -429,6 +430,20 @@ type runningSink struct {
 // aggregator.
 func (a *Aggregator) startSinks(stages *sync.WaitGroup, errs chan<- error) []runningSink {
 	running := make([]runningSink, len(a.sinks))
+	stallTimeout := a.cfg.Sluice.SinkStallTimeout.Duration.String()
+	encKeys := map[*ring.Consumer[ipfix.EncodedRecord]]string{}
+	keys := map[*ring.Consumer[*flow.Flow]]string{}
+	stalled := func(key string) {
+		a.log.Warn("a sink a whole buffer behind sent nothing for sluice.sinkStallTimeout: the pipeline no longer waits for it, and what it misses is dropped and counted until it sends again",
+			"sink", key, "timeout", stallTimeout)
+	}
+	defer func() {
+		// Set before the mode produces (it starts after the sinks).
+		if a.encBuf != nil {
+			a.encBuf.OnStall(func(c *ring.Consumer[ipfix.EncodedRecord]) { stalled(encKeys[c]) })
+		}
+		a.buf.OnStall(func(c *ring.Consumer[*flow.Flow]) { stalled(keys[c]) })
+	}()
 	for i, ns := range a.sinks {
 		ctx, stop := context.WithCancel(context.Background())
 		fail := func(err error) {
@@ -442,6 +457,7 @@ func (a *Aggregator) startSinks(stages *sync.WaitGroup, errs chan<- error) []run
 		if a.encoded != nil {
 			es := ns.s.(sink.EncodedSink) // setupFastPath checked it
 			c := a.encBuf.Consumer()
+			encKeys[c] = ns.key
 			running[i] = runningSink{stop: stop, unread: c.Unread, done: make(chan struct{})}
 			done := running[i].done
 			stages.Go(func() {
@@ -452,6 +468,7 @@ func (a *Aggregator) startSinks(stages *sync.WaitGroup, errs chan<- error) []run
 			continue
 		}
 		c := a.buf.Consumer()
+		keys[c] = ns.key
 		if _, ok := ns.s.(sink.BestEffort); ok {
 			c.BestEffort() // gRPC confirmations do not wait for live views
 		}

@@ -1,6 +1,8 @@
 package aggregator
 
 import (
+	"github.com/prometheus/client_golang/prometheus"
+
 	"sluice/config"
 	"sluice/ipfix"
 	"sluice/mode"
@@ -104,4 +106,38 @@ func (a *Aggregator) setupFastPath() error {
 func (a *Aggregator) encodeErr(err error) {
 	a.encodeErrs.Inc()
 	a.log.Error("cannot encode a record", "sink", a.sinks[0].key, "err", err)
+}
+
+// setupBackPressure makes the buffers the sinks read wait for a sink that
+// is behind while it keeps sending (sluice.sinkOverflow "block"), so that
+// a slow destination slows the collectors, and over TCP and TLS the
+// exporters, rather than lose records; a sink that sends nothing for
+// sluice.sinkStallTimeout, or whose destination is down, is lapped as
+// with "drop", and so are the live views (flow stream, UI), which are
+// never waited for.
+func (a *Aggregator) setupBackPressure() {
+	if s := a.cfg.Sluice; s.SinkOverflow == config.SinkOverflowBlock {
+		a.buf.BackPressure(s.SinkStallTimeout.Duration)
+		if a.encBuf != nil {
+			a.encBuf.BackPressure(s.SinkStallTimeout.Duration)
+		}
+	}
+	a.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sluice_pipeline_backpressure_seconds_total",
+		Help: "Time the pipeline spent waiting for sinks that were a whole recordBufferSize behind (sluice.sinkOverflow block, or the final flush)."},
+		func() float64 {
+			w := a.buf.Waited()
+			if a.encBuf != nil {
+				w += a.encBuf.Waited()
+			}
+			return w.Seconds()
+		}),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sluice_pipeline_backpressure_waiting",
+			Help: "1 while the pipeline waits for a sink that is a whole recordBufferSize behind, else 0."},
+			func() float64 {
+				n := a.buf.Waiting()
+				if a.encBuf != nil {
+					n += a.encBuf.Waiting()
+				}
+				return float64(min(n, 1))
+			}))
 }

@@ -50,6 +50,16 @@ const (
 	FormatParquet = "Parquet"
 )
 
+// What the pipeline does when a sink falls a whole buffer behind (the
+// `sluice.sinkOverflow` key, case-sensitive).
+const (
+	// SinkOverflowBlock waits for a sink that is behind while it keeps
+	// sending (back-pressure), up to sluice.sinkStallTimeout.
+	SinkOverflowBlock = "block"
+	// SinkOverflowDrop overwrites what the sink has not read.
+	SinkOverflowDrop = "drop"
+)
+
 // Defaults that are not obvious from [Default].
 const (
 	// DefaultCollectorPort is the port of flowCollector.address when the
@@ -312,6 +322,18 @@ type Sluice struct {
 	// send what they hold; what they have not sent by then is counted as
 	// lost (reason "shutdown"). 0 means the default, 10s.
 	DrainTimeout Duration `yaml:"drainTimeout"`
+	// SinkOverflow is what the pipeline does when a sink falls a whole
+	// recordBufferSize behind: "block" (the default) waits for it while
+	// it keeps sending, which slows the collectors and, over TCP and TLS,
+	// the exporters; "drop" overwrites what it has not read, as Sluice
+	// did before (counted, reason "buffer-full").
+	SinkOverflow string `yaml:"sinkOverflow"`
+	// SinkStallTimeout is how long, with sinkOverflow "block", a sink
+	// that is a whole buffer behind may go without reading before the
+	// pipeline stops waiting for it and overwrites what it has not read
+	// (counted, reason "buffer-full"): one dead destination must not
+	// stall the others. 0 means the default, 5s.
+	SinkStallTimeout Duration `yaml:"sinkStallTimeout"`
 	// Traceflow holds the Traceflow controller's settings.
 	Traceflow TraceflowOptions `yaml:"traceflow"`
 	// UI is the web UI (package ui).
@@ -486,6 +508,8 @@ func Default() *Aggregator {
 			Proxy:             ProxyOptions{PassThroughUnknown: true, FastPath: true, FillPods: true},
 			Aggregate:         AggregateOptions{MaxFlows: 1000000, ExportOneSided: true, FastPath: true},
 			DrainTimeout:      Duration{10 * time.Second},
+			SinkOverflow:      SinkOverflowBlock,
+			SinkStallTimeout:  Duration{5 * time.Second},
 			TLS:               ServerTLS{ReloadInterval: Duration{10 * time.Second}},
 			Traceflow: TraceflowOptions{TrafficMode: "encap", TunnelType: "geneve",
 				ServiceCIDRs: []string{"10.96.0.0/12"}, TrafficEncryptionMode: "none"},
@@ -551,6 +575,10 @@ func (a *Aggregator) applyDefaults() {
 	if a.Sluice.DrainTimeout.Duration <= 0 {
 		a.Sluice.DrainTimeout = d.Sluice.DrainTimeout
 	}
+	if a.Sluice.SinkStallTimeout.Duration <= 0 {
+		a.Sluice.SinkStallTimeout = d.Sluice.SinkStallTimeout
+	}
+	setString(&a.Sluice.SinkOverflow, d.Sluice.SinkOverflow)
 	setString(&a.Sluice.Traceflow.TrafficMode, d.Sluice.Traceflow.TrafficMode)
 	setString(&a.Sluice.Traceflow.TunnelType, d.Sluice.Traceflow.TunnelType)
 	setString(&a.Sluice.Traceflow.TrafficEncryptionMode, d.Sluice.Traceflow.TrafficEncryptionMode)

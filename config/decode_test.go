@@ -125,6 +125,8 @@ func TestDefaultValues(t *testing.T) {
 		{"sluice.aggregate.exportOneSided", a.Sluice.Aggregate.ExportOneSided, true},
 		{"sluice.aggregate.fastPath", a.Sluice.Aggregate.FastPath, true},
 		{"sluice.drainTimeout", a.Sluice.DrainTimeout.Duration, 10 * time.Second},
+		{"sluice.sinkOverflow", a.Sluice.SinkOverflow, "block"},
+		{"sluice.sinkStallTimeout", a.Sluice.SinkStallTimeout.Duration, 5 * time.Second},
 		{"sluice.traceflow", a.Sluice.Traceflow, TraceflowOptions{TrafficMode: "encap", TunnelType: "geneve",
 			ServiceCIDRs: []string{"10.96.0.0/12"}, TrafficEncryptionMode: "none", Multicast: false, EnableBridgingMode: false}},
 	}

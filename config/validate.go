@@ -359,6 +359,7 @@ func (v *validator) sluice() {
 	}
 
 	v.atLeast("sluice.aggregate.maxFlows", s.Aggregate.MaxFlows, 1)
+	v.oneOf("sluice.sinkOverflow", s.SinkOverflow, SinkOverflowBlock, SinkOverflowDrop)
 	if s.Traceflow.DeleteAfter.Duration < 0 {
 		v.add("sluice.traceflow.deleteAfter", "must not be negative, got %s", s.Traceflow.DeleteAfter.Duration)
 	}

@@ -1,13 +1,18 @@
 // Package ring is a bounded single-producer, multi-consumer broadcast
-// buffer. The producer never blocks: when a consumer falls a whole buffer
-// behind, the oldest items are overwritten and that consumer learns how
-// many it lost. So a slow sink loses (and counts) records instead of
-// stalling the pipeline or the other sinks.
+// buffer. By default the producer never blocks: when a consumer falls a
+// whole buffer behind, the oldest items are overwritten and that consumer
+// learns how many it lost. With BackPressure the producer instead waits
+// for a consumer that is behind while it keeps reading (a slow but live
+// sink slows the pipeline down rather than losing records), and laps only
+// a consumer that has stopped reading for the stall timeout, or says it
+// is Stalled, or is best-effort: one dead sink still neither stalls the
+// pipeline nor the other sinks for longer than that.
 package ring
 
 import (
 	"context"
 	"sync"
+	"time"
 )
 
 // Buffer holds the last Cap items produced.
@@ -33,6 +38,14 @@ type Buffer[T any] struct {
 	written *sync.Cond
 	wanted  uint64
 	writers int
+	// stall is the back-pressure stall timeout (0: Produce never waits,
+	// see BackPressure); waited is how long producers waited in all.
+	stall  time.Duration
+	waited time.Duration
+	// onStall is told of each consumer back-pressure stops waiting for
+	// after the stall timeout (see OnStall); stalls are those to tell of.
+	onStall func(*Consumer[T])
+	stalls  []*Consumer[T]
 }
 
 // New returns a buffer of at least capacity items (rounded up to a power
@@ -52,21 +65,51 @@ func New[T any](capacity int) *Buffer[T] {
 // Cap is the number of items the buffer retains.
 func (b *Buffer[T]) Cap() int { return len(b.items) }
 
-// Produce appends items, overwriting the oldest ones if needed (unless
-// the buffer is flushing).
+// Produce appends items. When a consumer has not read the oldest item
+// yet, it overwrites it (the consumer counts it as lost), unless the
+// buffer is flushing (see Flushing: it then waits as ProduceWait does)
+// or applies back-pressure (see BackPressure: it then waits for that
+// consumer while it makes progress).
 func (b *Buffer[T]) Produce(items ...T) {
+	b.Hand(context.Background(), false, items...)
+}
+
+// BackPressure makes Produce wait, before overwriting an item a consumer
+// has not read, for that consumer to read, as long as it keeps making
+// progress: a consumer that has not read anything for stall while it was
+// a whole buffer behind is lapped (it counts what it lost), and so is one
+// marked Stalled or BestEffort, and an Observer is never waited for.
+// stall 0 turns back-pressure off (the default: the producer never
+// waits). Set it before producing.
+func (b *Buffer[T]) BackPressure(stall time.Duration) {
 	b.mu.Lock()
-	if b.flushing {
-		b.mu.Unlock()
-		b.ProduceWait(context.Background(), items...)
-		return
-	}
-	for _, it := range items {
-		b.items[b.head&b.mask] = it
-		b.head++
-	}
-	b.mu.Unlock()
-	b.wake.Broadcast()
+	defer b.mu.Unlock()
+	b.stall = stall
+}
+
+// OnStall has f called, by a producer and without the buffer's lock, for
+// each consumer that back-pressure stops waiting for because it read
+// nothing for the stall timeout (once until it reads again): the caller
+// logs it. Set it before producing.
+func (b *Buffer[T]) OnStall(f func(*Consumer[T])) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.onStall = f
+}
+
+// Waited is how long producers have waited for consumers so far (for
+// back-pressure or a flush).
+func (b *Buffer[T]) Waited() time.Duration {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.waited
+}
+
+// Waiting is the number of producers waiting for consumers now.
+func (b *Buffer[T]) Waiting() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.waiting
 }
 
 // Flushing makes every later Produce a ProduceWait that waits until each
@@ -81,52 +124,162 @@ func (b *Buffer[T]) Flushing() {
 }
 
 // ProduceWait is Produce, except that before each item it waits until
-// every open consumer has read far enough for the item to overwrite
-// nothing unread, or until ctx ends (then it overwrites, as Produce).
-// It is for the end of a run, when a flush of many records must reach
-// the sinks rather than lap them; a consumer that stops reading must be
-// closed for it to go on.
+// every open consumer (but the best-effort ones) has read far enough for
+// the item to overwrite nothing unread, or until ctx ends (then it
+// overwrites, as Produce). It is for the end of a run, when a flush of
+// many records must reach the sinks rather than lap them; a consumer
+// that stops reading must be closed for it to go on.
 func (b *Buffer[T]) ProduceWait(ctx context.Context, items ...T) {
-	stop := context.AfterFunc(ctx, func() {
-		b.mu.Lock()
-		defer b.mu.Unlock()
-		b.room.Broadcast()
-	})
-	defer stop()
-	b.mu.Lock()
-	for _, it := range items {
-		for ctx.Err() == nil && b.full() {
-			b.waiting++
-			b.wake.Broadcast() // let consumers see what is there before sleeping
-			b.room.Wait()
-			b.waiting--
-		}
-		b.items[b.head&b.mask] = it
-		b.head++
-	}
-	b.mu.Unlock()
-	b.wake.Broadcast()
+	b.Hand(ctx, true, items...)
 }
 
 // Hand is Produce, or ProduceWait when wait is set: a final flush, which
 // waits for its readers rather than overwrite what they have not read.
+// Under back-pressure, ctx ending stops Produce's wait too (it then
+// overwrites).
 func (b *Buffer[T]) Hand(ctx context.Context, wait bool, items ...T) {
-	if wait {
-		b.ProduceWait(ctx, items...)
+	b.mu.Lock()
+	wait = wait || b.flushing
+	if !wait && b.stall == 0 {
+		for _, it := range items {
+			b.items[b.head&b.mask] = it
+			b.head++
+		}
+		b.mu.Unlock()
+		b.wake.Broadcast()
 		return
 	}
-	b.Produce(items...)
+	b.mu.Unlock()
+	b.produceWait(ctx, wait, items)
 }
 
-// full reports whether producing one more item would overwrite an item
-// some open consumer has not read. Called with mu held.
-func (b *Buffer[T]) full() bool {
+// produceWait produces items one by one, each once no consumer it must
+// wait for (see mustWait) would lose an item, or once ctx ends.
+func (b *Buffer[T]) produceWait(ctx context.Context, flush bool, items []T) {
+	// ctx's end wakes the wait; watched from the first wait on, so that
+	// a Produce that finds room costs no more than without back-pressure.
+	var stop func() bool
+	defer func() {
+		if stop != nil {
+			stop()
+		}
+	}()
+	b.mu.Lock()
+	var since time.Time // when this call first waited
+	free := 0           // items that surely overwrite nothing a consumer waited for has not read
+	for _, it := range items {
+		if free == 0 {
+			free = b.free()
+		}
+		for free == 0 && ctx.Err() == nil {
+			now := time.Now()
+			wait, until := b.mustWait(flush, now)
+			if !wait {
+				break
+			}
+			if since.IsZero() {
+				since = now
+				if ctx.Done() != nil {
+					stop = context.AfterFunc(ctx, func() {
+						b.mu.Lock()
+						defer b.mu.Unlock()
+						b.room.Broadcast()
+					})
+				}
+			}
+			b.waiting++
+			var t *time.Timer
+			if !until.IsZero() {
+				// Wake at the stall deadline: a consumer that stopped
+				// reading sends no signal.
+				t = time.AfterFunc(until.Sub(now), func() {
+					b.mu.Lock()
+					defer b.mu.Unlock()
+					b.room.Broadcast()
+				})
+			}
+			b.wake.Broadcast() // let consumers see what is there before sleeping
+			b.room.Wait()
+			if t != nil {
+				t.Stop()
+			}
+			b.waiting--
+			free = b.free()
+		}
+		if free > 0 {
+			free--
+		}
+		b.items[b.head&b.mask] = it
+		b.head++
+	}
+	if !since.IsZero() {
+		b.waited += time.Since(since)
+	}
+	stalls, onStall := b.stalls, b.onStall
+	b.stalls = nil
+	b.mu.Unlock()
+	b.wake.Broadcast()
+	for _, c := range stalls {
+		onStall(c)
+	}
+}
+
+// free is how many items can be produced before one overwrites an item
+// an open consumer (but a best-effort one) has not read. Called with mu
+// held.
+func (b *Buffer[T]) free() int {
+	n := uint64(len(b.items))
+	free := n
 	for c := range b.consumers {
-		if b.head-c.next >= uint64(len(b.items)) {
-			return true
+		if c.bestEffort {
+			continue
+		}
+		if d := b.head - c.next; d >= n {
+			return 0
+		} else if n-d < free {
+			free = n - d
 		}
 	}
-	return false
+	return int(free)
+}
+
+// mustWait reports whether producing one more item must wait: it would
+// overwrite an item an open consumer has not read, and that consumer is
+// one to wait for. A flush waits for every consumer but the best-effort
+// ones; back-pressure also skips the Stalled ones, and those that have
+// not read for the stall timeout while behind (until is the earliest
+// time one of those it waits for would reach it). Called with mu held.
+func (b *Buffer[T]) mustWait(flush bool, now time.Time) (wait bool, until time.Time) {
+	for c := range b.consumers {
+		if b.head-c.next < uint64(len(b.items)) || c.bestEffort {
+			continue
+		}
+		if flush {
+			return true, time.Time{}
+		}
+		if c.stalled {
+			continue
+		}
+		if c.behindSince.IsZero() {
+			c.behindSince = now
+		}
+		d := c.behindSince.Add(b.stall)
+		if !now.Before(d) {
+			// Stopped reading: lapped.
+			if !c.lapped {
+				c.lapped = true
+				if b.onStall != nil {
+					b.stalls = append(b.stalls, c)
+				}
+			}
+			continue
+		}
+		if !wait || d.Before(until) {
+			until = d
+		}
+		wait = true
+	}
+	return wait, until
 }
 
 // Produced is the number of items produced so far.
@@ -164,8 +317,15 @@ type Consumer[T any] struct {
 	manual     bool
 	bestEffort bool
 	// stalled consumers cannot write for now (their destination is
-	// down): WaitWritten does not wait for them.
+	// down): WaitWritten and back-pressure do not wait for them.
 	stalled bool
+	// behindSince is when a producer under back-pressure first found
+	// this consumer a whole buffer behind since it last read (zero when
+	// it read since).
+	behindSince time.Time
+	// lapped is set when back-pressure stopped waiting for it for the
+	// stall timeout, until it reads again.
+	lapped bool
 }
 
 // Consumer returns a consumer starting at the current head (it sees only
@@ -188,19 +348,21 @@ func (c *Consumer[T]) CommitOnWrite() {
 	c.manual = true
 }
 
-// BestEffort says that WaitWritten must not wait for this consumer (a
-// live view that promises no delivery).
+// BestEffort says that neither WaitWritten nor a producer (back-pressure,
+// flush) may wait for this consumer (a live view that promises no
+// delivery): it loses, and counts, what it reads too slowly.
 func (c *Consumer[T]) BestEffort() {
 	c.b.mu.Lock()
 	defer c.b.mu.Unlock()
 	c.bestEffort = true
 	c.b.written.Broadcast()
+	c.b.room.Broadcast()
 }
 
 // Stalled says whether the consumer can write for now. While it cannot
-// (its destination is down), WaitWritten does not wait for it, so that
-// one dead destination does not hold back the others; what it holds is
-// lost, and counted, if the buffer laps it.
+// (its destination is down), neither WaitWritten nor back-pressure waits
+// for it, so that one dead destination does not hold back the others;
+// what it holds is lost, and counted, if the buffer laps it.
 func (c *Consumer[T]) Stalled(stalled bool) {
 	b := c.b
 	b.mu.Lock()
@@ -208,6 +370,7 @@ func (c *Consumer[T]) Stalled(stalled bool) {
 	if c.stalled != stalled {
 		c.stalled = stalled
 		b.written.Broadcast()
+		b.room.Broadcast()
 	}
 }
 
@@ -300,7 +463,7 @@ func (b *Buffer[T]) WaitWritten(ctx context.Context, pos uint64) error {
 
 // Observer returns a consumer starting at the oldest item the buffer
 // still holds, so that it first reads the retained history. Unlike a
-// Consumer, ProduceWait never waits for it: an observer (a user's live
+// Consumer, no producer ever waits for it (ProduceWait, back-pressure): an observer (a user's live
 // view) must not hold back the pipeline, and it only loses, and counts,
 // what it reads too slowly.
 func (b *Buffer[T]) Observer() *Consumer[T] {
@@ -366,6 +529,7 @@ func (c *Consumer[T]) Next(ctx context.Context, dst []T, max int) (out []T, ok b
 		dst = append(dst, b.items[c.next&b.mask])
 		c.next++
 	}
+	c.behindSince, c.lapped = time.Time{}, false // it made progress
 	if b.waiting > 0 {
 		b.room.Broadcast()
 	}

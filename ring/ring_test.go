@@ -2,6 +2,7 @@ package ring
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -321,5 +322,222 @@ func TestHand(t *testing.T) {
 	<-done
 	if c.Lost != 1 || all[0] != 4 || all[3] != 7 {
 		t.Fatalf("with wait: got %v, lost %d in all", all, c.Lost)
+	}
+}
+
+// readAll reads c until the buffer is closed and drained, one item at a
+// time with a pause after each (a slow but live sink), and returns what
+// it read.
+func readAll(c *Consumer[int], pause time.Duration) []int {
+	var got []int
+	for {
+		items, ok := c.Next(context.Background(), nil, 1)
+		if !ok {
+			return got
+		}
+		got = append(got, items...)
+		time.Sleep(pause) // the sink's slowness, not synchronisation
+	}
+}
+
+// A slow consumer that keeps reading is waited for: it loses nothing;
+// best-effort consumers and observers that never read do not hold the
+// producer back (they are lapped and count it).
+func TestBackPressureWaitsForLiveConsumer(t *testing.T) {
+	b := New[int](4)
+	b.BackPressure(time.Minute)
+	slow := b.Consumer()
+	live := b.Consumer()
+	live.BestEffort()
+	obs := b.Observer()
+	const n = 200
+	done := make(chan []int)
+	go func() { done <- readAll(slow, 100*time.Microsecond) }()
+	for i := range n {
+		b.Produce(i)
+	}
+	b.Close()
+	got := <-done
+	if slow.Lost != 0 || len(got) != n {
+		t.Fatalf("slow consumer read %d of %d, lost %d", len(got), n, slow.Lost)
+	}
+	for i, v := range got {
+		if v != i {
+			t.Fatalf("item %d is %d", i, v)
+		}
+	}
+	if b.Waited() == 0 {
+		t.Error("the producer never waited for a consumer 196 items behind")
+	}
+	for name, c := range map[string]*Consumer[int]{"best-effort": live, "observer": obs} {
+		items, _ := c.Next(context.Background(), nil, n)
+		if uint64(len(items))+c.Lost != n || c.Lost == 0 {
+			t.Errorf("%s: read %d, lost %d, want %d in all and some lost", name, len(items), c.Lost, n)
+		}
+	}
+}
+
+// A consumer that reads nothing for the stall timeout is lapped, once: the
+// producer does not wait for it again until it reads, and then does.
+func TestBackPressureLapsSilentConsumer(t *testing.T) {
+	const stall = 200 * time.Millisecond
+	b := New[int](4)
+	b.BackPressure(stall)
+	var told []*Consumer[int]
+	b.OnStall(func(c *Consumer[int]) { told = append(told, c) }) // the producer's goroutine: this one
+	dead := b.Consumer()
+	start := time.Now()
+	for i := range 100 {
+		b.Produce(i)
+	}
+	if d := time.Since(start); d < stall {
+		t.Fatalf("lapped a silent consumer after %s, before the stall timeout %s", d, stall)
+	}
+	waited := b.Waited()
+	if waited < stall {
+		t.Fatalf("Waited = %s, want at least %s", waited, stall)
+	}
+	for i := range 100 {
+		b.Produce(100 + i)
+	}
+	if w := b.Waited(); w != waited {
+		t.Fatalf("the producer waited %s more for a consumer it had lapped", w-waited)
+	}
+	if len(told) != 1 || told[0] != dead {
+		t.Fatalf("OnStall told of %d consumers, want the silent one once", len(told))
+	}
+	got, _ := dead.Next(context.Background(), nil, 100)
+	if dead.Lost != 196 || len(got) != 4 || got[0] != 196 {
+		t.Fatalf("lapped consumer: read %v, lost %d, want 196..199 and 196 lost", got, dead.Lost)
+	}
+	// It read again: it is waited for again (for the stall timeout, as
+	// it reads no more).
+	start = time.Now()
+	b.Produce(1, 2, 3, 4, 5)
+	if d := time.Since(start); d < stall {
+		t.Fatalf("a consumer that read again was lapped after %s, before the stall timeout", d)
+	}
+	if len(told) != 2 {
+		t.Fatalf("OnStall told of %d stalls, want 2 (it read in between)", len(told))
+	}
+}
+
+// A consumer marked Stalled (its destination is down) is not waited for;
+// one that is live beside it is, and loses nothing.
+func TestBackPressureStalledAndLive(t *testing.T) {
+	b := New[int](8)
+	b.BackPressure(time.Hour)
+	down := b.Consumer()
+	down.Stalled(true)
+	slow := b.Consumer()
+	done := make(chan []int)
+	go func() { done <- readAll(slow, 50*time.Microsecond) }()
+	const n = 500
+	for i := range n {
+		b.Produce(i)
+	}
+	b.Close()
+	if got := <-done; len(got) != n || slow.Lost != 0 {
+		t.Fatalf("live consumer read %d of %d, lost %d", len(got), n, slow.Lost)
+	}
+	got, _ := down.Next(context.Background(), nil, n)
+	if down.Lost != n-8 || len(got) != 8 {
+		t.Fatalf("stalled consumer: read %d, lost %d, want 8 and %d", len(got), down.Lost, n-8)
+	}
+}
+
+// A producer waiting for a live consumer stops waiting when its context
+// ends (Hand), and overwrites as without back-pressure.
+func TestBackPressureContextEndsWait(t *testing.T) {
+	b := New[int](2)
+	b.BackPressure(time.Hour)
+	c := b.Consumer()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		b.Hand(ctx, false, 1, 2, 3, 4)
+	}()
+	// The producer is blocked on the third item until c reads or ctx
+	// ends; c reads one item, so that the producer is known to be past
+	// its first wait.
+	if got, _ := c.Next(context.Background(), nil, 1); len(got) != 1 || got[0] != 1 {
+		t.Fatalf("read %v", got)
+	}
+	cancel()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Hand still waits after its context ended")
+	}
+	if b.Produced() != 4 {
+		t.Fatalf("produced %d, want 4", b.Produced())
+	}
+}
+
+// Without BackPressure, Produce never waits (the "drop" overflow).
+func TestNoBackPressureLaps(t *testing.T) {
+	b := New[int](4)
+	c := b.Consumer()
+	for i := range 1000 {
+		b.Produce(i)
+	}
+	if b.Waited() != 0 {
+		t.Fatalf("Produce waited %s without back-pressure", b.Waited())
+	}
+	got, _ := c.Next(context.Background(), nil, 10)
+	if c.Lost != 996 || len(got) != 4 {
+		t.Fatalf("read %d, lost %d", len(got), c.Lost)
+	}
+}
+
+// A flush (ProduceWait) does not wait for a best-effort consumer either.
+func TestFlushSkipsBestEffort(t *testing.T) {
+	b := New[int](4)
+	c := b.Consumer()
+	c.BestEffort()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		b.ProduceWait(context.Background(), 1, 2, 3, 4, 5, 6, 7, 8, 9)
+	}()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("ProduceWait waits for a best-effort consumer")
+	}
+}
+
+// BenchmarkProduce hands batches of 64 items to a buffer one consumer
+// drains: without back-pressure (the consumer may be lapped) and with it
+// (the producer waits when the consumer is a whole buffer behind).
+func BenchmarkProduce(b *testing.B) {
+	for _, bp := range []bool{false, true} {
+		b.Run(fmt.Sprintf("backpressure=%v", bp), func(b *testing.B) {
+			buf := New[int](8192)
+			if bp {
+				buf.BackPressure(time.Minute)
+			}
+			c := buf.Consumer()
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				var dst []int
+				for {
+					var ok bool
+					if dst, ok = c.Next(context.Background(), dst[:0], 512); !ok {
+						return
+					}
+				}
+			}()
+			items := make([]int, 64)
+			b.ResetTimer()
+			for range b.N {
+				buf.Produce(items...)
+			}
+			buf.Close()
+			<-done
+			b.ReportMetric(float64(c.Lost)/float64(b.N*64), "lost/item")
+		})
 	}
 }

@@ -53,6 +53,11 @@ type Options struct {
 	// Each Write has at least half of it; one that times out drops the
 	// connection. Default 10 s.
 	WriteTimeout time.Duration
+	// StopWrites makes a Write blocked on a collector that reads slowly
+	// fail at once (dropping the connection) when the context given to
+	// the Connect that made the connection ends, so that a caller
+	// stopped at shutdown is not held for up to WriteTimeout.
+	StopWrites bool
 	// Announce sends the templates (typically: add them to an encoder
 	// whose output is Write, and flush). It is called on every new
 	// connection and when a UDP refresh is due; an error drops the
@@ -89,6 +94,10 @@ var (
 	ErrWriteTimeout = errors.New("ipfixconn: write timed out")
 )
 
+// errWritesStopped is the error of a Write after the context of its
+// connection ended (Options.StopWrites).
+var errWritesStopped = errors.New("ipfixconn: stopped: the connection's context ended")
+
 // DefaultWriteTimeout is Options.WriteTimeout's default.
 const DefaultWriteTimeout = 10 * time.Second
 
@@ -118,6 +127,10 @@ type Conn struct {
 	gone *atomic.Bool
 	// lastAnnounce is when the templates were last announced.
 	lastAnnounce time.Time
+	// stopped is set, with StopWrites, when the Connect's context of the
+	// connection ended; unwatch stops watching that context.
+	stopped *atomic.Bool
+	unwatch func() bool
 }
 
 // New checks o and returns an unconnected Conn.
@@ -247,6 +260,14 @@ func (c *Conn) dial(ctx context.Context) error {
 	}
 	c.nc, c.deadline = nc, time.Time{}
 	c.gone = nil
+	if c.o.StopWrites {
+		stopped := new(atomic.Bool)
+		c.stopped = stopped
+		c.unwatch = context.AfterFunc(ctx, func() {
+			stopped.Store(true)
+			_ = nc.SetWriteDeadline(time.Unix(1, 0)) // net.Conn's deadlines may be set from any goroutine
+		})
+	}
 	if c.o.Proto == "tcp" {
 		gone := new(atomic.Bool)
 		c.gone = gone
@@ -305,8 +326,17 @@ func (c *Conn) Write(msg []byte) error {
 			return err
 		}
 	}
+	// Checked after the deadline is set, so that one set by a context
+	// that ended meanwhile is not undone.
+	if c.stopped != nil && c.stopped.Load() {
+		c.drop(errWritesStopped)
+		return errWritesStopped
+	}
 	if _, err := c.nc.Write(msg); err != nil {
-		if errors.Is(err, os.ErrDeadlineExceeded) {
+		switch {
+		case c.stopped != nil && c.stopped.Load():
+			err = errWritesStopped
+		case errors.Is(err, os.ErrDeadlineExceeded):
 			err = fmt.Errorf("%w: the collector read nothing for %s", ErrWriteTimeout, c.o.WriteTimeout)
 		}
 		c.drop(err)
@@ -324,6 +354,10 @@ func (c *Conn) drop(err error) {
 	}
 	_ = c.nc.Close()
 	c.nc = nil
+	if c.unwatch != nil {
+		c.unwatch()
+		c.unwatch, c.stopped = nil, nil
+	}
 	if h := c.o.Hooks.Lost; h != nil {
 		h(err)
 	}

@@ -553,3 +553,77 @@ func TestTLSConfigPerAttempt(t *testing.T) {
 	// means the configuration TLSConfig gave was used.
 	testkit.WaitFor(t, "the record over TLS", func() bool { return slices.Equal(col.got(0), []uint64{9}) })
 }
+
+// TestStopWrites: with StopWrites, a Write blocked on a collector that
+// reads nothing fails as soon as the context of the connection's Connect
+// ends, long before the write timeout, and drops the connection; without
+// the context ending it would wait the whole timeout.
+func TestStopWrites(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	held := make(chan net.Conn, 1)
+	go func() {
+		if c, err := ln.Accept(); err == nil {
+			held <- c // kept open, never read
+		}
+	}()
+	defer func() {
+		select {
+		case c := <-held:
+			c.Close()
+		default:
+		}
+	}()
+	c, err := ipfixconn.New(ipfixconn.Options{Address: ln.Addr().String(), Proto: "tcp", WriteTimeout: time.Hour,
+		StopWrites: true, Announce: func() error { return nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if err := c.Connect(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// Write until a Write blocks (the socket buffers are full), then end
+	// the context: the blocked Write must return.
+	wrote := make(chan struct{}, 1)
+	failed := make(chan error, 1)
+	go func() {
+		msg := make([]byte, 60000)
+		for {
+			if err := c.Write(msg); err != nil {
+				failed <- err
+				return
+			}
+			select {
+			case wrote <- struct{}{}:
+			default:
+			}
+		}
+	}()
+	blocked := false
+	for !blocked {
+		select {
+		case <-wrote:
+		case err := <-failed:
+			t.Fatalf("Write failed before the context ended: %v", err)
+		case <-time.After(500 * time.Millisecond):
+			blocked = true // no Write returned for a while: one is blocked
+		}
+	}
+	cancel()
+	select {
+	case err := <-failed:
+		if err == nil || errors.Is(err, ipfixconn.ErrWriteTimeout) {
+			t.Errorf("Write: %v, want the stop's error", err)
+		}
+	case <-time.After(testkit.WaitTimeout):
+		t.Fatal("a blocked Write went on after its connection's context ended")
+	}
+	if c.Connected() {
+		t.Error("still connected after a stopped Write")
+	}
+}

@@ -125,7 +125,7 @@ func New(o Options) (*Sink, error) {
 	s := &Sink{o: o}
 	var err error
 	if s.conn, err = ipfixconn.New(ipfixconn.Options{Address: o.Address, Proto: o.Proto, TLS: o.TLS, TLSConfig: o.TLSConfig,
-		TemplateRefresh: o.TemplateRefresh, MinBackoff: o.MinBackoff, MaxBackoff: o.MaxBackoff, Announce: s.announce,
+		TemplateRefresh: o.TemplateRefresh, MinBackoff: o.MinBackoff, MaxBackoff: o.MaxBackoff, Announce: s.announce, StopWrites: true,
 		PeerClosed: errPeerClosed, Hooks: ipfixconn.Hooks{Attempt: s.onAttempt, Connected: s.onConnect, Failed: s.onFail,
 			Lost: s.onLost}}); err != nil {
 		return nil, fmt.Errorf("ipfixout: %w", err)
@@ -291,9 +291,16 @@ func run[T any](ctx context.Context, s *Sink, c *ring.Consumer[T], send func(T),
 				continue
 			}
 		}
-		for len(pending) > 0 && s.conn.Alive() {
+		for len(pending) > 0 && s.conn.Alive() && ctx.Err() == nil {
 			send(pending[0])
 			pending = pending[1:]
+		}
+		if ctx.Err() != nil {
+			// Stopped (the drain timeout) while a slow collector held
+			// back its writes: what was taken and not sent is lost, and
+			// counted, rather than sent at the collector's pace.
+			s.shutdownLost.Add(float64(len(pending)))
+			return nil
 		}
 		// A steady trickle never leaves Next idle for a whole interval:
 		// flush on the clock too, so no record waits longer than that.

@@ -9,8 +9,10 @@
 // Proxy mode's gRPC confirmation, which waits for the sinks to write a
 // stream's records, waits for Kafka. While the brokers are away, records
 // wait in the client, up to kafka.maxBufferedRecords; then the sink stops
-// reading and the aggregator's buffer (recordBufferSize) fills; past that
-// the oldest records are dropped and counted (reason buffer-full).
+// reading and the aggregator's buffer (recordBufferSize) fills; the
+// aggregator waits for it up to sluice.sinkStallTimeout (back-pressure),
+// and past that the oldest records are dropped and counted (reason
+// buffer-full).
 package kafka
 
 import (

@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"path/filepath"
 	"regexp"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -114,6 +115,14 @@ sluice:
 	}
 	handed, exported := num(t, end, "records_to_sinks"), num(t, s, "exported")
 	dropped := num(t, s, "dropped_buffer-full") + num(t, s, "dropped_send-error") + num(t, s, "dropped_encode-error") + num(t, s, "dropped_shutdown")
+	// The sink is waited for (sluice.sinkOverflow block) unless it sends
+	// nothing for sluice.sinkStallTimeout, as it may on a starved
+	// machine: then its buffer-full drops are explained here.
+	for l := range strings.SplitSeq(agg.logText(), "\n") {
+		if strings.Contains(l, "sinkStallTimeout") {
+			t.Log(l)
+		}
+	}
 	t.Logf("flood: %d records written by the senders in 8 s, %d received by the aggregator; peak heap in use %d MiB; sink: %d handed, %d exported, %d dropped (buffer-full %d)",
 		sent.Load(), received, peak>>20, handed, exported, dropped, num(t, s, "dropped_buffer-full"))
 	// GOMEMLIMIT is soft: the collector may overshoot it briefly while it

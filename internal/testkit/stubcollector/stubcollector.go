@@ -34,6 +34,9 @@ type Collector struct {
 	// test's hours of records would not fit).
 	countOnly bool
 	counted   int
+	// pause is how long it waits after reading each message (a collector
+	// slower than its exporters; see NewSlow).
+	pause time.Duration
 }
 
 // Close stops the collector: its listener and every connection close, as
@@ -66,6 +69,16 @@ func NewCounting(tb testing.TB) *Collector { return start(tb, "127.0.0.1:0", tru
 // NewAt starts a Collector listening on addr (a collector coming back
 // where one was stopped, say).
 func NewAt(tb testing.TB, addr string) *Collector { return start(tb, addr, false) }
+
+// NewSlow starts a Collector that waits pause after reading each message:
+// a live collector that reads slower than it is sent to.
+func NewSlow(tb testing.TB, pause time.Duration) *Collector {
+	c := start(tb, "127.0.0.1:0", false)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.pause = pause
+	return c
+}
 
 func start(tb testing.TB, addr string, countOnly bool) *Collector {
 	tb.Helper()
@@ -101,6 +114,7 @@ func (c *Collector) serve(conn net.Conn, table *ipfixmap.Table) {
 		return
 	}
 	c.conns[conn] = true
+	pause := c.pause
 	c.mu.Unlock()
 	defer func() {
 		conn.Close()
@@ -125,6 +139,9 @@ func (c *Collector) serve(conn net.Conn, table *ipfixmap.Table) {
 				fail(err)
 			}
 			return
+		}
+		if pause > 0 {
+			time.Sleep(pause) // the collector's slowness
 		}
 		if err := d.Reset(m, time.Now()); err != nil {
 			fail(err)
