@@ -16,6 +16,7 @@ import (
 	"sync"
 	"time"
 
+	"sluice/flow"
 	"sluice/policy/observed"
 	"sluice/traceflow/cluster"
 	"sluice/traceflow/crd"
@@ -184,7 +185,7 @@ func Verify(ctx context.Context, before, after *pipeline.Model, candidates []clu
 
 func flowOf(c *observed.Conn) Flow {
 	f := Flow{Source: end(c.SrcNamespace, c.SrcPod, c.Src), Destination: end(c.DstNamespace, c.DstPod, c.Dst),
-		Protocol: protoText(c.Proto), Port: c.DstPort, Service: c.ServicePortName, Records: c.Records(),
+		Protocol: flow.ProtocolName(c.Proto), Port: c.DstPort, Service: c.ServicePortName, Records: c.Records(),
 		FirstSeen: c.First, LastSeen: c.Last, key: c.Key}
 	return f
 }
@@ -194,22 +195,6 @@ func end(ns, pod string, ip netip.Addr) string {
 		return ip.String()
 	}
 	return ns + "/" + pod
-}
-
-func protoText(p uint8) string {
-	switch p {
-	case 1:
-		return "ICMP"
-	case 6:
-		return "TCP"
-	case 17:
-		return "UDP"
-	case 58:
-		return "ICMPv6"
-	case 132:
-		return "SCTP"
-	}
-	return fmt.Sprint(p)
 }
 
 // deciding names the rule that decided v: the denying one when denied,
