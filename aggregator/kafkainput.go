@@ -11,7 +11,7 @@ import (
 	"sluice/config"
 	"sluice/flow"
 	"sluice/flow/flowkey"
-	"sluice/internal/kafkaclient"
+	"sluice/kafkaclient"
 	"sluice/kafkain"
 )
 

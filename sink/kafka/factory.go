@@ -2,7 +2,7 @@ package kafka
 
 import (
 	"sluice/config"
-	"sluice/internal/kafkaclient"
+	"sluice/kafkaclient"
 	"sluice/sink"
 )
 

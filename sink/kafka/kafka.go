@@ -30,7 +30,7 @@ import (
 	"sluice/flow"
 	"sluice/flow/flowkey"
 	"sluice/flow/flowproto"
-	"sluice/internal/kafkaclient"
+	"sluice/kafkaclient"
 	"sluice/ring"
 	"sluice/sink"
 )

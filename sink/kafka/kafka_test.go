@@ -19,9 +19,9 @@ import (
 	"sluice/flow/flowpb"
 	"sluice/flow/flowproto"
 	"sluice/flow/flowtest"
-	"sluice/internal/kafkaclient"
 	"sluice/internal/kafkatest"
 	"sluice/internal/testkit"
+	"sluice/kafkaclient"
 	"sluice/ring"
 	"sluice/sink"
 )
