@@ -60,9 +60,8 @@ func exporterConn(t *testing.T, addr string) *net.TCPConn {
 // message), behind a Proxy-mode aggregator with a small buffer. The
 // aggregator waits for it rather than overwrite what it has not sent
 // (sluice.sinkOverflow's default, block): every record reaches the
-// collector, none is counted as dropped, and the exporter is held back by
-// TCP: when its last write returns, most records have already reached the
-// collector. Proxy mode's two paths (the fast path of encoded records,
+// collector, none is counted as dropped (with drop, about half are), and
+// the exporter is held back by TCP. Proxy mode's two paths (the fast path of encoded records,
 // and the general one), and Aggregate mode.
 func TestSlowCollectorSlowsExporters(t *testing.T) {
 	for _, c := range []struct {
@@ -128,7 +127,11 @@ sluice:
 	if waited <= 0 {
 		t.Errorf("sluice_pipeline_backpressure_seconds_total = %v, want > 0", waited)
 	}
-	if at := atLastWrite.Load(); at < n/2 {
+	// A sanity check, not what tells block from drop (the counts above
+	// do: with drop, 17,536-23,552 had also arrived by then in three
+	// runs). Loopback buffers can hold megabytes of the 6 MB sent, so
+	// half was too tight a bound for a busy machine.
+	if at := atLastWrite.Load(); at < n/4 {
 		t.Errorf("the exporter's last write returned with %d of %d records at the collector: it was not held back", at, n)
 	}
 	for _, err := range coll.Errors() {
