@@ -10,15 +10,16 @@
 // concurrently (Run does all three from one goroutine). Stats may be read
 // from any goroutine.
 //
-// The per-flow state is compact (512 bytes plus about 17 of index, no
-// pointers): fixed-size
-// keys, values interned into a per-Store table of reference-counted ids,
-// counters as plain integers, an open-addressing index, a timing wheel of
+// The per-flow state is compact (352 bytes plus about 17 of index, no
+// pointers): fixed-size keys, values interned into a per-Store table of
+// reference-counted ids and grouped into interned tuples (a Pod's five
+// values are one id), packet counters in 32 bits unless they outgrow them, an open-addressing index, a timing wheel of
 // one-second buckets and an idle list, both linked through slab indexes.
 package aggregate
 
 import (
 	"context"
+	"net/netip"
 	"sync/atomic"
 	"time"
 
@@ -115,6 +116,12 @@ type Store struct {
 	slab slab
 	idx  index
 	strs strtab
+	tups tuptab
+
+	// wide holds the packet counters of the entries that outgrew 32 bits
+	// (see counter); wideFree its unused slots.
+	wide     []wideCounters
+	wideFree []uint32
 
 	// Timing wheel: flow i is in bucket e.bucket, whose second is at or
 	// before min(active, inactive) (a later deadline moves it lazily, when
@@ -162,6 +169,7 @@ func New(o Options) *Store {
 		maxFlows: o.MaxFlows,
 		seed:     newHashSeed(),
 		strs:     newStrtab(),
+		tups:     newTuptab(),
 		lHead:    nilIdx,
 		lTail:    nilIdx,
 		queries:  make(chan *queryReq),
@@ -319,7 +327,6 @@ func (s *Store) create(a *arrival, slot uint32, emit func(*flow.Flow)) {
 	i := s.slab.alloc()
 	e := s.slab.at(i)
 	e.key = a.k
-	e.hash = h
 	e.flags = fLive | fUpdated
 	e.present = f.Present
 	e.present.Clear(flow.FlowDirection)
@@ -335,16 +342,10 @@ func (s *Store) create(a *arrival, slot uint32, emit func(*flow.Flow)) {
 	e.start, e.end = f.StartTime.UnixNano(), f.EndTime.UnixNano()
 	e.endReason = f.EndReason
 	e.flowType = f.FlowType
-	e.servicePort = f.DestinationServicePort
-	e.snatPort = f.ProxySnatPort
-	e.ingType, e.ingAc = f.Ingress.Type, f.Ingress.RuleAction
-	e.egType, e.egAc = f.Egress.Type, f.Egress.RuleAction
 	if a.ingressHalf {
 		e.flags |= fSrcIP
-		e.str[sSrcIP] = s.strs.addAddr(f.SourceIP)
-		e.srcPort = f.SourcePort
 	}
-	s.internStrings(e, f)
+	s.internStrings(e, f, a.ingressHalf)
 
 	// Counters: the common ones and those of the record's side (both
 	// sides when no correlation is needed).
@@ -352,7 +353,7 @@ func (s *Store) create(a *arrival, slot uint32, emit func(*flow.Flow)) {
 	if corr {
 		fillSrc, fillDst = sd == sideSrc, sd != sideSrc
 	}
-	e.setCounters(f, fillSrc, fillDst)
+	s.setCounters(e, f, fillSrc, fillDst)
 
 	e.inactive = nowNs + s.inactive
 	if corr {
@@ -374,60 +375,61 @@ func (s *Store) create(a *arrival, slot uint32, emit func(*flow.Flow)) {
 	s.c.flows.Add(1)
 }
 
-// internStrings stores f's strings, UIDs and addresses in e, interned (the
-// inverse of snapshot's reads).
-func (s *Store) internStrings(e *entry, f *flow.Flow) {
-	t := &s.strs
-	e.str[sSrcPodNamespace] = t.add(f.SourcePodNamespace)
-	e.str[sSrcPodName] = t.add(f.SourcePodName)
-	e.str[sSrcPodUID] = t.addUID(f.SourcePodUID)
-	e.str[sSrcNodeName] = t.add(f.SourceNodeName)
-	e.str[sSrcNodeUID] = t.addUID(f.SourceNodeUID)
-	e.str[sDstPodNamespace] = t.add(f.DestinationPodNamespace)
-	e.str[sDstPodName] = t.add(f.DestinationPodName)
-	e.str[sDstPodUID] = t.addUID(f.DestinationPodUID)
-	e.str[sDstNodeName] = t.add(f.DestinationNodeName)
-	e.str[sDstNodeUID] = t.addUID(f.DestinationNodeUID)
-	e.str[sClusterIP] = t.addAddr(f.DestinationClusterIP)
-	e.str[sServiceIP] = t.addAddr(f.DestinationServiceIP)
-	e.str[sServicePortName] = t.add(f.DestinationServicePortName)
-	e.str[sServiceUID] = t.addUID(f.DestinationServiceUID)
-	e.str[sIngNamespace] = t.add(f.Ingress.Namespace)
-	e.str[sIngName] = t.add(f.Ingress.Name)
-	e.str[sIngUID] = t.addUID(f.Ingress.UID)
-	e.str[sIngRule] = t.add(f.Ingress.RuleName)
-	e.str[sEgNamespace] = t.add(f.Egress.Namespace)
-	e.str[sEgName] = t.add(f.Egress.Name)
-	e.str[sEgUID] = t.addUID(f.Egress.UID)
-	e.str[sEgRule] = t.add(f.Egress.RuleName)
-	e.str[sEgressName] = t.add(f.EgressName)
-	e.str[sEgressIP] = t.addAddr(f.EgressIP)
-	e.str[sEgressNodeName] = t.add(f.EgressNodeName)
-	e.str[sEgressNodeUID] = t.addUID(f.EgressNodeUID)
-	e.str[sEgressUID] = t.addUID(f.EgressUID)
-	e.str[sAppProtocol] = t.add(f.AppProtocolName)
-	e.str[sHTTPVals] = t.add(f.HTTPVals)
-	e.str[sTCPState] = t.add(f.TCPState)
-	e.str[sSnatIP] = t.addAddr(f.ProxySnatIP)
+// internStrings stores f's strings, UIDs and addresses in e, interned as
+// tuples (the inverse of snapshot's reads); the ingress-Node half of a
+// from-external flow also keeps its source address and port.
+func (s *Store) internStrings(e *entry, f *flow.Flow, ingressHalf bool) {
+	t, g := &s.strs, &s.tups
+	v := tuple{s: [5]uint32{t.idOf(f.SourcePodNamespace), t.idOf(f.SourcePodName), t.idOfUID(&f.SourcePodUID),
+		t.idOf(f.SourceNodeName), t.idOfUID(&f.SourceNodeUID)}}
+	e.grp[gSrcPod] = g.add(&v, t)
+	v = tuple{s: [5]uint32{t.idOf(f.DestinationPodNamespace), t.idOf(f.DestinationPodName), t.idOfUID(&f.DestinationPodUID),
+		t.idOf(f.DestinationNodeName), t.idOfUID(&f.DestinationNodeUID)}}
+	e.grp[gDstPod] = g.add(&v, t)
+	v = tuple{s: [5]uint32{t.idOfAddr(f.DestinationClusterIP), t.idOfAddr(f.DestinationServiceIP),
+		t.idOf(f.DestinationServicePortName), t.idOfUID(&f.DestinationServiceUID)}, w: uint32(f.DestinationServicePort)}
+	e.grp[gService] = g.add(&v, t)
+	v = policyTuple(t, &f.Ingress)
+	e.grp[gIngress] = g.add(&v, t)
+	v = policyTuple(t, &f.Egress)
+	e.grp[gEgress] = g.add(&v, t)
+	v = tuple{s: [5]uint32{t.idOf(f.EgressName), t.idOfAddr(f.EgressIP), t.idOf(f.EgressNodeName),
+		t.idOfUID(&f.EgressNodeUID), t.idOfUID(&f.EgressUID)}}
+	e.grp[gEgressGW] = g.add(&v, t)
+	v = tuple{s: [5]uint32{t.idOf(f.AppProtocolName), t.idOf(f.HTTPVals), t.idOfAddr(f.ProxySnatIP)}, w: uint32(f.ProxySnatPort)}
+	if ingressHalf {
+		v.s[pSrcIP] = t.idOfAddr(f.SourceIP)
+		v.w |= uint32(f.SourcePort) << 16
+	}
+	e.grp[gMisc] = g.add(&v, t)
+	e.tcp = t.add(f.TCPState)
+}
+
+func policyTuple(t *strtab, p *flow.Policy) tuple {
+	return tuple{s: [5]uint32{t.idOf(p.Namespace), t.idOf(p.Name), t.idOfUID(&p.UID), t.idOf(p.RuleName)},
+		w: uint32(p.Type) | uint32(p.RuleAction)<<8}
 }
 
 // setCounters stores f's counters and the throughputs they make over the
 // flow's life: the common ones, and those of each side asked for.
-func (e *entry) setCounters(f *flow.Flow, fillSrc, fillDst bool) {
+func (s *Store) setCounters(e *entry, f *flow.Flow, fillSrc, fillDst bool) {
 	var tp, rtp uint64
 	if d := sec(e.end) - sec(e.start); d > 0 {
 		tp = f.Stats.OctetTotalCount * 8 / uint64(d)
 		rtp = f.ReverseStats.OctetTotalCount * 8 / uint64(d)
 	}
-	e.stats[cCommon], e.stats[cCommonRev] = f.Stats, f.ReverseStats
+	s.setStat(e, cCommon, f.Stats)
+	s.setStat(e, cCommonRev, f.ReverseStats)
 	e.tput[cCommon], e.tput[cCommonRev] = tp, rtp
 	if fillSrc {
-		e.stats[cSrc], e.stats[cSrcRev] = f.Stats, f.ReverseStats
+		s.setStat(e, cSrc, f.Stats)
+		s.setStat(e, cSrcRev, f.ReverseStats)
 		e.tput[cSrc], e.tput[cSrcRev] = tp, rtp
 		e.endSrc = e.end
 	}
 	if fillDst {
-		e.stats[cDst], e.stats[cDstRev] = f.Stats, f.ReverseStats
+		s.setStat(e, cDst, f.Stats)
+		s.setStat(e, cDstRev, f.ReverseStats)
 		e.tput[cDst], e.tput[cDstRev] = tp, rtp
 		e.endDst = e.end
 	}
@@ -437,85 +439,99 @@ func (e *entry) setCounters(f *flow.Flow, fillSrc, fillDst bool) {
 // field the record carries (non-empty, non-zero) replaces the stored one,
 // and the flow becomes ready to export on the next tick.
 func (s *Store) correlate(i uint32, e *entry, f *flow.Flow, ingressHalf bool, nowNs int64) {
-	t := &s.strs
-	str := func(field int, p flow.Field, v string) {
-		if v != "" {
-			t.set(&e.str[field], v)
+	t, g := &s.strs, &s.tups
+	var v *tuple
+	str := func(pos int, p flow.Field, x string) {
+		if x != "" {
+			v.s[pos] = t.idOf(x)
 			e.present.Set(p)
 		}
 	}
-	uid := func(field int, p flow.Field, v flow.UID) {
-		if v != (flow.UID{}) {
-			t.setUID(&e.str[field], v)
+	uid := func(pos int, p flow.Field, x *flow.UID) {
+		if *x != (flow.UID{}) {
+			v.s[pos] = t.idOfUID(x)
 			e.present.Set(p)
 		}
 	}
-	str(sSrcPodNamespace, flow.SourcePodNamespace, f.SourcePodNamespace)
-	str(sSrcPodName, flow.SourcePodName, f.SourcePodName)
-	uid(sSrcPodUID, flow.SourcePodUID, f.SourcePodUID)
-	str(sSrcNodeName, flow.SourceNodeName, f.SourceNodeName)
-	uid(sSrcNodeUID, flow.SourceNodeUID, f.SourceNodeUID)
-	str(sDstPodNamespace, flow.DestinationPodNamespace, f.DestinationPodNamespace)
-	str(sDstPodName, flow.DestinationPodName, f.DestinationPodName)
-	uid(sDstPodUID, flow.DestinationPodUID, f.DestinationPodUID)
-	str(sDstNodeName, flow.DestinationNodeName, f.DestinationNodeName)
-	uid(sDstNodeUID, flow.DestinationNodeUID, f.DestinationNodeUID)
-	if f.DestinationClusterIP.IsValid() {
-		t.setAddr(&e.str[sClusterIP], f.DestinationClusterIP)
-		e.present.Set(flow.DestinationClusterIP)
+	addr := func(pos int, p flow.Field, x netip.Addr) {
+		if x.IsValid() {
+			v.s[pos] = t.idOfAddr(x)
+			e.present.Set(p)
+		}
 	}
-	if f.DestinationServiceIP.IsValid() {
-		t.setAddr(&e.str[sServiceIP], f.DestinationServiceIP)
-		e.present.Set(flow.DestinationServiceIP)
+	small := func(shift uint, p flow.Field, x uint32) {
+		if x != 0 {
+			v.w = v.w&^(0xff<<shift) | x<<shift
+			e.present.Set(p)
+		}
 	}
+	// Each tuple is built from the stored one and replaced before the next
+	// is built (replace releases, and idOf's ids are held by nothing yet).
+	nv := g.vals[e.grp[gSrcPod]]
+	v = &nv
+	str(pNamespace, flow.SourcePodNamespace, f.SourcePodNamespace)
+	str(pName, flow.SourcePodName, f.SourcePodName)
+	uid(pUID, flow.SourcePodUID, &f.SourcePodUID)
+	str(pNode, flow.SourceNodeName, f.SourceNodeName)
+	uid(pNodeUID, flow.SourceNodeUID, &f.SourceNodeUID)
+	g.replace(&e.grp[gSrcPod], v, t)
+
+	nv = g.vals[e.grp[gDstPod]]
+	str(pNamespace, flow.DestinationPodNamespace, f.DestinationPodNamespace)
+	str(pName, flow.DestinationPodName, f.DestinationPodName)
+	uid(pUID, flow.DestinationPodUID, &f.DestinationPodUID)
+	str(pNode, flow.DestinationNodeName, f.DestinationNodeName)
+	uid(pNodeUID, flow.DestinationNodeUID, &f.DestinationNodeUID)
+	g.replace(&e.grp[gDstPod], v, t)
+
+	nv = g.vals[e.grp[gService]]
+	addr(pClusterIP, flow.DestinationClusterIP, f.DestinationClusterIP)
+	addr(pServiceIP, flow.DestinationServiceIP, f.DestinationServiceIP)
 	if f.DestinationServicePort != 0 {
-		e.servicePort = f.DestinationServicePort
+		v.w = uint32(f.DestinationServicePort)
 		e.present.Set(flow.DestinationServicePort)
 	}
-	str(sServicePortName, flow.DestinationServicePortName, f.DestinationServicePortName)
-	uid(sServiceUID, flow.DestinationServiceUID, f.DestinationServiceUID)
-	if f.Ingress.Type != 0 {
-		e.ingType = f.Ingress.Type
-		e.present.Set(flow.IngressPolicyType)
-	}
-	str(sIngNamespace, flow.IngressPolicyNamespace, f.Ingress.Namespace)
-	str(sIngName, flow.IngressPolicyName, f.Ingress.Name)
-	uid(sIngUID, flow.IngressPolicyUID, f.Ingress.UID)
-	str(sIngRule, flow.IngressPolicyRuleName, f.Ingress.RuleName)
-	if f.Ingress.RuleAction != 0 {
-		e.ingAc = f.Ingress.RuleAction
-		e.present.Set(flow.IngressPolicyRuleAction)
-	}
-	if f.Egress.Type != 0 {
-		e.egType = f.Egress.Type
-		e.present.Set(flow.EgressPolicyType)
-	}
-	str(sEgNamespace, flow.EgressPolicyNamespace, f.Egress.Namespace)
-	str(sEgName, flow.EgressPolicyName, f.Egress.Name)
-	uid(sEgUID, flow.EgressPolicyUID, f.Egress.UID)
-	str(sEgRule, flow.EgressPolicyRuleName, f.Egress.RuleName)
-	if f.Egress.RuleAction != 0 {
-		e.egAc = f.Egress.RuleAction
-		e.present.Set(flow.EgressPolicyRuleAction)
-	}
+	str(pPortName, flow.DestinationServicePortName, f.DestinationServicePortName)
+	uid(pServiceUID, flow.DestinationServiceUID, &f.DestinationServiceUID)
+	g.replace(&e.grp[gService], v, t)
+
+	nv = g.vals[e.grp[gIngress]]
+	small(0, flow.IngressPolicyType, uint32(f.Ingress.Type))
+	str(pNamespace, flow.IngressPolicyNamespace, f.Ingress.Namespace)
+	str(pName, flow.IngressPolicyName, f.Ingress.Name)
+	uid(pUID, flow.IngressPolicyUID, &f.Ingress.UID)
+	str(pRule, flow.IngressPolicyRuleName, f.Ingress.RuleName)
+	small(8, flow.IngressPolicyRuleAction, uint32(f.Ingress.RuleAction))
+	g.replace(&e.grp[gIngress], v, t)
+
+	nv = g.vals[e.grp[gEgress]]
+	small(0, flow.EgressPolicyType, uint32(f.Egress.Type))
+	str(pNamespace, flow.EgressPolicyNamespace, f.Egress.Namespace)
+	str(pName, flow.EgressPolicyName, f.Egress.Name)
+	uid(pUID, flow.EgressPolicyUID, &f.Egress.UID)
+	str(pRule, flow.EgressPolicyRuleName, f.Egress.RuleName)
+	small(8, flow.EgressPolicyRuleAction, uint32(f.Egress.RuleAction))
+	g.replace(&e.grp[gEgress], v, t)
+
 	// Egress (SNAT gateway) information is the source Node's; it is copied
 	// like the other Kubernetes fields in case that record came second.
-	str(sEgressName, flow.EgressName, f.EgressName)
-	if f.EgressIP.IsValid() {
-		t.setAddr(&e.str[sEgressIP], f.EgressIP)
-		e.present.Set(flow.EgressIP)
-	}
-	str(sEgressNodeName, flow.EgressNodeName, f.EgressNodeName)
-	uid(sEgressNodeUID, flow.EgressNodeUID, f.EgressNodeUID)
-	uid(sEgressUID, flow.EgressUID, f.EgressUID)
+	nv = g.vals[e.grp[gEgressGW]]
+	str(pEgressName, flow.EgressName, f.EgressName)
+	addr(pEgressIP, flow.EgressIP, f.EgressIP)
+	str(pEgressNode, flow.EgressNodeName, f.EgressNodeName)
+	uid(pEgressNodeUID, flow.EgressNodeUID, &f.EgressNodeUID)
+	uid(pEgressUID, flow.EgressUID, &f.EgressUID)
+	g.replace(&e.grp[gEgressGW], v, t)
+
 	if ingressHalf {
 		// The destination Node saw the proxy's SNAT address as the
 		// source; the ingress Node knows the external client.
-		t.setAddr(&e.str[sSrcIP], f.SourceIP)
-		e.srcPort = f.SourcePort
+		nv = g.vals[e.grp[gMisc]]
+		v.s[pSrcIP] = t.idOfAddr(f.SourceIP)
+		v.s[pSnatIP] = t.idOfAddr(f.ProxySnatIP)
+		v.w = uint32(f.ProxySnatPort) | uint32(f.SourcePort)<<16
+		g.replace(&e.grp[gMisc], v, t)
 		e.flags |= fSrcIP
-		t.setAddr(&e.str[sSnatIP], f.ProxySnatIP)
-		e.snatPort = f.ProxySnatPort
 		e.present.Set(flow.ProxySnatIP)
 		e.present.Set(flow.ProxySnatPort)
 		e.flowType = flow.FlowTypeFromExternal
@@ -578,21 +594,21 @@ func (s *Store) aggregate(e *entry, f *flow.Flow, fillSrc, fillDst bool) {
 			e.present.Clear(flow.EndReason)
 		}
 	}
-	if latest && s.strs.str(e.str[sTCPState]) != f.TCPState {
+	if latest && s.strs.str(e.tcp) != f.TCPState {
 		if f.TCPState == "" {
-			s.strs.release(e.str[sTCPState])
-			e.str[sTCPState] = 0
+			s.strs.release(e.tcp)
+			e.tcp = 0
 			e.present.Clear(flow.TCPState)
 		} else {
-			s.strs.set(&e.str[sTCPState], f.TCPState)
+			s.strs.set(&e.tcp, f.TCPState)
 			e.present.Set(flow.TCPState)
 		}
 	}
 	if fillSrc {
-		fold(e, cSrc, f, dtSrc, latest)
+		s.fold(e, cSrc, f, dtSrc, latest)
 	}
 	if fillDst {
-		fold(e, cDst, f, dtDst, latest)
+		s.fold(e, cDst, f, dtDst, latest)
 	}
 }
 
@@ -603,8 +619,8 @@ const endOfFlow = 3
 // change of the octet total over dt seconds. The latest record of either
 // side sets the common counters: totals to the larger, deltas to this
 // side's.
-func fold(e *entry, c int, f *flow.Flow, dt int64, latest bool) {
-	st, rst := &e.stats[c], &e.stats[c+1]
+func (s *Store) fold(e *entry, c int, f *flow.Flow, dt int64, latest bool) {
+	st, rst := s.stat(e, c), s.stat(e, c+1)
 	// A total that went backwards is a new connection reusing the tuple:
 	// no throughput rather than a wrapped one.
 	var tp, rtp uint64
@@ -618,15 +634,19 @@ func fold(e *entry, c int, f *flow.Flow, dt int64, latest bool) {
 	rst.PacketTotalCount, rst.OctetTotalCount = f.ReverseStats.PacketTotalCount, f.ReverseStats.OctetTotalCount
 	rst.PacketDeltaCount += f.ReverseStats.PacketDeltaCount
 	rst.OctetDeltaCount += f.ReverseStats.OctetDeltaCount
+	s.setStat(e, c, st)
+	s.setStat(e, c+1, rst)
 	e.tput[c], e.tput[c+1] = tp, rtp
 	if latest {
-		cs, crs := &e.stats[cCommon], &e.stats[cCommonRev]
+		cs, crs := s.stat(e, cCommon), s.stat(e, cCommonRev)
 		cs.PacketTotalCount = max(cs.PacketTotalCount, st.PacketTotalCount)
 		cs.OctetTotalCount = max(cs.OctetTotalCount, st.OctetTotalCount)
 		cs.PacketDeltaCount, cs.OctetDeltaCount = st.PacketDeltaCount, st.OctetDeltaCount
 		crs.PacketTotalCount = max(crs.PacketTotalCount, rst.PacketTotalCount)
 		crs.OctetTotalCount = max(crs.OctetTotalCount, rst.OctetTotalCount)
 		crs.PacketDeltaCount, crs.OctetDeltaCount = rst.PacketDeltaCount, rst.OctetDeltaCount
+		s.setStat(e, cCommon, cs)
+		s.setStat(e, cCommonRev, crs)
 		e.tput[cCommon], e.tput[cCommonRev] = tp, rtp
 	}
 	e.present[0] |= f.Present[0] & statsFields[0]
@@ -761,12 +781,15 @@ func (s *Store) Flush(emit func(*flow.Flow)) {
 
 // remove forgets flow i.
 func (s *Store) remove(i uint32, e *entry) {
-	s.idx.remove(e.hash, i)
+	// The hash is recomputed rather than kept: 4 bytes less per entry.
+	s.idx.remove(s.seed.hash(&e.key), i)
 	s.unschedule(i, e)
 	s.unlinkIdle(i, e)
-	for _, id := range e.str {
-		s.strs.release(id)
+	for _, id := range e.grp {
+		s.tups.release(id, &s.strs)
 	}
+	s.strs.release(e.tcp)
+	s.narrowRelease(e)
 	s.slab.release(i)
 	s.n--
 	s.c.flows.Add(-1)

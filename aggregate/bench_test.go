@@ -184,16 +184,18 @@ func heapPerFlow(n int) (bytes, objects float64) {
 	return float64(m1.HeapAlloc-m0.HeapAlloc) / float64(n), float64(m1.HeapObjects-m0.HeapObjects) / float64(n)
 }
 
-// The issue's memory target: at most 700 bytes of heap per tracked flow
-// with 1,000,000 flows held.
+// The memory target (issue #30): at most 400 bytes of heap per tracked
+// flow with 1,000,000 flows held (370 measured: a 352-byte entry, the
+// index's 8-byte slots at 48% load, nothing per flow in the tables of
+// values).
 func TestHeapPerFlow(t *testing.T) {
 	if testing.Short() {
 		t.Skip("adds 1,000,000 flows")
 	}
 	bytes, objects := heapPerFlow(1_000_000)
 	t.Logf("1,000,000 flows: %.0f heap bytes and %.4f heap objects per flow (entry %d bytes)", bytes, objects, entrySize)
-	if bytes > 700 {
-		t.Errorf("%.0f bytes per flow, want at most 700", bytes)
+	if bytes > 400 {
+		t.Errorf("%.0f bytes per flow, want at most 400", bytes)
 	}
 }
 

@@ -28,9 +28,7 @@ func (s *Store) export(e *entry, emit func(*flow.Flow)) {
 	}
 	s.c.exported.Add(1)
 	e.flags &^= fUpdated
-	for c := range e.stats {
-		e.stats[c].PacketDeltaCount, e.stats[c].OctetDeltaCount = 0, 0
-	}
+	s.clearDeltas(e)
 	e.tput = [nCounters]uint64{}
 }
 
@@ -57,64 +55,68 @@ func (s *Store) snapshotInto(e *entry, x *exported) *flow.Flow {
 
 	f.StartTime, f.EndTime = unixTime(e.start), unixTime(e.end)
 	f.EndReason = e.endReason
+	misc := &s.tups.vals[e.grp[gMisc]]
 	f.SourceIP, f.DestinationIP = e.key.srcAddr(), e.key.dstAddr()
 	f.SourcePort, f.DestinationPort = e.key.sport(), e.key.dport()
 	if e.flags&fSrcIP != 0 {
-		f.SourceIP, f.SourcePort = t.addr(e.str[sSrcIP]), e.srcPort
+		f.SourceIP, f.SourcePort = t.addr(misc.s[pSrcIP]), uint16(misc.w>>16)
 	}
 	f.Protocol = e.key.proto()
-	f.TCPState = t.str(e.str[sTCPState])
-	f.Stats, f.ReverseStats = e.stats[cCommon], e.stats[cCommonRev]
+	f.TCPState = t.str(e.tcp)
+	f.Stats, f.ReverseStats = s.stat(e, cCommon), s.stat(e, cCommonRev)
 	f.FlowType = e.flowType
 
-	f.SourcePodNamespace = t.str(e.str[sSrcPodNamespace])
-	f.SourcePodName = t.str(e.str[sSrcPodName])
-	f.SourcePodUID = t.uid(e.str[sSrcPodUID])
-	f.SourceNodeName = t.str(e.str[sSrcNodeName])
-	f.SourceNodeUID = t.uid(e.str[sSrcNodeUID])
-	f.DestinationPodNamespace = t.str(e.str[sDstPodNamespace])
-	f.DestinationPodName = t.str(e.str[sDstPodName])
-	f.DestinationPodUID = t.uid(e.str[sDstPodUID])
-	f.DestinationNodeName = t.str(e.str[sDstNodeName])
-	f.DestinationNodeUID = t.uid(e.str[sDstNodeUID])
-	f.DestinationClusterIP = t.addr(e.str[sClusterIP])
-	f.DestinationServiceIP = t.addr(e.str[sServiceIP])
-	f.DestinationServicePort = e.servicePort
-	f.DestinationServicePortName = t.str(e.str[sServicePortName])
-	f.DestinationServiceUID = t.uid(e.str[sServiceUID])
-	f.Ingress = flow.Policy{
-		Type:       e.ingType,
-		Namespace:  t.str(e.str[sIngNamespace]),
-		Name:       t.str(e.str[sIngName]),
-		UID:        t.uid(e.str[sIngUID]),
-		RuleName:   t.str(e.str[sIngRule]),
-		RuleAction: e.ingAc,
-	}
-	f.Egress = flow.Policy{
-		Type:       e.egType,
-		Namespace:  t.str(e.str[sEgNamespace]),
-		Name:       t.str(e.str[sEgName]),
-		UID:        t.uid(e.str[sEgUID]),
-		RuleName:   t.str(e.str[sEgRule]),
-		RuleAction: e.egAc,
-	}
-	f.EgressName = t.str(e.str[sEgressName])
-	f.EgressIP = t.addr(e.str[sEgressIP])
-	f.EgressNodeName = t.str(e.str[sEgressNodeName])
-	f.EgressNodeUID = t.uid(e.str[sEgressNodeUID])
-	f.EgressUID = t.uid(e.str[sEgressUID])
-	f.AppProtocolName = t.str(e.str[sAppProtocol])
-	f.HTTPVals = t.str(e.str[sHTTPVals])
-	f.ProxySnatIP = t.addr(e.str[sSnatIP])
-	f.ProxySnatPort = e.snatPort
+	g := &s.tups.vals[e.grp[gSrcPod]]
+	f.SourcePodNamespace = t.str(g.s[pNamespace])
+	f.SourcePodName = t.str(g.s[pName])
+	f.SourcePodUID = t.uid(g.s[pUID])
+	f.SourceNodeName = t.str(g.s[pNode])
+	f.SourceNodeUID = t.uid(g.s[pNodeUID])
+	g = &s.tups.vals[e.grp[gDstPod]]
+	f.DestinationPodNamespace = t.str(g.s[pNamespace])
+	f.DestinationPodName = t.str(g.s[pName])
+	f.DestinationPodUID = t.uid(g.s[pUID])
+	f.DestinationNodeName = t.str(g.s[pNode])
+	f.DestinationNodeUID = t.uid(g.s[pNodeUID])
+	g = &s.tups.vals[e.grp[gService]]
+	f.DestinationClusterIP = t.addr(g.s[pClusterIP])
+	f.DestinationServiceIP = t.addr(g.s[pServiceIP])
+	f.DestinationServicePort = uint16(g.w)
+	f.DestinationServicePortName = t.str(g.s[pPortName])
+	f.DestinationServiceUID = t.uid(g.s[pServiceUID])
+	f.Ingress = s.policy(e.grp[gIngress])
+	f.Egress = s.policy(e.grp[gEgress])
+	g = &s.tups.vals[e.grp[gEgressGW]]
+	f.EgressName = t.str(g.s[pEgressName])
+	f.EgressIP = t.addr(g.s[pEgressIP])
+	f.EgressNodeName = t.str(g.s[pEgressNode])
+	f.EgressNodeUID = t.uid(g.s[pEgressNodeUID])
+	f.EgressUID = t.uid(g.s[pEgressUID])
+	f.AppProtocolName = t.str(misc.s[pAppProtocol])
+	f.HTTPVals = t.str(misc.s[pHTTPVals])
+	f.ProxySnatIP = t.addr(misc.s[pSnatIP])
+	f.ProxySnatPort = uint16(misc.w)
 
 	a.EndFromSource, a.EndFromDestination = unixTime(e.endSrc), unixTime(e.endDst)
-	a.StatsFromSource, a.ReverseStatsFromSource = e.stats[cSrc], e.stats[cSrcRev]
-	a.StatsFromDestination, a.ReverseStatsFromDestination = e.stats[cDst], e.stats[cDstRev]
+	a.StatsFromSource, a.ReverseStatsFromSource = s.stat(e, cSrc), s.stat(e, cSrcRev)
+	a.StatsFromDestination, a.ReverseStatsFromDestination = s.stat(e, cDst), s.stat(e, cDstRev)
 	a.Throughput, a.ReverseThroughput = e.tput[cCommon], e.tput[cCommonRev]
 	a.ThroughputFromSource, a.ReverseThroughputFromSource = e.tput[cSrc], e.tput[cSrcRev]
 	a.ThroughputFromDestination, a.ReverseThroughputFromDestination = e.tput[cDst], e.tput[cDstRev]
 	return f
+}
+
+// policy is the policy of tuple id.
+func (s *Store) policy(id uint32) flow.Policy {
+	t, g := &s.strs, &s.tups.vals[id]
+	return flow.Policy{
+		Type:       uint8(g.w),
+		Namespace:  t.str(g.s[pNamespace]),
+		Name:       t.str(g.s[pName]),
+		UID:        t.uid(g.s[pUID]),
+		RuleName:   t.str(g.s[pRule]),
+		RuleAction: uint8(g.w >> 8),
+	}
 }
 
 // enrich completes an exported record from the Kubernetes store; lookup

@@ -79,7 +79,7 @@ func TestForgetKeepsInvariants(t *testing.T) {
 	check := func(s *Store) (idle, wheel, strs int) {
 		for i := s.lHead; i != nilIdx; i = s.slab.at(i).lNext {
 			e := s.slab.at(i)
-			if j, _, ok := s.lookup(e.hash, &e.key); !ok || j != i {
+			if j, _, ok := s.lookup(s.seed.hash(&e.key), &e.key); !ok || j != i {
 				t.Errorf("flow %d on the idle list is not in the index", i)
 			}
 			idle++

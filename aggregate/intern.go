@@ -129,23 +129,37 @@ func (t *strtab) add(s string) uint32 {
 }
 
 func (t *strtab) addSlow(s string) uint32 {
+	id := t.idOfSlow(s)
+	t.refs[id].n++
+	return id
+}
+
+// idOf is the id of s, taking no reference: a value not held yet is
+// entered with none, and the caller must take one (or leave it to be
+// taken) before anything can be released.
+func (t *strtab) idOf(s string) uint32 {
+	if s == "" {
+		return 0
+	}
+	return t.idOfSlow(s)
+}
+
+func (t *strtab) idOfSlow(s string) uint32 {
 	c := &t.same[sameSlot(s)]
 	if unsafe.StringData(c.s) == unsafe.StringData(s) && len(c.s) == len(s) {
-		if r := &t.refs[c.id]; r.gen == c.gen {
-			r.n++
+		if t.refs[c.id].gen == c.gen {
 			return c.id
 		}
 	}
-	id := t.addContent(s)
+	id := t.idOfContent(s)
 	*c = sameCached{s, id, t.refs[id].gen}
 	return id
 }
 
-// addContent is add past the identity cache.
-func (t *strtab) addContent(s string) uint32 {
+// idOfContent is idOf past the identity cache.
+func (t *strtab) idOfContent(s string) uint32 {
 	c := &t.cache[quick(s)]
 	if c.s == s {
-		t.refs[c.id].n++
 		return c.id
 	}
 	id, ok := t.ids[s]
@@ -153,16 +167,14 @@ func (t *strtab) addContent(s string) uint32 {
 		id = t.newID(strings.Clone(s))
 		t.ids[t.strs[id]] = id
 	}
-	t.refs[id].n++
 	*c = cached{s, id}
 	return id
 }
 
-// addBytes is add for a value held as octets (never empty).
-func (t *strtab) addBytes(b []byte) uint32 {
+// idOfBytes is idOf for a value held as octets (never empty).
+func (t *strtab) idOfBytes(b []byte) uint32 {
 	c := &t.cache[quick(string(b))]
 	if c.s == string(b) {
-		t.refs[c.id].n++
 		return c.id
 	}
 	id, ok := t.ids[string(b)]
@@ -170,8 +182,14 @@ func (t *strtab) addBytes(b []byte) uint32 {
 		id = t.newID(string(b))
 		t.ids[t.strs[id]] = id
 	}
-	t.refs[id].n++
 	*c = cached{t.strs[id], id}
+	return id
+}
+
+// addBytes is add for a value held as octets (never empty).
+func (t *strtab) addBytes(b []byte) uint32 {
+	id := t.idOfBytes(b)
+	t.refs[id].n++
 	return id
 }
 
@@ -187,35 +205,43 @@ func (t *strtab) newID(s string) uint32 {
 	return uint32(len(t.strs) - 1)
 }
 
-func (t *strtab) addUID(u flow.UID) uint32 {
-	if u == (flow.UID{}) {
+// idOfUID is idOf for a UID.
+func (t *strtab) idOfUID(u *flow.UID) uint32 {
+	if *u == (flow.UID{}) {
 		return 0
 	}
-	return t.addBytes(u[:])
+	return t.idOfBytes(u[:])
 }
 
 func (t *strtab) addAddr(a netip.Addr) uint32 {
 	if !a.IsValid() {
 		return 0
 	}
-	return t.addAddrSlow(a)
+	id := t.idOfAddrSlow(a)
+	t.refs[id].n++
+	return id
 }
 
-func (t *strtab) addAddrSlow(a netip.Addr) uint32 {
+// idOfAddr is idOf for an address.
+func (t *strtab) idOfAddr(a netip.Addr) uint32 {
+	if !a.IsValid() {
+		return 0
+	}
+	return t.idOfAddrSlow(a)
+}
+
+func (t *strtab) idOfAddrSlow(a netip.Addr) uint32 {
 	c := &t.addrs[addrSlot(a)]
-	if c.a == a {
-		if r := &t.refs[c.id]; r.gen == c.gen {
-			r.n++
-			return c.id
-		}
+	if c.a == a && t.refs[c.id].gen == c.gen {
+		return c.id
 	}
 	var id uint32
 	if a.Is4() {
 		b := a.As4()
-		id = t.addBytes(b[:])
+		id = t.idOfBytes(b[:])
 	} else {
 		b := a.As16()
-		id = t.addBytes(b[:])
+		id = t.idOfBytes(b[:])
 	}
 	*c = addrCached{a, id, t.refs[id].gen}
 	return id
@@ -272,29 +298,6 @@ func (t *strtab) set(p *uint32, s string) {
 	t.unref(old)
 }
 
-func (t *strtab) setUID(p *uint32, u flow.UID) {
-	if t.strs[*p] == string(u[:]) {
-		return
-	}
-	id := t.addUID(u)
-	t.release(*p)
-	*p = id
-}
-
-// setAddr replaces the id at *p with one for a.
-func (t *strtab) setAddr(p *uint32, a netip.Addr) {
-	old := *p
-	if old != 0 && a.IsValid() {
-		// Most often the same address again (both Nodes report the
-		// Service): no reference to take and give back.
-		if c := &t.addrs[addrSlot(a)]; c.id == old && c.a == a && t.refs[old].gen == c.gen {
-			return
-		}
-	}
-	*p = t.addAddr(a)
-	t.release(old)
-}
-
 func (t *strtab) str(id uint32) string { return t.strs[id] }
 
 func (t *strtab) uid(id uint32) flow.UID {
@@ -316,3 +319,119 @@ func (t *strtab) addr(id uint32) netip.Addr {
 
 // live is the number of distinct values held.
 func (t *strtab) live() int { return len(t.ids) }
+
+// tuple is a group of values that travel together for one endpoint, so
+// that an entry holds one id for all of them: a Pod (namespace, name, UID,
+// Node, Node UID), a Service (cluster IP, Service IP, port name, UID and
+// the port), a policy (namespace, name, UID, rule, type and action), an
+// Egress (name, IP, Node, Node UID, UID), and the rarely set rest. s holds
+// strtab ids, each with one reference while the tuple is interned; w holds
+// small values (ports, types, actions).
+type tuple struct {
+	s [5]uint32
+	w uint32
+}
+
+// tuptab interns tuples as strtab does values: reference-counted ids,
+// reused once free; id 0 is the empty tuple. A cache keyed by the tuple's
+// content sits in front of the map (cleared by drop, like strtab.cache).
+type tuptab struct {
+	ids   map[tuple]uint32
+	vals  []tuple
+	refs  []uint32
+	free  []uint32
+	cache [tupCacheSize]tupCached
+}
+
+type tupCached struct {
+	t  tuple
+	id uint32
+}
+
+const (
+	tupCacheBits = 12
+	tupCacheSize = 1 << tupCacheBits
+)
+
+func newTuptab() tuptab {
+	return tuptab{ids: map[tuple]uint32{}, vals: []tuple{{}}, refs: []uint32{0}}
+}
+
+func (t *tuple) slot() uint32 {
+	h := (uint64(t.s[0])<<32 | uint64(t.s[1])) * 0x9e3779b97f4a7c15
+	h ^= (uint64(t.s[2])<<32 | uint64(t.s[3])) * 0xc2b2ae3d27d4eb4f
+	h ^= (uint64(t.s[4])<<32 | uint64(t.w)) * 0x165667b19e3779f9
+	h ^= h >> 29
+	h *= 0xbf58476d1ce4e5b9
+	return uint32(h >> (64 - tupCacheBits))
+}
+
+// add returns a new reference to the id of v, whose values' ids come from
+// strs.idOf (no references taken): a new tuple takes one on each.
+func (t *tuptab) add(v *tuple, strs *strtab) uint32 {
+	if *v == (tuple{}) {
+		return 0
+	}
+	c := &t.cache[v.slot()]
+	if c.t == *v && c.id != 0 {
+		t.refs[c.id]++
+		return c.id
+	}
+	id, ok := t.ids[*v]
+	if !ok {
+		for _, x := range v.s {
+			if x != 0 {
+				strs.refs[x].n++
+			}
+		}
+		if n := len(t.free); n > 0 {
+			id = t.free[n-1]
+			t.free = t.free[:n-1]
+			t.vals[id] = *v
+		} else {
+			t.vals = append(t.vals, *v)
+			t.refs = append(t.refs, 0)
+			id = uint32(len(t.vals) - 1)
+		}
+		t.ids[*v] = id
+	}
+	t.refs[id]++
+	*c = tupCached{*v, id}
+	return id
+}
+
+// release drops a reference to id; the last one releases its values.
+func (t *tuptab) release(id uint32, strs *strtab) {
+	if id == 0 {
+		return
+	}
+	t.refs[id]--
+	if t.refs[id] != 0 {
+		return
+	}
+	v := t.vals[id]
+	if c := &t.cache[v.slot()]; c.id == id {
+		*c = tupCached{}
+	}
+	delete(t.ids, v)
+	t.vals[id] = tuple{}
+	t.free = append(t.free, id)
+	for _, x := range v.s {
+		strs.release(x)
+	}
+}
+
+// replace makes *p the id of v, releasing the tuple it named (v's values
+// from strs.idOf, as for add). The new reference is taken first, so that
+// values the two share stay held.
+func (t *tuptab) replace(p *uint32, v *tuple, strs *strtab) {
+	old := *p
+	if t.vals[old] == *v {
+		return
+	}
+	*p = t.add(v, strs)
+	t.release(old, strs)
+}
+
+// live is the number of distinct tuples held.
+func (t *tuptab) live() int { return len(t.ids) }

@@ -321,6 +321,11 @@ func (c *conn) record(r *rand.Rand, now int) *flow.Flow {
 	t := &c.totals[node]
 	dp, do := uint64(r.IntN(5)), uint64(r.IntN(500))
 	rdp, rdo := uint64(r.IntN(5)), uint64(r.IntN(500))
+	if c.id%5 == 0 {
+		// Packet counts past 32 bits, in totals and in deltas summed
+		// over records (the store keeps 32 bits unless they outgrow it).
+		dp, rdp = dp<<31, rdp<<30
+	}
 	t.pkts, t.octets, t.dpkts, t.doctets = t.pkts+dp, t.octets+do, dp, do
 	t.rpkts, t.roctets, t.rdpkts, t.rdoctets = t.rpkts+rdp, t.roctets+rdo, rdp, rdo
 	f := &flow.Flow{
@@ -470,8 +475,11 @@ func TestAgainstModel(t *testing.T) {
 			if st := s.Stats(); st != m.st {
 				t.Errorf("stats\nstore %+v\nmodel %+v", st, m.st)
 			}
-			if n := s.strs.live(); n != 0 {
-				t.Errorf("%d interned values left", n)
+			if n, g := s.strs.live(), s.tups.live(); n != 0 || g != 0 {
+				t.Errorf("%d interned values and %d tuples left", n, g)
+			}
+			if len(s.wide) == 0 || len(s.wideFree) != len(s.wide) {
+				t.Errorf("wide counters: %d slots, %d free after the flush; want some, all free", len(s.wide), len(s.wideFree))
 			}
 		})
 	}

@@ -36,7 +36,8 @@ func (s *Store) Records(q flow.Query) ([]*flow.Flow, int) {
 		e := s.slab.at(i)
 		src, sport := e.key.srcAddr(), e.key.sport()
 		if e.flags&fSrcIP != 0 {
-			src, sport = s.strs.addr(e.str[sSrcIP]), e.srcPort
+			m := &s.tups.vals[e.grp[gMisc]]
+			src, sport = s.strs.addr(m.s[pSrcIP]), uint16(m.w>>16)
 		}
 		if q.Matches(src, e.key.dstAddr(), sport, e.key.dport(), e.key.proto()) {
 			n++

@@ -117,42 +117,28 @@ func (s *hashSeed) hash(k *key) uint32 {
 	return uint32(h) ^ uint32(h>>32)
 }
 
-// The interned values of an entry, indexes into entry.str. Addresses are
-// interned as their 4 or 16 octets, UIDs as their 16 octets.
+// The interned tuples of an entry, indexes into entry.grp (see tuple).
+// Addresses are interned as their 4 or 16 octets, UIDs as their 16 octets.
 const (
-	sSrcPodNamespace = iota
-	sSrcPodName
-	sSrcPodUID
-	sSrcNodeName
-	sSrcNodeUID
-	sDstPodNamespace
-	sDstPodName
-	sDstPodUID
-	sDstNodeName
-	sDstNodeUID
-	sClusterIP
-	sServiceIP
-	sServicePortName
-	sServiceUID
-	sIngNamespace
-	sIngName
-	sIngUID
-	sIngRule
-	sEgNamespace
-	sEgName
-	sEgUID
-	sEgRule
-	sEgressName
-	sEgressIP
-	sEgressNodeName
-	sEgressNodeUID
-	sEgressUID
-	sAppProtocol
-	sHTTPVals
-	sTCPState
-	sSnatIP
-	sSrcIP // the source address when it differs from the key's (from-external)
-	nStr
+	gSrcPod   = iota // s: namespace, name, UID, Node, Node UID
+	gDstPod          // the same
+	gService         // s: cluster IP, Service IP, port name, UID; w: port
+	gIngress         // s: namespace, name, UID, rule; w: type, action<<8
+	gEgress          // the same
+	gEgressGW        // s: Egress name, IP, Node, Node UID, UID
+	gMisc            // s: app protocol, HTTP values, SNAT IP, source IP; w: SNAT port, source port<<16
+	nGrp
+)
+
+// Positions in the tuples above.
+const (
+	pNamespace, pName, pUID, pNode, pNodeUID = 0, 1, 2, 3, 4
+	pClusterIP, pServiceIP, pPortName        = 0, 1, 2
+	pRule                                    = 3
+	pServiceUID                              = 3
+	pEgressName, pEgressIP, pEgressNode      = 0, 1, 2
+	pEgressNodeUID, pEgressUID               = 3, 4
+	pAppProtocol, pHTTPVals, pSnatIP, pSrcIP = 0, 1, 2, 3
 )
 
 // The counters of an entry, indexes into entry.stats.
@@ -174,9 +160,18 @@ const (
 	fCorrFilled // the other side's Kubernetes fields are known (no look-up at export)
 	fSideSrc    // the first record came from the source Node
 	fSideDst    // the first record came from the destination Node
-	fSrcIP      // str[sSrcIP] and srcPort replace the key's source
+	fSrcIP      // the gMisc tuple's source IP and port replace the key's source
 	fScheduled  // in a wheel bucket
 )
+
+// counter is one direction's counters of an entry: octets in 64 bits,
+// packets in 32. An entry whose packet counts outgrow 32 bits (fWide) keeps
+// all of them in the Store's wide table instead, at the index its first
+// counter's pktTotal then holds.
+type counter struct {
+	octTotal, octDelta uint64
+	pktTotal, pktDelta uint32
+}
 
 // entry is the state of one flow. It holds no pointers, so the slab pages
 // are not scanned by the garbage collector. Times are Unix nanoseconds, 0
@@ -191,26 +186,27 @@ type entry struct {
 
 	// stats are the common, source-Node and destination-Node counters,
 	// each forward and reverse; tput the matching throughputs (bit/s).
-	stats [nCounters]flow.Stats
+	stats [nCounters]counter
 	tput  [nCounters]uint64
 
-	str     [nStr]uint32
 	present flow.Fields
 
-	hash           uint32
-	wPrev, wNext   uint32 // timing wheel bucket list
-	lPrev, lNext   uint32 // idle order (least recently updated first)
-	bucket         uint16
-	srcPort        uint16
-	servicePort    uint16
-	snatPort       uint16
-	flags          uint8
-	retries        uint8
-	endReason      uint8
-	flowType       uint8
-	ingType, ingAc uint8
-	egType, egAc   uint8
+	grp [nGrp]uint32 // tuptab ids
+	tcp uint32       // strtab id of the TCP state
+
+	wPrev, wNext uint32 // timing wheel bucket list
+	lPrev, lNext uint32 // idle order (least recently updated first)
+	bucket       uint16
+	flags        uint8
+	wide         bool // packet counters in Store.wide (see counter)
+	retries      uint8
+	endReason    uint8
+	flowType     uint8
 }
+
+// wideCounters are an entry's packet counters past 32 bits: total and
+// delta per counter.
+type wideCounters [nCounters][2]uint64
 
 const nilIdx = ^uint32(0)
 
@@ -337,4 +333,74 @@ func (x *index) remove(h, i uint32) {
 		}
 	}
 	x.slots[hole] = 0
+}
+
+// stat is e's counter c.
+func (s *Store) stat(e *entry, c int) flow.Stats {
+	x := &e.stats[c]
+	v := flow.Stats{OctetTotalCount: x.octTotal, OctetDeltaCount: x.octDelta}
+	if e.wide {
+		w := &s.wide[e.stats[0].pktTotal][c]
+		v.PacketTotalCount, v.PacketDeltaCount = w[0], w[1]
+	} else {
+		v.PacketTotalCount, v.PacketDeltaCount = uint64(x.pktTotal), uint64(x.pktDelta)
+	}
+	return v
+}
+
+// setStat makes v e's counter c, moving e's packet counters to the wide
+// table when v's do not fit in 32 bits.
+func (s *Store) setStat(e *entry, c int, v flow.Stats) {
+	x := &e.stats[c]
+	x.octTotal, x.octDelta = v.OctetTotalCount, v.OctetDeltaCount
+	if !e.wide {
+		if (v.PacketTotalCount|v.PacketDeltaCount)>>32 == 0 {
+			x.pktTotal, x.pktDelta = uint32(v.PacketTotalCount), uint32(v.PacketDeltaCount)
+			return
+		}
+		s.widen(e)
+	}
+	w := &s.wide[e.stats[0].pktTotal][c]
+	w[0], w[1] = v.PacketTotalCount, v.PacketDeltaCount
+}
+
+// widen moves e's packet counters to the wide table.
+func (s *Store) widen(e *entry) {
+	var w wideCounters
+	for c := range e.stats {
+		w[c] = [2]uint64{uint64(e.stats[c].pktTotal), uint64(e.stats[c].pktDelta)}
+		e.stats[c].pktTotal, e.stats[c].pktDelta = 0, 0
+	}
+	var at uint32
+	if n := len(s.wideFree); n > 0 {
+		at = s.wideFree[n-1]
+		s.wideFree = s.wideFree[:n-1]
+		s.wide[at] = w
+	} else {
+		at = uint32(len(s.wide))
+		s.wide = append(s.wide, w)
+	}
+	e.stats[0].pktTotal = at
+	e.wide = true
+}
+
+// clearDeltas zeroes e's delta counters (after an export).
+func (s *Store) clearDeltas(e *entry) {
+	for c := range e.stats {
+		e.stats[c].octDelta, e.stats[c].pktDelta = 0, 0
+	}
+	if e.wide {
+		w := &s.wide[e.stats[0].pktTotal]
+		for c := range w {
+			w[c][1] = 0
+		}
+	}
+}
+
+// narrowRelease gives e's wide counters back (e is being forgotten).
+func (s *Store) narrowRelease(e *entry) {
+	if e.wide {
+		s.wideFree = append(s.wideFree, e.stats[0].pktTotal)
+		e.wide = false
+	}
 }

@@ -335,31 +335,36 @@ func TestKeyAddrWords(t *testing.T) {
 	}
 }
 
-// setAddr keeps an unchanged address's id (and its one reference), and
-// replaces a changed one, also when the new address is cached under
-// another id.
-func TestSetAddr(t *testing.T) {
-	tab := newStrtab()
+// A tuple holds one reference to each of its values: replacing it by one
+// sharing values keeps those held (the new tuple is taken before the old
+// is released), and releasing the last reference frees them all.
+func TestTupleReplace(t *testing.T) {
+	strs, tups := newStrtab(), newTuptab()
 	a1, a2 := netip.MustParseAddr("10.96.0.10"), netip.MustParseAddr("2001:db8::10")
-	var p uint32
-	tab.setAddr(&p, a2)
-	id := p
-	tab.setAddr(&p, a2)
-	if p != id || tab.refs[id].n != 1 || tab.addr(p) != a2 {
-		t.Fatalf("same address again: id %d (was %d), %d references", p, id, tab.refs[id].n)
+	v := tuple{s: [5]uint32{strs.idOfAddr(a1), strs.idOf("team-00"), strs.idOf("web")}, w: 80}
+	p := tups.add(&v, &strs)
+	if q := tups.add(&v, &strs); q != p || tups.refs[p] != 2 {
+		t.Fatalf("same tuple again: id %d (was %d), %d references", q, p, tups.refs[p])
 	}
-	q := tab.addAddr(a1) // cached, under another id than p's
-	tab.setAddr(&p, a1)
-	if tab.addr(p) != a1 || p != q || tab.refs[q].n != 2 || tab.live() != 1 {
-		t.Fatalf("to %v: %v (id %d, cached %d), %d live", a1, tab.addr(p), p, q, tab.live())
+	tups.release(p, &strs)
+	w := v
+	w.s[0] = strs.idOfAddr(a2)
+	tups.replace(&p, &w, &strs)
+	if got := tups.vals[p]; got != w || strs.addr(got.s[0]) != a2 || strs.str(got.s[1]) != "team-00" {
+		t.Fatalf("replaced: %+v", got)
 	}
-	tab.setAddr(&p, a2)
-	if tab.addr(p) != a2 || tab.refs[q].n != 1 || tab.live() != 2 {
-		t.Fatalf("back to %v: %v, %d live", a2, tab.addr(p), tab.live())
+	if tups.live() != 1 || strs.live() != 3 || strs.refs[w.s[1]].n != 1 {
+		t.Fatalf("after replace: %d tuples, %d values live, team-00 held %d times", tups.live(), strs.live(), strs.refs[w.s[1]].n)
 	}
-	tab.setAddr(&p, netip.Addr{})
-	tab.release(q)
-	if p != 0 || tab.live() != 0 {
-		t.Fatalf("no address: id %d, %d live", p, tab.live())
+	tups.replace(&p, &w, &strs) // unchanged: nothing taken or given back
+	if tups.refs[p] != 1 {
+		t.Fatalf("unchanged replace: %d references", tups.refs[p])
+	}
+	tups.release(p, &strs)
+	if tups.live() != 0 || strs.live() != 0 {
+		t.Fatalf("released: %d tuples, %d values live", tups.live(), strs.live())
+	}
+	if z := (tuple{}); tups.add(&z, &strs) != 0 {
+		t.Fatal("the empty tuple is not id 0")
 	}
 }
