@@ -594,14 +594,18 @@ func (s *Store) aggregate(e *entry, f *flow.Flow, fillSrc, fillDst bool) {
 			e.present.Clear(flow.EndReason)
 		}
 	}
-	if latest && s.strs.str(e.tcp) != f.TCPState {
-		if f.TCPState == "" {
+	// The state's id, not its octets, is compared: the identity cache
+	// answers without reading them.
+	if latest {
+		if id := s.strs.idOf(f.TCPState); id != e.tcp {
+			if id != 0 {
+				s.strs.refs[id].n++
+				e.present.Set(flow.TCPState)
+			} else {
+				e.present.Clear(flow.TCPState)
+			}
 			s.strs.release(e.tcp)
-			e.tcp = 0
-			e.present.Clear(flow.TCPState)
-		} else {
-			s.strs.set(&e.tcp, f.TCPState)
-			e.present.Set(flow.TCPState)
+			e.tcp = id
 		}
 	}
 	if fillSrc {

@@ -284,20 +284,6 @@ func (t *strtab) drop(id uint32) {
 	t.free = append(t.free, id)
 }
 
-// set replaces the id at *p with one for s (s non-empty).
-func (t *strtab) set(p *uint32, s string) {
-	old := *p
-	if old == 0 {
-		*p = t.addSlow(s)
-		return
-	}
-	if t.strs[old] == s {
-		return
-	}
-	*p = t.addSlow(s)
-	t.unref(old)
-}
-
 func (t *strtab) str(id uint32) string { return t.strs[id] }
 
 func (t *strtab) uid(id uint32) flow.UID {
@@ -357,6 +343,17 @@ func newTuptab() tuptab {
 	return tuptab{ids: map[tuple]uint32{}, vals: []tuple{{}}, refs: []uint32{0}}
 }
 
+// eq reports whether t and o are equal, word by word (== on the struct
+// calls the runtime's memequal).
+func (t *tuple) eq(o *tuple) bool {
+	return t.s[0] == o.s[0] && t.s[1] == o.s[1] && t.s[2] == o.s[2] && t.s[3] == o.s[3] &&
+		t.s[4] == o.s[4] && t.w == o.w
+}
+
+func (t *tuple) zero() bool {
+	return t.s[0]|t.s[1]|t.s[2]|t.s[3]|t.s[4]|t.w == 0
+}
+
 func (t *tuple) slot() uint32 {
 	h := (uint64(t.s[0])<<32 | uint64(t.s[1])) * 0x9e3779b97f4a7c15
 	h ^= (uint64(t.s[2])<<32 | uint64(t.s[3])) * 0xc2b2ae3d27d4eb4f
@@ -369,11 +366,11 @@ func (t *tuple) slot() uint32 {
 // add returns a new reference to the id of v, whose values' ids come from
 // strs.idOf (no references taken): a new tuple takes one on each.
 func (t *tuptab) add(v *tuple, strs *strtab) uint32 {
-	if *v == (tuple{}) {
+	if v.zero() {
 		return 0
 	}
 	c := &t.cache[v.slot()]
-	if c.t == *v && c.id != 0 {
+	if c.t.eq(v) && c.id != 0 {
 		t.refs[c.id]++
 		return c.id
 	}
@@ -426,7 +423,7 @@ func (t *tuptab) release(id uint32, strs *strtab) {
 // values the two share stay held.
 func (t *tuptab) replace(p *uint32, v *tuple, strs *strtab) {
 	old := *p
-	if t.vals[old] == *v {
+	if t.vals[old].eq(v) {
 		return
 	}
 	*p = t.add(v, strs)
