@@ -81,8 +81,10 @@ type Sender struct {
 	tmpl [2]*ipfix.Template
 	// plan is how each template is written from a record.Record (nil:
 	// through a flow.Flow, in scratch).
-	plan    [2][]fieldOp
-	meta    [2]*metaCache
+	plan [2][]fieldOp
+	meta [2]*metaCache
+	// blocks, when set, writes a record without SNAT in blocks.
+	blocks  [2]*blockPlan
 	scratch flow.Flow
 	enc     *ipfix.Encoder
 	conn    *ipfixconn.Conn
@@ -144,7 +146,7 @@ func New(o Options) (*Sender, error) {
 		if s.tmpl[i], err = template([]uint16{TemplateIDv4, TemplateIDv6}[i], s.els[i], o.Extra); err != nil {
 			return nil, fmt.Errorf("ipfixsend: %w", err)
 		}
-		if s.plan[i], s.meta[i], err = recordPlan(s.els[i], s.tmpl[i], fam == 6); err != nil {
+		if s.plan[i], s.meta[i], s.blocks[i], err = recordPlan(s.els[i], s.tmpl[i], fam == 6); err != nil {
 			return nil, fmt.Errorf("ipfixsend: %w", err)
 		}
 	}

@@ -166,13 +166,17 @@ func elementOps(els []*ipfixmap.Element) []fieldOp {
 
 // recordPlan is the ops of a template's elements, or nil when one of them
 // does not come from a record.Record (then records go through flow.Flow);
-// and the metadata cache of its meta run, nil without one.
-func recordPlan(els []*ipfixmap.Element, t *ipfix.Template, six bool) ([]fieldOp, *metaCache, error) {
+// the metadata cache of its meta run, nil without one; and its block plan,
+// nil unless the template is the head run, the meta run, the TCP state,
+// the flow type and elements of tailOps (then a record without SNAT is
+// written in blocks).
+func recordPlan(els []*ipfixmap.Element, t *ipfix.Template, six bool) ([]fieldOp, *metaCache, *blockPlan, error) {
 	ops := elementOps(els)
 	if ops == nil {
-		return nil, nil, nil
+		return nil, nil, nil, nil
 	}
 	var mc *metaCache
+	metaAt := -1
 	// Replace the runs.
 	out := ops[:0:0]
 next:
@@ -180,9 +184,10 @@ next:
 		if mc == nil && len(ops)-i >= len(meta) && slices.Equal(ops[i:i+len(meta)], meta) {
 			var err error
 			if mc, err = newMetaCache(t.Fields[i : i+len(meta)]); err != nil {
-				return nil, nil, err
+				return nil, nil, nil, err
 			}
 			out = append(out, opMetaRun)
+			metaAt = i
 			i += len(meta)
 			continue
 		}
@@ -197,7 +202,28 @@ next:
 		out = append(out, ops[i])
 		i++
 	}
-	return out, mc, nil
+	var rp *blockPlan
+	if metaAt == len(runs[0].seq) && len(out) >= 2 && out[0] == opHeadRun && out[1] == opMetaRun {
+		rest := ops[metaAt+len(meta):]
+		ok := len(rest) >= 2 && rest[0] == opTCPState && rest[1] == opFlowType
+		for _, op := range rest[min(2, len(rest)):] {
+			ok = ok && tailOps[op]
+		}
+		if ok {
+			rp = &blockPlan{}
+			if tail := slices.Clone(rest[2:]); len(tail) > 0 {
+				at := metaAt + len(meta) + 2
+				var err error
+				rp.tail, err = newRunCache(t.Fields[at:at+len(tail)], func(b ipfix.RecordBuilder, k *tailKey) ipfix.RecordBuilder {
+					return writeTail(b, k, tail, six)
+				})
+				if err != nil {
+					return nil, nil, nil, err
+				}
+			}
+		}
+	}
+	return out, mc, rp, nil
 }
 
 // metaKey is what the meta run's values are made of.
@@ -209,26 +235,31 @@ type metaKey struct {
 	attr          uint8
 }
 
-// metaCache holds the encoding of the meta run (the Pods, the Service
-// port and both policies: 18 elements) for the metadata of recent
-// connections, in a direct-mapped table: the records of one Pod pair,
-// Service and verdict share it, so a record copies its octets instead of
-// writing 18 values. Bounded: a slot holds one key.
-type metaCache struct {
+// runCache holds the encoding of a run of elements whose values are all
+// made of a key K (the Pods, the Service port, the policies, ...), for the
+// keys of recent connections, in a direct-mapped table: the records of one
+// Pod pair, Service and verdict share it, so a record copies its octets
+// instead of writing each value. Bounded: a slot holds one key.
+type runCache[K comparable] struct {
 	t     *ipfix.Template
 	enc   *ipfix.Encoder
 	n     int
-	slots []metaSlot
+	slots []runSlot[K]
+	write func(ipfix.RecordBuilder, *K) ipfix.RecordBuilder
 }
 
-type metaSlot struct {
-	k      metaKey
+type runSlot[K comparable] struct {
+	k      K
 	octets []byte
 }
 
-const metaSlots = 1024
+// metaCache is the cache of the meta run (the Pods, the Service port and
+// both policies: 18 elements).
+type metaCache = runCache[metaKey]
 
-func newMetaCache(fields []ipfix.Field) (*metaCache, error) {
+const metaSlotBits = 10 // 1,024 slots
+
+func newRunCache[K comparable](fields []ipfix.Field, write func(ipfix.RecordBuilder, *K) ipfix.RecordBuilder) (*runCache[K], error) {
 	t, err := ipfix.NewTemplate(256, slices.Clone(fields))
 	if err != nil {
 		return nil, err
@@ -237,25 +268,103 @@ func newMetaCache(fields []ipfix.Field) (*metaCache, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &metaCache{t: t, enc: enc, n: len(fields), slots: make([]metaSlot, metaSlots)}, nil
+	return &runCache[K]{t: t, enc: enc, n: len(fields), slots: make([]runSlot[K], 1<<metaSlotBits), write: write}, nil
 }
+
+func newMetaCache(fields []ipfix.Field) (*metaCache, error) { return newRunCache(fields, writeMeta) }
 
 func ptrHash[T any](p *T) uint64 { return uint64(uintptr(unsafe.Pointer(p))) }
 
-// octets returns the meta run's encoding for k.
-func (c *metaCache) octets(k *metaKey) ([]byte, error) {
-	h := ptrHash(k.src)*0x9e3779b97f4a7c15 ^ ptrHash(k.dst)*0xc2b2ae3d27d4eb4f ^ ptrHash(k.v)*0x165667b19e3779f9 ^
+func (k *metaKey) hash() uint64 {
+	return ptrHash(k.src)*0x9e3779b97f4a7c15 ^ ptrHash(k.dst)*0xc2b2ae3d27d4eb4f ^ ptrHash(k.v)*0x165667b19e3779f9 ^
 		uint64(k.svcPort)<<16 ^ uint64(k.attr)<<8 ^ uint64(len(k.svcName))
-	sl := &c.slots[(h^h>>32^h>>17)%metaSlots]
+}
+
+// octets returns the run's encoding for k, whose hash is h.
+func (c *runCache[K]) octets(k *K, h uint64) ([]byte, error) {
+	// The top bits of a multiplicative hash: the low bits of pointers
+	// (aligned) and of the products above do not spread.
+	h ^= h >> 29
+	sl := &c.slots[(h*0xbf58476d1ce4e5b9)>>(64-metaSlotBits)]
 	if sl.octets != nil && sl.k == *k {
 		return sl.octets, nil
 	}
-	b, err := c.enc.EncodeRecord(c.t, func(b ipfix.RecordBuilder) error { return writeMeta(b, k).End() })
+	// Encoded from the slot's copy of the key: the closure must not
+	// capture k, or every caller's key would move to the heap.
+	buf := sl.octets[:0]
+	sl.k, sl.octets = *k, nil
+	b, err := c.enc.EncodeRecord(c.t, func(b ipfix.RecordBuilder) error { return c.write(b, &sl.k).End() })
 	if err != nil {
 		return nil, err
 	}
-	sl.k, sl.octets = *k, append(sl.octets[:0], b...)
+	sl.octets = append(buf, b...)
 	return sl.octets, nil
+}
+
+// tailOps are the elements that may follow the meta run, the TCP state
+// and the flow type in a tail run: those whose values a tailKey holds (a
+// record without SNAT).
+var tailOps = map[fieldOp]bool{opEgressName: true, opEgressIP: true, opEgressNodeName: true, opEmptyString: true,
+	opSnatPort: true, opClusterIP: true, opSnatIP: true, opServiceIP: true}
+
+// tailKey is what the tail run's values are made of: the Egress and the
+// Service's address. A record with SNAT has none (its SNAT address and
+// port are its connection's own).
+type tailKey struct {
+	// ev is the verdict whose Egress the record carries, nil for none.
+	ev    *attribution.Verdict
+	svcIP netip.Addr
+}
+
+func (k *tailKey) hash() uint64 {
+	h := ptrHash(k.ev) * 0x9e3779b97f4a7c15
+	if k.svcIP.IsValid() {
+		b := k.svcIP.As16()
+		h ^= binary.LittleEndian.Uint64(b[8:]) * 0xc2b2ae3d27d4eb4f
+	}
+	return h
+}
+
+// writeTail writes the tail run's values.
+func writeTail(b ipfix.RecordBuilder, k *tailKey, tail []fieldOp, six bool) ipfix.RecordBuilder {
+	var egName, egIP, egNode string
+	if v := k.ev; v != nil {
+		egName, egIP, egNode = v.EgressName, egressIP(v), v.EgressNode
+	}
+	for _, op := range tail {
+		switch op {
+		case opEgressName:
+			b = b.String(egName)
+		case opEgressIP:
+			b = b.String(egIP)
+		case opEgressNodeName:
+			b = b.String(egNode)
+		case opEmptyString:
+			b = b.String("")
+		case opSnatPort:
+			b = b.Uint(0)
+		case opClusterIP, opServiceIP:
+			b = b.Addr(addrIn(k.svcIP, six))
+		case opSnatIP:
+			b = b.Addr(addrIn(netip.Addr{}, six))
+		}
+	}
+	return b
+}
+
+// egressIP is the egressIP element's value.
+func egressIP(v *attribution.Verdict) string {
+	if v.EgressIPText == "" && v.EgressIP.IsValid() {
+		return v.EgressIP.String()
+	}
+	return v.EgressIPText
+}
+
+// blockPlan writes a record without SNAT in a few blocks: the head run,
+// the meta run from its cache, the TCP state and the flow type, and the
+// elements after them from a cache of their encoding (tail, nil for none).
+type blockPlan struct {
+	tail *runCache[tailKey]
 }
 
 // writeMeta writes the meta run's values.
@@ -301,6 +410,9 @@ func (s *Sender) writeRecord(r *record.Record) error {
 		return s.write(&s.scratch)
 	}
 	six := i == 1
+	if bp := s.blocks[i]; bp != nil && !r.SnatIP.IsValid() {
+		return s.writeBlocks(r, i, bp)
+	}
 	in, eg := &noPolicy, &noPolicy
 	var egName, egIP, egNode string
 	if v := r.Verdict; v != nil {
@@ -311,10 +423,7 @@ func (s *Sender) writeRecord(r *record.Record) error {
 			eg = &v.Egress
 		}
 		if r.Attr&record.AttrEgress != 0 {
-			egName, egNode = v.EgressName, v.EgressNode
-			if egIP = v.EgressIPText; egIP == "" && v.EgressIP.IsValid() {
-				egIP = v.EgressIP.String()
-			}
+			egName, egIP, egNode = v.EgressName, egressIP(v), v.EgressNode
 		}
 	}
 	var srcNS, srcName, srcNode, dstNS, dstName, dstNode string
@@ -339,44 +448,16 @@ func (s *Sender) writeRecord(r *record.Record) error {
 		switch op {
 		case opHeadRun:
 			var p []byte
-			if p, b = b.Fixed(16); len(p) == 0 {
-				break
+			if p, b = b.Fixed(16); len(p) != 0 {
+				putHead(p, r, six)
 			}
-			c := &r.Counts
-			be := binary.BigEndian
-			be.PutUint32(p[0:], uint32(time.Unix(0, r.Start).Unix()))
-			be.PutUint32(p[4:], uint32(time.Unix(0, r.End).Unix()))
-			p[8] = r.EndReason
-			be.PutUint16(p[9:], r.SrcPort)
-			be.PutUint16(p[11:], r.DstPort)
-			p[13] = r.Proto
-			be.PutUint64(p[14:], c[record.PacketTotal])
-			be.PutUint64(p[22:], c[record.OctetTotal])
-			be.PutUint64(p[30:], c[record.PacketDelta])
-			be.PutUint64(p[38:], c[record.OctetDelta])
-			n := 46
-			if six {
-				src, dst := addrIn(r.Src, true).As16(), addrIn(r.Dst, true).As16()
-				copy(p[n:], src[:])
-				copy(p[n+16:], dst[:])
-				n += 32
-			} else {
-				src, dst := addrIn(r.Src, false), addrIn(r.Dst, false)
-				be.PutUint32(p[n:], uint32v4(src))
-				be.PutUint32(p[n+4:], uint32v4(dst))
-				n += 8
-			}
-			be.PutUint64(p[n:], c[record.ReversePacketTotal])
-			be.PutUint64(p[n+8:], c[record.ReverseOctetTotal])
-			be.PutUint64(p[n+16:], c[record.ReversePacketDelta])
-			be.PutUint64(p[n+24:], c[record.ReverseOctetDelta])
 		case opMetaRun:
 			k := metaKey{src: r.SrcPod, dst: r.DstPod, node: r.Node, svcName: r.ServicePortName, svcPort: svcPort}
 			if r.Verdict != nil && r.Attr&(record.AttrIngressPolicy|record.AttrEgressPolicy) != 0 {
 				k.v, k.attr = r.Verdict, r.Attr&(record.AttrIngressPolicy|record.AttrEgressPolicy)
 			}
 			mc := s.meta[i]
-			octets, err := mc.octets(&k)
+			octets, err := mc.octets(&k, k.hash())
 			if err != nil {
 				return err
 			}
@@ -461,6 +542,84 @@ func (s *Sender) writeRecord(r *record.Record) error {
 		b = b.Bytes(x.Value)
 	}
 	return b.End()
+}
+
+// writeBlocks writes r (without SNAT) with block plan bp: the head run,
+// the meta run from its cache, the TCP state and the flow type, and the
+// tail from its cache.
+func (s *Sender) writeBlocks(r *record.Record, i int, bp *blockPlan) error {
+	mk := metaKey{src: r.SrcPod, dst: r.DstPod, node: r.Node, svcName: r.ServicePortName}
+	var tk tailKey
+	if r.ServicePortName != "" {
+		mk.svcPort, tk.svcIP = r.ServicePort, r.ServiceIP
+	}
+	if v := r.Verdict; v != nil {
+		if a := r.Attr & (record.AttrIngressPolicy | record.AttrEgressPolicy); a != 0 {
+			mk.v, mk.attr = v, a
+		}
+		if r.Attr&record.AttrEgress != 0 {
+			tk.ev = v
+		}
+	}
+	mc := s.meta[i]
+	meta, err := mc.octets(&mk, mk.hash())
+	if err != nil {
+		return err
+	}
+	var tail []byte
+	if bp.tail != nil {
+		if tail, err = bp.tail.octets(&tk, tk.hash()); err != nil {
+			return err
+		}
+	}
+	// The head is written on the stack and copied as one block: cheaper
+	// than RecordBuilder.Fixed's walk over the 16 fields' lengths.
+	var head [len(headLayout) * 8]byte
+	n := putHead(head[:], r, i == 1)
+	b := s.enc.Begin(s.o.ObservationDomainID, s.tmpl[i]).Encoded(len(headLayout), head[:n]).Encoded(mc.n, meta).
+		String(r.TCPStateName()).Uint(uint64(r.FlowType))
+	if bp.tail != nil {
+		b = b.Encoded(bp.tail.n, tail)
+	}
+	for _, x := range s.o.Extra {
+		b = b.Bytes(x.Value)
+	}
+	return b.End()
+}
+
+// putHead writes the head run's values into its octets p and returns
+// their length.
+func putHead(p []byte, r *record.Record, six bool) int {
+	c := &r.Counts
+	be := binary.BigEndian
+	_ = p[45]
+	be.PutUint32(p[0:], uint32(time.Unix(0, r.Start).Unix()))
+	be.PutUint32(p[4:], uint32(time.Unix(0, r.End).Unix()))
+	p[8] = r.EndReason
+	be.PutUint16(p[9:], r.SrcPort)
+	be.PutUint16(p[11:], r.DstPort)
+	p[13] = r.Proto
+	be.PutUint64(p[14:], c[record.PacketTotal])
+	be.PutUint64(p[22:], c[record.OctetTotal])
+	be.PutUint64(p[30:], c[record.PacketDelta])
+	be.PutUint64(p[38:], c[record.OctetDelta])
+	n := 46
+	if six {
+		src, dst := addrIn(r.Src, true).As16(), addrIn(r.Dst, true).As16()
+		copy(p[n:], src[:])
+		copy(p[n+16:], dst[:])
+		n += 32
+	} else {
+		src, dst := addrIn(r.Src, false), addrIn(r.Dst, false)
+		be.PutUint32(p[n:], uint32v4(src))
+		be.PutUint32(p[n+4:], uint32v4(dst))
+		n += 8
+	}
+	be.PutUint64(p[n:], c[record.ReversePacketTotal])
+	be.PutUint64(p[n+8:], c[record.ReverseOctetTotal])
+	be.PutUint64(p[n+16:], c[record.ReversePacketDelta])
+	be.PutUint64(p[n+24:], c[record.ReverseOctetDelta])
+	return n + 32
 }
 
 // uint32v4 is an IPv4 address as a number; zero for any other.

@@ -87,6 +87,9 @@ func TestRecordsEncodeAsTheirFlows(t *testing.T) {
 				if s.plan[i] == nil || s.plan[i][0] != opHeadRun || s.meta[i] == nil {
 					t.Fatalf("%s: template %d has no record plan, or not the head run's: %v", profile, i, s.plan[i])
 				}
+				if profile == ipfixmap.NewestAgent && s.blocks[i] == nil {
+					t.Fatalf("%s: template %d has no block plan: %v", profile, i, s.plan[i])
+				}
 			}
 			encode := func(write func() error) []byte {
 				var out []byte
@@ -104,26 +107,34 @@ func TestRecordsEncodeAsTheirFlows(t *testing.T) {
 				}
 				return out
 			}
-			plans, metas := s.plan, s.meta
-			for n := range 1000 {
-				if n == 500 { // the other half element by element, no runs
+			plans, metas, blocks := s.plan, s.meta, s.blocks
+			for n := range 1500 {
+				switch n {
+				case 500: // then without the block plans: the meta run cached, the rest element by element
+					s.blocks = [2]*blockPlan{}
+				case 1000: // the last third element by element, no runs
 					s.plan = [2][]fieldOp{elementOps(s.els[0]), elementOps(s.els[1])}
 					s.meta = [2]*metaCache{}
 				}
 				r := randomRecord(rng)
 				got := encode(func() error { return s.writeRecord(&r) })
+				// Again: from the caches' entries this time.
+				again := encode(func() error { return s.writeRecord(&r) })
 				want := encode(func() error {
 					var f flow.Flow
 					r.Flow(&f)
 					return s.write(&f)
 				})
+				if !bytes.Equal(again, got) {
+					t.Fatalf("%s (record %d): record %+v\nencodes as %x\nthen as %x", profile, n, r, got, again)
+				}
 				if !bytes.Equal(got, want) {
 					var f flow.Flow
 					r.Flow(&f)
 					t.Fatalf("%s (record %d): record %+v\nencodes as %x\nits flow as %x", profile, n, r, got, want)
 				}
 			}
-			s.plan, s.meta = plans, metas
+			s.plan, s.meta, s.blocks = plans, metas, blocks
 		}
 	}
 }

@@ -25,6 +25,10 @@ type Queue struct {
 	n       int
 	dropped uint64
 	notify  chan struct{}
+	// full counts the records held that keep a whole flow.Flow (Full):
+	// only those need releasing, and a queue of store records (none) is
+	// not scanned on every acknowledgement.
+	full int
 }
 
 // New returns a queue holding at most capacity records (at least 1).
@@ -63,6 +67,11 @@ func (q *Queue) PushRecords(recs []record.Record) (dropped int) {
 		q.head += uint64(over)
 		q.n -= over
 		dropped += over
+	}
+	for i := range recs {
+		if recs[i].Full != nil {
+			q.full++
+		}
 	}
 	// In at most two runs of the ring.
 	for len(recs) > 0 {
@@ -145,9 +154,10 @@ func (q *Queue) Ack(upto uint64) {
 // would cost as much as writing them.
 func (q *Queue) release(from, upto uint64) {
 	c := uint64(len(q.buf))
-	for s := from; s < upto; s++ {
+	for s := from; s < upto && q.full > 0; s++ {
 		if r := &q.buf[s%c]; r.Full != nil {
 			r.Full = nil
+			q.full--
 		}
 	}
 }
