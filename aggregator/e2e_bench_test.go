@@ -160,15 +160,25 @@ func e2eCounter(b *testing.B, reg *prometheus.Registry, name string) float64 {
 // docs/performance.md.
 func BenchmarkEndToEnd(b *testing.B) {
 	for _, transport := range []string{"ipfix-tcp", "grpc-1-per-request"} {
-		b.Run(transport, func(b *testing.B) { benchEndToEnd(b, transport) })
+		b.Run(transport, func(b *testing.B) { benchEndToEnd(b, "Aggregate", transport) })
 	}
 }
 
-func benchEndToEnd(b *testing.B, transport string) {
+// BenchmarkEndToEndProxy is BenchmarkEndToEnd in Proxy mode: every
+// record is forwarded, so an operation ends when the receiver has both
+// records of each of its connections, and the CPU per record is what
+// ingest and re-export cost without the store.
+func BenchmarkEndToEndProxy(b *testing.B) {
+	for _, transport := range []string{"ipfix-tcp", "grpc-1-per-request"} {
+		b.Run(transport, func(b *testing.B) { benchEndToEnd(b, "Proxy", transport) })
+	}
+}
+
+func benchEndToEnd(b *testing.B, mode, transport string) {
 	dir := b.TempDir()
 	coll := stubcollector.NewCounting(b)
 	a := testagg.Start(b, fmt.Sprintf(`
-mode: Aggregate
+mode: %s
 aggregatorTransportProtocol: tcp
 activeFlowRecordTimeout: 1s
 inactiveFlowRecordTimeout: 2s
@@ -180,7 +190,7 @@ sluice:
   apiAddress: "127.0.0.1:0"
   tls: {certDir: %s}
   aggregate: {maxFlows: 10000000}
-`, coll.Addr(), filepath.Join(dir, "certs")))
+`, mode, coll.Addr(), filepath.Join(dir, "certs")))
 	ops := b.N + 1 // operation 0 warms up, untimed
 	addr := a.Addrs().IPFIX
 	if transport != "ipfix-tcp" {
@@ -202,12 +212,32 @@ sluice:
 		agents[ag] = startE2EAgent(b, filepath.Join(dir, fmt.Sprintf("agent-%d", ag)), transport, addr, filepath.Join(dir, "certs"), payloads)
 	}
 	reg := a.Registry()
+	// exported waits until the receiver has the connections of ops
+	// operations (the export runs on the 1 s active timeout).
+	// In Proxy mode each connection arrives as its two records.
+	perConn := 1
+	if mode == "Proxy" {
+		perConn = 2
+	}
+	exported := func(ops int) {
+		deadline := time.Now().Add(2 * time.Minute)
+		for coll.Len() < perConn*e2eConns*ops {
+			if time.Now().After(deadline) {
+				b.Fatalf("%d records at the receiver, want %d", coll.Len(), perConn*e2eConns*ops)
+			}
+			time.Sleep(5 * time.Millisecond) // polling the receiver's count, not a synchronisation
+		}
+	}
 	run := func(op int) (agentCPU time.Duration) {
 		for _, ag := range agents {
 			ag.start(b, op)
 		}
 		for _, ag := range agents {
 			agentCPU += ag.done(b)
+		}
+		if mode == "Proxy" {
+			exported(op + 1)
+			return agentCPU
 		}
 		want := float64(perOp * (op + 1))
 		deadline := time.Now().Add(2 * time.Minute)
@@ -222,17 +252,6 @@ sluice:
 			time.Sleep(10 * time.Millisecond)
 		}
 		return agentCPU
-	}
-	// exported waits until the receiver has the connections of ops
-	// operations (the export runs on the 1 s active timeout).
-	exported := func(ops int) {
-		deadline := time.Now().Add(2 * time.Minute)
-		for coll.Len() < e2eConns*ops {
-			if time.Now().After(deadline) {
-				b.Fatalf("%d records at the receiver, want %d", coll.Len(), e2eConns*ops)
-			}
-			time.Sleep(5 * time.Millisecond) // polling the receiver's count, not a synchronisation
-		}
 	}
 	run(0)
 	exported(1) // the warm-up's export is not in the measure
@@ -256,7 +275,11 @@ sluice:
 	}
 
 	// Every connection out, correlated, nothing dropped.
-	if c := e2eCounter(b, reg, "sluice_aggregate_correlated_total"); c != float64(e2eConns*ops) {
+	if mode == "Proxy" {
+		if n := coll.Len(); n != 2*e2eConns*ops {
+			b.Fatalf("%d records at the receiver, want %d", n, 2*e2eConns*ops)
+		}
+	} else if c := e2eCounter(b, reg, "sluice_aggregate_correlated_total"); c != float64(e2eConns*ops) {
 		b.Fatalf("%v connections correlated, want %d", c, e2eConns*ops)
 	}
 	if d := e2eCounter(b, reg, "sluice_sink_records_dropped_total"); d != 0 {
