@@ -133,11 +133,12 @@ func (fw *Forwarding) Run(ctx context.Context, in <-chan flow.Batch, out *ring.B
 			arena = fw.arenaFor(len(b.Flows))
 		}
 		written := 0
-		for _, f := range b.Flows {
+		for i, f := range b.Flows {
 			p.Process(f)
 			if fw.sample != nil && fw.sample.Want() {
 				// Not kept by the encoding below: the view may keep it.
 				fw.sample.produce(f)
+				b.Flows[i] = nil // the view's now, not the pool's
 			}
 			t, _, err := ex.Template(f)
 			if err != nil {
@@ -160,6 +161,16 @@ func (fw *Forwarding) Run(ctx context.Context, in <-chan flow.Batch, out *ring.B
 		}
 		p.copied.Add(float64(len(b.Encoded)))
 		p.rebuilt.Add(float64(len(b.Flows))) // as Run: those that fail to encode too
+		if b.Pool != nil {
+			// Written out as octets: the collectors may decode into
+			// them again.
+			for i, f := range b.Flows {
+				if f != nil {
+					b.Pool.Put(f)
+					b.Flows[i] = nil
+				}
+			}
+		}
 		out.Produce(recs...)
 		if arena != nil {
 			clear(recs) // the buffer has copied them; nor pin their arenas here
