@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -256,6 +257,8 @@ sluice:
 	run(0)
 	exported(1) // the warm-up's export is not in the measure
 	b.ResetTimer()
+	var mem0 runtime.MemStats
+	runtime.ReadMemStats(&mem0)
 	cpu0 := e2eCPU(b)
 	var agentCPU time.Duration
 	for op := 1; op < ops; op++ {
@@ -269,6 +272,13 @@ sluice:
 	// of the 1 s export sweeps fell while the clock ran.
 	exported(ops)
 	b.ReportMetric(float64(e2eCPU(b)-cpu0)/records, "cpu-ns/record")
+	// Allocations do not depend on the machine's load as CPU time does:
+	// this process's (the aggregator's and the receiver's), per record.
+	var mem1 runtime.MemStats
+	runtime.ReadMemStats(&mem1)
+	b.ReportMetric(float64(mem1.Mallocs-mem0.Mallocs)/records, "allocs/record")
+	b.ReportMetric(float64(mem1.TotalAlloc-mem0.TotalAlloc)/records, "B/record")
+	b.ReportMetric(float64(mem1.NumGC-mem0.NumGC), "GCs")
 	b.ReportMetric(float64(agentCPU)/records, "agent-cpu-ns/record")
 	for _, ag := range agents {
 		ag.stop(b)
