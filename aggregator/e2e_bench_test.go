@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -160,15 +161,25 @@ func e2eCounter(b *testing.B, reg *prometheus.Registry, name string) float64 {
 // docs/performance.md.
 func BenchmarkEndToEnd(b *testing.B) {
 	for _, transport := range []string{"ipfix-tcp", "grpc-1-per-request"} {
-		b.Run(transport, func(b *testing.B) { benchEndToEnd(b, transport) })
+		b.Run(transport, func(b *testing.B) { benchEndToEnd(b, "Aggregate", transport) })
 	}
 }
 
-func benchEndToEnd(b *testing.B, transport string) {
+// BenchmarkEndToEndProxy is BenchmarkEndToEnd in Proxy mode: every
+// record is forwarded, so an operation ends when the receiver has both
+// records of each of its connections, and the CPU per record is what
+// ingest and re-export cost without the store.
+func BenchmarkEndToEndProxy(b *testing.B) {
+	for _, transport := range []string{"ipfix-tcp", "grpc-1-per-request"} {
+		b.Run(transport, func(b *testing.B) { benchEndToEnd(b, "Proxy", transport) })
+	}
+}
+
+func benchEndToEnd(b *testing.B, mode, transport string) {
 	dir := b.TempDir()
 	coll := stubcollector.NewCounting(b)
 	a := testagg.Start(b, fmt.Sprintf(`
-mode: Aggregate
+mode: %s
 aggregatorTransportProtocol: tcp
 activeFlowRecordTimeout: 1s
 inactiveFlowRecordTimeout: 2s
@@ -180,7 +191,7 @@ sluice:
   apiAddress: "127.0.0.1:0"
   tls: {certDir: %s}
   aggregate: {maxFlows: 10000000}
-`, coll.Addr(), filepath.Join(dir, "certs")))
+`, mode, coll.Addr(), filepath.Join(dir, "certs")))
 	ops := b.N + 1 // operation 0 warms up, untimed
 	addr := a.Addrs().IPFIX
 	if transport != "ipfix-tcp" {
@@ -202,12 +213,32 @@ sluice:
 		agents[ag] = startE2EAgent(b, filepath.Join(dir, fmt.Sprintf("agent-%d", ag)), transport, addr, filepath.Join(dir, "certs"), payloads)
 	}
 	reg := a.Registry()
+	// exported waits until the receiver has the connections of ops
+	// operations (the export runs on the 1 s active timeout).
+	// In Proxy mode each connection arrives as its two records.
+	perConn := 1
+	if mode == "Proxy" {
+		perConn = 2
+	}
+	exported := func(ops int) {
+		deadline := time.Now().Add(2 * time.Minute)
+		for coll.Len() < perConn*e2eConns*ops {
+			if time.Now().After(deadline) {
+				b.Fatalf("%d records at the receiver, want %d", coll.Len(), perConn*e2eConns*ops)
+			}
+			time.Sleep(5 * time.Millisecond) // polling the receiver's count, not a synchronisation
+		}
+	}
 	run := func(op int) (agentCPU time.Duration) {
 		for _, ag := range agents {
 			ag.start(b, op)
 		}
 		for _, ag := range agents {
 			agentCPU += ag.done(b)
+		}
+		if mode == "Proxy" {
+			exported(op + 1)
+			return agentCPU
 		}
 		want := float64(perOp * (op + 1))
 		deadline := time.Now().Add(2 * time.Minute)
@@ -223,20 +254,11 @@ sluice:
 		}
 		return agentCPU
 	}
-	// exported waits until the receiver has the connections of ops
-	// operations (the export runs on the 1 s active timeout).
-	exported := func(ops int) {
-		deadline := time.Now().Add(2 * time.Minute)
-		for coll.Len() < e2eConns*ops {
-			if time.Now().After(deadline) {
-				b.Fatalf("%d records at the receiver, want %d", coll.Len(), e2eConns*ops)
-			}
-			time.Sleep(5 * time.Millisecond) // polling the receiver's count, not a synchronisation
-		}
-	}
 	run(0)
 	exported(1) // the warm-up's export is not in the measure
 	b.ResetTimer()
+	var mem0 runtime.MemStats
+	runtime.ReadMemStats(&mem0)
 	cpu0 := e2eCPU(b)
 	var agentCPU time.Duration
 	for op := 1; op < ops; op++ {
@@ -250,13 +272,24 @@ sluice:
 	// of the 1 s export sweeps fell while the clock ran.
 	exported(ops)
 	b.ReportMetric(float64(e2eCPU(b)-cpu0)/records, "cpu-ns/record")
+	// Allocations do not depend on the machine's load as CPU time does:
+	// this process's (the aggregator's and the receiver's), per record.
+	var mem1 runtime.MemStats
+	runtime.ReadMemStats(&mem1)
+	b.ReportMetric(float64(mem1.Mallocs-mem0.Mallocs)/records, "allocs/record")
+	b.ReportMetric(float64(mem1.TotalAlloc-mem0.TotalAlloc)/records, "B/record")
+	b.ReportMetric(float64(mem1.NumGC-mem0.NumGC), "GCs")
 	b.ReportMetric(float64(agentCPU)/records, "agent-cpu-ns/record")
 	for _, ag := range agents {
 		ag.stop(b)
 	}
 
 	// Every connection out, correlated, nothing dropped.
-	if c := e2eCounter(b, reg, "sluice_aggregate_correlated_total"); c != float64(e2eConns*ops) {
+	if mode == "Proxy" {
+		if n := coll.Len(); n != 2*e2eConns*ops {
+			b.Fatalf("%d records at the receiver, want %d", n, 2*e2eConns*ops)
+		}
+	} else if c := e2eCounter(b, reg, "sluice_aggregate_correlated_total"); c != float64(e2eConns*ops) {
 		b.Fatalf("%v connections correlated, want %d", c, e2eConns*ops)
 	}
 	if d := e2eCounter(b, reg, "sluice_sink_records_dropped_total"); d != 0 {

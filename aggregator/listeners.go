@@ -21,8 +21,10 @@ func (a *Aggregator) setupCollectors() error {
 		o.Sample = a.sample
 	}
 	// Aggregate mode copies what it keeps of each record and gives the
-	// records back; Proxy mode hands them on to the sinks.
-	if _, ok := a.mode.(aggregateMode); ok {
+	// records back; so does Proxy mode's fast path, which writes them out
+	// as octets (proxy.Forwarding.Run); otherwise Proxy mode hands them
+	// on to the sinks.
+	if _, ok := a.mode.(aggregateMode); ok || a.encoded != nil {
 		o.Records = flow.NewPool()
 	}
 	// Proxy mode forwards at once, so a gRPC stream can be confirmed

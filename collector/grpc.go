@@ -13,6 +13,7 @@ import (
 	"net/netip"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -235,7 +236,12 @@ func (e *exportService) export(sctx context.Context, r *http.Request) error {
 	log := o.Log.With("transport", "grpc", "peer", exporter.String())
 	done := make(chan streamEnd, 1)
 	pending := make(chan []*flow.Flow, 1)
-	go func() { done <- e.receive(sctx, r.Body, exporter, log, pending) }()
+	// queued counts the batches put in pending that the handler has not
+	// handed on yet: while there are none, the receiver hands its records
+	// on itself when the pipeline has room (no hand-off through this
+	// goroutine), without overtaking any.
+	var queued atomic.Int32
+	go func() { done <- e.receive(sctx, r.Body, exporter, log, pending, &queued) }()
 	// A read waits for the client; the call's end (a reset, its
 	// deadline) ends the read.
 	defer context.AfterFunc(sctx, func() { r.Body.Close() })()
@@ -257,6 +263,7 @@ func (e *exportService) export(sctx context.Context, r *http.Request) error {
 			if !send(e.ctx, o.Out, flow.Batch{Flows: recs, Pool: o.Records}) {
 				return status.Error(codes.Unavailable, "the aggregator is shutting down")
 			}
+			queued.Add(-1)
 			continue
 		case end = <-done:
 			received = true
@@ -336,7 +343,7 @@ func (e *exportService) awaitWritten(sctx context.Context) error {
 // takes it from there into the pipeline. While the pipeline is busy, the
 // records of the messages that arrive meanwhile join the waiting batch
 // (up to grpcBatch), so that one-flow messages travel in batches.
-func (e *exportService) receive(sctx context.Context, body io.Reader, exporter netip.Addr, log *slog.Logger, pending chan []*flow.Flow) streamEnd {
+func (e *exportService) receive(sctx context.Context, body io.Reader, exporter netip.Addr, log *slog.Logger, pending chan []*flow.Flow, queued *atomic.Int32) streamEnd {
 	o := &e.s.o
 	addr := exporter.String()
 	records := o.Metrics.Records.WithLabelValues("grpc", addr)
@@ -387,7 +394,7 @@ func (e *exportService) receive(sctx context.Context, body io.Reader, exporter n
 			k := min(len(rest), grpcBatch)
 			n += uint64(k)
 			records.Add(float64(k))
-			if !handOn(e.ctx, pending, rest[:k]) {
+			if !e.handOn(pending, queued, rest[:k]) {
 				return false
 			}
 			rest = rest[k:]
@@ -486,10 +493,20 @@ func (e *exportService) receive(sctx context.Context, body io.Reader, exporter n
 	}
 }
 
-// handOn adds recs (at most grpcBatch) to the batch waiting in pending,
-// or puts them there as a new one, waiting while a full batch is there.
-// Only the receiver puts into pending, so a put after a take never blocks.
-func handOn(ctx context.Context, pending chan []*flow.Flow, recs []*flow.Flow) bool {
+// handOn hands recs (at most grpcBatch) on: straight into the pipeline
+// when no batch of the stream is queued before them and the pipeline has
+// room; else it adds them to the batch waiting in pending, or puts them
+// there as a new one, waiting while a full batch is there. Only the
+// receiver puts into pending, so a put after a take never blocks.
+func (e *exportService) handOn(pending chan []*flow.Flow, queued *atomic.Int32, recs []*flow.Flow) bool {
+	ctx, o := e.ctx, &e.s.o
+	if queued.Load() == 0 {
+		select {
+		case o.Out <- flow.Batch{Flows: slices.Clone(recs), Pool: o.Records}:
+			return true
+		default:
+		}
+	}
 	select {
 	case b := <-pending:
 		if len(b)+len(recs) <= grpcBatch {
@@ -498,9 +515,11 @@ func handOn(ctx context.Context, pending chan []*flow.Flow, recs []*flow.Flow) b
 		}
 		pending <- b
 	default:
+		queued.Add(1)
 		pending <- slices.Clone(recs)
 		return true
 	}
+	queued.Add(1)
 	select {
 	case pending <- slices.Clone(recs):
 		return true

@@ -57,6 +57,13 @@ func (a *Arena) Hold(n int) {
 	a.left.Store(int64(n))
 }
 
+// Add says that n more records refer to a, which is held already (by
+// Hold, or by the producer's own share taken with Hold(1) and released
+// last): a producer that fills one arena over several batches.
+func (a *Arena) Add(n int) {
+	a.left.Add(int64(n))
+}
+
 // Release says that n of a's records have been consumed (or dropped);
 // after the last, a goes back to its pool, and Release reports true.
 func (a *Arena) Release(n int) bool {

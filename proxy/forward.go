@@ -44,6 +44,36 @@ type Forwarding struct {
 	// goroutine owns them.
 	ex  *ipfixmap.Exporter
 	enc *ipfix.Encoder
+	// arenas hold the octets of the records Run writes (the fast path's
+	// buffer has one consumer, the IPFIX sink, which releases them), so
+	// that records are written into reused memory rather than into a
+	// fresh allocation per batch grown record by record. arena is the one
+	// being filled, over as many batches as fit (Run holds a share of it
+	// until it moves on); recLen is the longest record written yet. recs
+	// is Run's list of a batch's records, reused (the buffer copies them).
+	arenas ipfix.ArenaPool
+	arena  *ipfix.Arena
+	recLen int
+	recs   []ipfix.EncodedRecord
+}
+
+// forwardArena is the size of the arenas Run writes records into: a few
+// hundred records, and so few arenas for the records a buffer holds.
+const forwardArena = 256 << 10
+
+// arenaFor returns the arena to write n records into: the current one
+// while they fit, else a new one.
+func (fw *Forwarding) arenaFor(n int) *ipfix.Arena {
+	need := n * max(fw.recLen, 256)
+	if a := fw.arena; a != nil {
+		if cap(a.Buf)-len(a.Buf) >= need {
+			return a
+		}
+		a.Release(1) // Run's share: the arena goes back once its records are sent
+	}
+	fw.arena = fw.arenas.Get(max(need, forwardArena))
+	fw.arena.Hold(1)
+	return fw.arena
 }
 
 // Encoded is NewForwarding as Proxy mode's side of mode.Encoder.
@@ -97,12 +127,18 @@ func (fw *Forwarding) Run(ctx context.Context, in <-chan flow.Batch, out *ring.B
 	}
 	receive(ctx, in, func(b flow.Batch) {
 		recs := b.Encoded
-		var arena []byte
-		for _, f := range b.Flows {
+		var arena *ipfix.Arena
+		if len(b.Flows) > 0 {
+			recs = append(fw.recs[:0], b.Encoded...)
+			arena = fw.arenaFor(len(b.Flows))
+		}
+		written := 0
+		for i, f := range b.Flows {
 			p.Process(f)
 			if fw.sample != nil && fw.sample.Want() {
 				// Not kept by the encoding below: the view may keep it.
 				fw.sample.produce(f)
+				b.Flows[i] = nil // the view's now, not the pool's
 			}
 			t, _, err := ex.Template(f)
 			if err != nil {
@@ -114,13 +150,32 @@ func (fw *Forwarding) Run(ctx context.Context, in <-chan flow.Batch, out *ring.B
 				encodeErr(err)
 				continue
 			}
-			start := len(arena)
-			arena = append(arena, data...)
-			recs = append(recs, ipfix.EncodedRecord{Template: t, Data: arena[start:len(arena):len(arena)]})
+			fw.recLen = max(fw.recLen, len(data))
+			start := len(arena.Buf)
+			arena.Buf = append(arena.Buf, data...)
+			recs = append(recs, ipfix.EncodedRecord{Template: t, Data: arena.Buf[start:len(arena.Buf):len(arena.Buf)], Arena: arena})
+			written++
+		}
+		if written > 0 {
+			arena.Add(written) // before handing on: the sink releases them
 		}
 		p.copied.Add(float64(len(b.Encoded)))
 		p.rebuilt.Add(float64(len(b.Flows))) // as Run: those that fail to encode too
+		if b.Pool != nil {
+			// Written out as octets: the collectors may decode into
+			// them again.
+			for i, f := range b.Flows {
+				if f != nil {
+					b.Pool.Put(f)
+					b.Flows[i] = nil
+				}
+			}
+		}
 		out.Produce(recs...)
+		if arena != nil {
+			clear(recs) // the buffer has copied them; nor pin their arenas here
+			fw.recs = recs[:0]
+		}
 		if b.Written != nil {
 			pos := out.Produced()
 			b.Resolve(func(ctx context.Context) error { return out.WaitWritten(ctx, pos) })

@@ -6,12 +6,14 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"sluice/enrich"
 	"sluice/flow"
+	"sluice/flow/flowtest"
 	"sluice/flow/ipfixmap"
 	"sluice/ipfix"
 	"sluice/ipfix/ipfixtest"
@@ -706,4 +708,99 @@ func decodeEncoded(t *testing.T, r ipfix.EncodedRecord) map[string]string {
 		}
 	}
 	return out
+}
+
+// TestRunFlowRecordsInArenas: flow records (gRPC's) go through Run into
+// arenas it reuses once the consumer has released their records. Records
+// the consumer still holds keep their octets while later batches are
+// written, and every record is what the normal path writes, octet for
+// octet; records given back to the batch's pool are zeroed.
+func TestRunFlowRecordsInArenas(t *testing.T) {
+	table, err := ipfixmap.NewTable(ipfix.DefaultRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	newEx := func() *ipfixmap.Exporter {
+		ex, err := ipfixmap.NewExporter(table, ipfixmap.ExportOptions{Names: true, Proxy: true}, true, ipfix.MinDataSetID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ex
+	}
+	opts := proxy.Options{Enricher: enrich.NewEnricher(enrich.EnricherOptions{Store: fwStore(), ClusterID: "c"})}
+	fw, err := proxy.NewForwarding(proxy.New(opts), table, newEx())
+	if err != nil || fw == nil {
+		t.Fatal(fw, err)
+	}
+	const batches, per = 200, 97 // enough to fill several arenas
+	// What the normal path writes for each record.
+	want := make([][]byte, 0, batches*per)
+	{
+		p, ex := proxy.New(opts), newEx()
+		enc, err := ipfix.NewEncoder(ipfix.EncoderOptions{}, func([]byte) error { return nil })
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range batches * per {
+			f := flowtest.Full(i, false)
+			p.Process(f)
+			tm, _, err := ex.Template(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			data, err := enc.EncodeRecord(tm, func(rb ipfix.RecordBuilder) error { return ex.Write(rb, tm, f) })
+			if err != nil {
+				t.Fatal(err)
+			}
+			want = append(want, bytes.Clone(data))
+		}
+	}
+	in := make(chan flow.Batch)
+	out := ring.New[ipfix.EncodedRecord](batches * per)
+	c := out.Consumer()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go fw.Run(ctx, in, out, func(err error) { t.Error(err) })
+	pool := flow.NewPool()
+	var held []ipfix.EncodedRecord
+	got := 0
+	check := func(r ipfix.EncodedRecord, i int) {
+		if !bytes.Equal(r.Data, want[i]) {
+			t.Fatalf("record %d: % x, want % x", i, r.Data, want[i])
+		}
+	}
+	for bi := range batches {
+		b := flow.Batch{Pool: pool}
+		for j := range per {
+			b.Flows = append(b.Flows, flowtest.Full(bi*per+j, false))
+		}
+		flows := slices.Clone(b.Flows)
+		in <- b
+		var recs []ipfix.EncodedRecord
+		for len(recs) < per {
+			var ok bool
+			if recs, ok = c.Next(ctx, recs, per-len(recs)); !ok {
+				t.Fatal("the buffer closed")
+			}
+		}
+		for _, f := range flows {
+			if f.SourceIP.IsValid() || f.SourcePodName != "" {
+				t.Fatal("a written record was not given back to the pool (zeroed)")
+			}
+		}
+		for j, r := range recs {
+			check(r, got+j)
+		}
+		// Every third batch is held until the end; the others are
+		// released at once, so that arenas are reused meanwhile.
+		if bi%3 == 0 {
+			held = append(held, recs...)
+		} else {
+			recs[0].Arena.Release(len(recs))
+		}
+		got += per
+	}
+	for k, r := range held {
+		check(r, (k/per)*3*per+k%per)
+	}
 }
