@@ -78,10 +78,18 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 }
 
 // entry is one record of the history: its row, and the record itself for
-// the page that asks for every field.
+// the page that asks for every field (in the history, a copy of the
+// pipeline's record, which the pipeline reuses once read).
 type entry struct {
 	row Row
 	f   *flow.Flow
+}
+
+// record is the history's copy of a record, with its Aggregation.
+type record struct {
+	f   flow.Flow
+	a   flow.Aggregation
+	agg bool // f had an Aggregation
 }
 
 // history is the bounded history of recent records the tap fills and the
@@ -89,17 +97,37 @@ type entry struct {
 type history struct {
 	mu    sync.Mutex
 	items []entry
-	next  uint64 // sequence number of the next record (the first is 1)
+	// recs are the copies of the records of items, made on the first
+	// lap and then overwritten in place.
+	recs []*record
+	next uint64 // sequence number of the next record (the first is 1)
 }
 
 func newHistory(n int) *history {
-	return &history{items: make([]entry, n), next: 1}
+	return &history{items: make([]entry, n), recs: make([]*record, n), next: 1}
 }
 
+// add copies es into the history: the records of es may be reused once
+// it returns.
 func (h *history) add(es []entry) {
 	h.mu.Lock()
 	for _, e := range es {
-		h.items[e.row.Seq%uint64(len(h.items))] = e
+		i := e.row.Seq % uint64(len(h.items))
+		if e.f != nil {
+			r := h.recs[i]
+			if r == nil {
+				r = &record{}
+				h.recs[i] = r
+			}
+			r.f, r.agg = *e.f, e.f.Aggregation != nil
+			r.f.Aggregation = nil
+			if r.agg {
+				r.a = *e.f.Aggregation
+				r.f.Aggregation = &r.a
+			}
+			e.f = &r.f
+		}
+		h.items[i] = e
 	}
 	if len(es) > 0 {
 		h.next = es[len(es)-1].row.Seq + 1
@@ -154,15 +182,25 @@ func (h *history) last(max int) (rows []Row, newest uint64) {
 	return rows, h.next - 1
 }
 
-// record returns the record of seq while the history still holds it.
+// record returns a copy of the record of seq while the history still
+// holds it (the history overwrites its own in place).
 func (h *history) record(seq uint64) (*flow.Flow, bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if seq < h.oldest() || seq >= h.next {
 		return nil, false
 	}
-	e := h.items[seq%uint64(len(h.items))]
-	return e.f, e.f != nil
+	i := seq % uint64(len(h.items))
+	if h.items[i].f == nil {
+		return nil, false
+	}
+	r := h.recs[i]
+	x := &record{f: r.f, a: r.a}
+	x.f.Aggregation = nil
+	if r.agg {
+		x.f.Aggregation = &x.a
+	}
+	return &x.f, true
 }
 
 // tap reads the pipeline's buffer as an observer (which the pipeline
@@ -197,7 +235,8 @@ func (s *Server) tap(ctx context.Context) {
 		}
 		s.m.Seen.Add(float64(len(batch)))
 		s.hist.add(es)
-		clear(batch) // the history holds the records it needs; the batch need not
+		clear(batch) // the history holds copies; the batch need not
+		c.Release(0)
 	}
 }
 
