@@ -51,6 +51,38 @@ func TestExportAllocatesNothingPerRecord(t *testing.T) {
 	}
 }
 
+// TestLappedNeverWritesRecycled: a flow log lapped by the producer again
+// and again (a small buffer) never writes a record that was recycled
+// under it.
+func TestLappedNeverWritesRecycled(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "flows.log")
+	s, err := flowlog.New(flowlog.Options{Path: path, Metrics: sink.NewMetrics(nil)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := recpool.New(64)
+	p.Quarantine = true
+	c := p.Buf.Consumer()
+	done := make(chan error, 1)
+	go func() { done <- s.Run(context.Background(), c) }()
+	recs := recpool.Records(4096)
+	for range 10 {
+		p.Round(t, context.Background(), recs, 64, func() bool { return c.Unread() == 0 })
+	}
+	p.Buf.Close()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(b), recpool.Poison) || strings.Contains(string(b), "192.0.2.66") {
+		t.Fatal("the log holds a recycled record")
+	}
+	t.Logf("%d lines, %d lost, %d recycled", strings.Count(string(b), "\n"), c.Lost, p.Recycled)
+}
+
 func BenchmarkExport(b *testing.B) {
 	s, err := flowlog.New(flowlog.Options{Path: filepath.Join(b.TempDir(), "flows.log"), Metrics: sink.NewMetrics(nil)})
 	if err != nil {

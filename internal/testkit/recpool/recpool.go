@@ -29,6 +29,10 @@ type Producer struct {
 	// Made counts records allocated; Recycled those the buffer handed
 	// back.
 	Made, Recycled int
+	// Quarantine keeps recycled records poisoned rather than reusing
+	// them: a sink that reads one after it released it reads the poison
+	// for sure (reused, it would read another record's valid values).
+	Quarantine bool
 }
 
 // New makes a buffer of capacity records and its producer.
@@ -43,7 +47,9 @@ func (p *Producer) put(f *flow.Flow) {
 	*f = flow.Flow{SourcePodName: Poison, SourcePodNamespace: Poison, DestinationPodName: Poison, TCPState: Poison,
 		SourceIP: netip.MustParseAddr("192.0.2.66"), Aggregation: a}
 	p.Recycled++
-	p.free = append(p.free, f)
+	if !p.Quarantine {
+		p.free = append(p.free, f)
+	}
 }
 
 // Produce copies each of src into a record (a reused one when the buffer
