@@ -309,6 +309,32 @@ type edges struct {
 	endpoints map[string]Endpoint
 	evicted   uint64
 	dropped   prometheus.Counter
+	// ids are the endpoints' IDs, made once while cached (bounded as the
+	// map is): the same endpoints recur record after record.
+	ids map[idParts]string
+}
+
+// idParts are what an endpoint's ID is made of: prefix a "/" b, or
+// prefix a when b is unset.
+type idParts struct {
+	prefix, a, b string
+	two          bool
+}
+
+// id is the ID of parts. Called with mu held.
+func (g *edges) id(p idParts) string {
+	if s, ok := g.ids[p]; ok {
+		return s
+	}
+	s := p.prefix + p.a
+	if p.two {
+		s += "/" + p.b
+	}
+	if g.ids == nil || len(g.ids) >= max(g.max, 1024) {
+		g.ids = map[idParts]string{}
+	}
+	g.ids[p] = s
+	return s
 }
 
 func newEdges(max int, dropped prometheus.Counter) *edges {
@@ -316,31 +342,33 @@ func newEdges(max int, dropped prometheus.Counter) *edges {
 }
 
 // endpoints of a row: source, destination, and the Egress IP between them
-// when the traffic left through an Egress.
-func rowEndpoints(r *Row) (src, dst Endpoint, egress *Endpoint) {
+// when the traffic left through an Egress (hasEgress). Called with mu
+// held.
+func (g *edges) rowEndpoints(r *Row) (src, dst, egress Endpoint, hasEgress bool) {
 	if r.SrcPod != "" {
-		src = Endpoint{ID: "pod:" + r.SrcNS + "/" + r.SrcPod, Kind: KindPod, NS: r.SrcNS, Workload: r.SrcWL, WorkloadKind: r.SrcWLKind, Pod: r.SrcPod, Node: r.SrcNode, IP: r.SrcIP}
+		src = Endpoint{ID: g.id(idParts{"pod:", r.SrcNS, r.SrcPod, true}), Kind: KindPod, NS: r.SrcNS, Workload: r.SrcWL, WorkloadKind: r.SrcWLKind, Pod: r.SrcPod, Node: r.SrcNode, IP: r.SrcIP}
 	} else {
-		src = Endpoint{ID: "ip:" + r.SrcIP, Kind: KindExternal, IP: r.SrcIP}
+		src = Endpoint{ID: g.id(idParts{"ip:", r.SrcIP, "", false}), Kind: KindExternal, IP: r.SrcIP}
 	}
 	if r.DstPod != "" {
-		dst = Endpoint{ID: "pod:" + r.DstNS + "/" + r.DstPod, Kind: KindPod, NS: r.DstNS, Workload: r.DstWL, WorkloadKind: r.DstWLKind, Pod: r.DstPod, Node: r.DstNode, IP: r.DstIP}
+		dst = Endpoint{ID: g.id(idParts{"pod:", r.DstNS, r.DstPod, true}), Kind: KindPod, NS: r.DstNS, Workload: r.DstWL, WorkloadKind: r.DstWLKind, Pod: r.DstPod, Node: r.DstNode, IP: r.DstIP}
 	} else {
-		dst = Endpoint{ID: "ip:" + r.DstIP, Kind: KindExternal, IP: r.DstIP}
+		dst = Endpoint{ID: g.id(idParts{"ip:", r.DstIP, "", false}), Kind: KindExternal, IP: r.DstIP}
 	}
 	if r.EgressIP != "" || r.Egress != "" {
-		egress = &Endpoint{ID: "egress:" + r.Egress + "/" + r.EgressIP, Kind: KindEgress, Egress: r.Egress, IP: r.EgressIP, Node: r.EgressN}
+		egress = Endpoint{ID: g.id(idParts{"egress:", r.Egress, r.EgressIP, true}), Kind: KindEgress, Egress: r.Egress, IP: r.EgressIP, Node: r.EgressN}
+		hasEgress = true
 	}
-	return src, dst, egress
+	return src, dst, egress, hasEgress
 }
 
 func (g *edges) add(r *Row, now time.Time) {
-	src, dst, eg := rowEndpoints(r)
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if eg != nil {
-		g.addEdge(src, *eg, r, now)
-		g.addEdge(*eg, dst, r, now)
+	src, dst, eg, ok := g.rowEndpoints(r)
+	if ok {
+		g.addEdge(src, eg, r, now)
+		g.addEdge(eg, dst, r, now)
 		return
 	}
 	g.addEdge(src, dst, r, now)
