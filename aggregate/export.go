@@ -20,8 +20,8 @@ func (s *Store) export(e *entry, emit func(*flow.Flow)) {
 		if x := s.scratch; x != nil {
 			*x = exported{}
 			f = s.snapshotInto(e, x)
-		} else if f = s.reuse(); f != nil {
-			f = s.snapshotTo(e, f, f.Aggregation)
+		} else if r, a := s.reuse(); r != nil {
+			f = s.snapshotTo(e, r, a)
 		} else {
 			f = s.snapshotInto(e, &exported{})
 		}
@@ -46,19 +46,19 @@ func unixTime(ns int64) time.Time {
 // snapshot builds a fresh record from e.
 func (s *Store) snapshot(e *entry) *flow.Flow { return s.snapshotInto(e, &exported{}) }
 
-// reuse takes a record the buffer recycled (see Run), zeroed with its
-// Aggregation, or nil when there is none.
-func (s *Store) reuse() *flow.Flow {
+// reuse takes a record the buffer recycled (see Run) and its
+// Aggregation, both zeroed, or nil when there is none.
+func (s *Store) reuse() (*flow.Flow, *flow.Aggregation) {
 	n := len(s.free)
 	if n == 0 {
-		return nil
+		return nil, nil
 	}
 	f := s.free[n-1]
 	s.free[n-1] = nil
 	s.free = s.free[:n-1]
 	a := f.Aggregation
 	*f, *a = flow.Flow{}, flow.Aggregation{}
-	return f
+	return f, a
 }
 
 // snapshotInto builds e's record in x, which is zero.

@@ -291,7 +291,7 @@ func (b *Buffer[T]) free() int {
 		if c.bestEffort {
 			continue
 		}
-		if d := b.head - c.next; d >= n {
+		if d := b.head - c.done(); d >= n {
 			return 0
 		} else if n-d < free {
 			free = n - d
@@ -308,7 +308,7 @@ func (b *Buffer[T]) free() int {
 // time one of those it waits for would reach it). Called with mu held.
 func (b *Buffer[T]) mustWait(flush bool, now time.Time) (wait bool, until time.Time) {
 	for c := range b.consumers {
-		if b.head-c.next < uint64(len(b.items)) || c.bestEffort {
+		if b.head-c.done() < uint64(len(b.items)) || c.bestEffort {
 			continue
 		}
 		if flush {
@@ -384,8 +384,22 @@ type Consumer[T any] struct {
 	// stall timeout, until it reads again.
 	lapped bool
 	// released is the position before which the consumer holds nothing
-	// it read (see Release); it holds [released, next).
+	// it read (see Release); it holds [released, next). releases is set
+	// once it calls Release.
 	released uint64
+	releases bool
+}
+
+// done is the position up to which a producer may overwrite what the
+// consumer read without waiting for it: what it released, when it
+// releases (so that, under back-pressure, what it still holds is not
+// overwritten and can be recycled later), else what it read. Called with
+// mu held.
+func (c *Consumer[T]) done() uint64 {
+	if c.releases {
+		return c.released
+	}
+	return c.next
 }
 
 // Consumer returns a consumer starting at the current head (it sees only
@@ -588,7 +602,11 @@ func (b *Buffer[T]) pin(s span) {
 // except the last held items it read: it keeps no reference to them and
 // will not read them again, so that the buffer may recycle them once it
 // overwrites them (see Recycle). A consumer that never calls Release holds
-// everything it reads, which is then never recycled. Call it from the
+// everything it reads, which is then never recycled. Once a consumer
+// releases, back-pressure and a flush wait for it to release (not only
+// to read) before overwriting: a sink slower than the producer then
+// still gets its records recycled rather than each overwritten while it
+// holds it. Call it from the
 // goroutine that calls Next (held counts back from what Next returned
 // last).
 func (c *Consumer[T]) Release(held int) {
@@ -598,8 +616,13 @@ func (c *Consumer[T]) Release(held int) {
 	// What was read before a lap is overwritten already (and was held,
 	// so not recycled): only what was read since matters, and that is
 	// the last items read.
+	c.releases = true
 	if pos := c.next - min(uint64(held), c.next); pos > c.released {
 		c.released = pos
+		c.behindSince, c.lapped = time.Time{}, false // it made progress
+		if b.waiting > 0 {
+			b.room.Broadcast()
+		}
 	}
 }
 

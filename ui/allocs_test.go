@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"sluice/internal/testkit/recpool"
 )
 
@@ -51,4 +53,25 @@ func TestTapAllocatesNothingPerRecord(t *testing.T) {
 			}
 		}
 	}
+}
+
+func BenchmarkTapExport(b *testing.B) {
+	p := recpool.New(8192)
+	reg := prometheus.NewRegistry()
+	s, err := New(Options{Buffer: p.Buf, History: 4096, Registerer: reg, Gatherer: reg})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { s.Run(ctx); close(done) }()
+	recs := recpool.Records(1024)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for n := 0; n < b.N; n += len(recs) {
+		p.Round(b, context.Background(), recs[:min(len(recs), b.N-n)], 256, tapUpTo(s, p))
+	}
+	b.StopTimer()
+	cancel()
+	<-done
 }
