@@ -144,6 +144,10 @@ type Store struct {
 	// scratch, under RunEach, is the one record every export is built
 	// in (the caller consumes it before the next).
 	scratch *exported
+	// free, under Run, are records the buffer recycled once every reader
+	// was done with them, each with its Aggregation: exports reuse them
+	// rather than allocate.
+	free []*flow.Flow
 }
 
 // New returns an empty Store.
@@ -876,8 +880,20 @@ func (s *Store) touch(i uint32, e *entry) {
 // Run aggregates the batches from in and produces exported records to out,
 // ticking every tick (DefaultTick if 0). When in is closed it flushes
 // every flow (Flush) and returns; when ctx ends it returns at once.
+//
+// Records come back for reuse through out.Recycle once every reader of
+// out has released them (ring.Consumer.Release): Run must be out's only
+// producer, since Recycle hands them over on the producer's goroutine.
 func (s *Store) Run(ctx context.Context, in <-chan flow.Batch, out *ring.Buffer[*flow.Flow], tick time.Duration) {
 	pending := make([]*flow.Flow, 0, runChunk)
+	// At most a buffer's worth is kept: the rest goes to the collector.
+	keep := out.Cap()
+	out.Recycle(func(f *flow.Flow) {
+		if f.Aggregation != nil && len(s.free) < keep {
+			s.free = append(s.free, f)
+		}
+	})
+	defer out.Recycle(nil)
 	s.run(ctx, in, tick, func(f *flow.Flow) { pending = append(pending, f) }, func(flushing bool) {
 		// The final flush may hold far more flows than the buffer: it
 		// waits for the sinks instead of lapping them (each sink's

@@ -16,13 +16,15 @@ type exported struct {
 // deltas and throughputs (the totals stay, for the next throughput).
 func (s *Store) export(e *entry, emit func(*flow.Flow)) {
 	if emit != nil {
-		x := s.scratch
-		if x == nil {
-			x = &exported{}
-		} else {
+		var f *flow.Flow
+		if x := s.scratch; x != nil {
 			*x = exported{}
+			f = s.snapshotInto(e, x)
+		} else if r, a := s.reuse(); r != nil {
+			f = s.snapshotTo(e, r, a)
+		} else {
+			f = s.snapshotInto(e, &exported{})
 		}
-		f := s.snapshotInto(e, x)
 		s.enrich(f, e.flags&fCorrFilled == 0)
 		emit(f)
 	}
@@ -42,9 +44,28 @@ func unixTime(ns int64) time.Time {
 // snapshot builds a fresh record from e.
 func (s *Store) snapshot(e *entry) *flow.Flow { return s.snapshotInto(e, &exported{}) }
 
+// reuse takes a record the buffer recycled (see Run) and its
+// Aggregation, both zeroed, or nil when there is none.
+func (s *Store) reuse() (*flow.Flow, *flow.Aggregation) {
+	n := len(s.free)
+	if n == 0 {
+		return nil, nil
+	}
+	f := s.free[n-1]
+	s.free[n-1] = nil
+	s.free = s.free[:n-1]
+	a := f.Aggregation
+	*f, *a = flow.Flow{}, flow.Aggregation{}
+	return f, a
+}
+
 // snapshotInto builds e's record in x, which is zero.
 func (s *Store) snapshotInto(e *entry, x *exported) *flow.Flow {
-	f, a := &x.f, &x.a
+	return s.snapshotTo(e, &x.f, &x.a)
+}
+
+// snapshotTo builds e's record in f and a, which are zero.
+func (s *Store) snapshotTo(e *entry, f *flow.Flow, a *flow.Aggregation) *flow.Flow {
 	t := &s.strs
 	f.Aggregation = a
 	f.Present = e.present

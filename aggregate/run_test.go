@@ -71,3 +71,64 @@ func TestRunCancel(t *testing.T) {
 		t.Fatal("Run did not return after cancel")
 	}
 }
+
+// TestRunReusesRecords: records come back from the buffer once its reader
+// released them, and exports are built in them: across many laps of the
+// buffer the store makes no more records than the buffer and a chunk
+// hold, and the reader never sees one changed while it holds it.
+func TestRunReusesRecords(t *testing.T) {
+	s := New(Options{ExportOneSided: true, Enricher: enrich.NewEnricher(enrich.EnricherOptions{Store: pods()})})
+	in := make(chan flow.Batch)
+	out := ring.New[*flow.Flow](512) // more than a chunk (runChunk), as in production
+	out.BackPressure(time.Hour)      // sinkOverflow block: nothing lapped
+	c := out.Consumer()
+	done := make(chan struct{})
+	go func() { s.Run(context.Background(), in, out, time.Millisecond); close(done) }()
+	seen := map[*flow.Flow]bool{}
+	read := make(chan int)
+	go func() {
+		n := 0
+		var buf []*flow.Flow
+		for {
+			var ok bool
+			buf, ok = c.Next(context.Background(), buf[:0], 16)
+			if !ok {
+				read <- n
+				return
+			}
+			ports := make([]uint16, len(buf))
+			for i, f := range buf {
+				seen[f] = true
+				ports[i] = f.SourcePort
+			}
+			for i, f := range buf { // unchanged while held
+				if f.SourcePort != ports[i] || f.Aggregation == nil {
+					t.Errorf("record %d changed under its reader", i)
+				}
+			}
+			n += len(buf)
+			c.Release(0)
+		}
+	}()
+	const total = 20000
+	for i := range total / 50 {
+		var fs []*flow.Flow
+		for j := range 50 {
+			f := srcRec(0, 10, counts{pkts: 3})
+			f.FlowType = flow.FlowTypeIntraNode
+			f.SourcePort = uint16(1 + i*50 + j)
+			fs = append(fs, f)
+		}
+		in <- flow.Batch{Flows: fs, Pool: flow.NewPool()}
+	}
+	close(in)
+	<-done
+	out.Close()
+	if n := <-read; n+int(c.Lost) != total {
+		t.Fatalf("read %d + lost %d, want %d", n, c.Lost, total)
+	}
+	if len(seen) > out.Cap()+runChunk+64 {
+		t.Fatalf("%d records made for %d exports through a buffer of %d", len(seen), total, out.Cap())
+	}
+	t.Logf("%d records made for %d exports (lost %d)", len(seen), total, c.Lost)
+}

@@ -11,6 +11,7 @@ package ring
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"time"
 )
@@ -46,7 +47,21 @@ type Buffer[T any] struct {
 	// after the stall timeout (see OnStall); stalls are those to tell of.
 	onStall func(*Consumer[T])
 	stalls  []*Consumer[T]
+	// recycle, when set (see Recycle), takes each overwritten item no
+	// reader holds; readers are every open consumer and observer, whose
+	// holds it checks; pins are ranges of positions that closed readers
+	// left held, never recycled.
+	recycle func(T)
+	readers []*Consumer[T]
+	pins    []span
 }
+
+// span is the positions [from, to).
+type span struct{ from, to uint64 }
+
+// maxPins bounds the pins kept apart; past it they merge into one (which
+// holds back more items from recycling, never fewer).
+const maxPins = 8
 
 // New returns a buffer of at least capacity items (rounded up to a power
 // of two).
@@ -142,8 +157,7 @@ func (b *Buffer[T]) Hand(ctx context.Context, wait bool, items ...T) {
 	wait = wait || b.flushing
 	if !wait && b.stall == 0 {
 		for _, it := range items {
-			b.items[b.head&b.mask] = it
-			b.head++
+			b.put(it)
 		}
 		b.mu.Unlock()
 		b.wake.Broadcast()
@@ -209,8 +223,7 @@ func (b *Buffer[T]) produceWait(ctx context.Context, flush bool, items []T) {
 		if free > 0 {
 			free--
 		}
-		b.items[b.head&b.mask] = it
-		b.head++
+		b.put(it)
 	}
 	if !since.IsZero() {
 		b.waited += time.Since(since)
@@ -224,6 +237,50 @@ func (b *Buffer[T]) produceWait(ctx context.Context, flush bool, items []T) {
 	}
 }
 
+// put stores it at head, handing the item it overwrites to recycle when
+// no reader holds it. Called with mu held.
+func (b *Buffer[T]) put(it T) {
+	i := b.head & b.mask
+	if b.recycle != nil && b.head >= uint64(len(b.items)) {
+		if old := b.head - uint64(len(b.items)); !b.held(old) {
+			b.recycle(b.items[i])
+		}
+	}
+	b.items[i] = it
+	b.head++
+}
+
+// held reports whether a reader may still use the item at position p:
+// one read it and has not released it (see Release), or one that closed
+// left it so. Called with mu held.
+func (b *Buffer[T]) held(p uint64) bool {
+	for _, c := range b.readers {
+		if c.released <= p && p < c.next {
+			return true
+		}
+	}
+	for _, s := range b.pins {
+		if s.from <= p && p < s.to {
+			return true
+		}
+	}
+	return false
+}
+
+// Recycle has put called for each item the buffer overwrites once no
+// reader holds it any more (see Release), so that the producer can reuse
+// it (pool records rather than allocate one per item). An item a reader
+// still holds when it is overwritten (a lapped observer, a reader that
+// never releases) is not recycled: it is left to the garbage collector.
+// put runs on the producer's goroutine, inside Produce (or ProduceWait,
+// Hand), with the buffer's lock held: it must be quick and must not call
+// the buffer. Set it before producing.
+func (b *Buffer[T]) Recycle(put func(T)) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.recycle = put
+}
+
 // free is how many items can be produced before one overwrites an item
 // an open consumer (but a best-effort one) has not read. Called with mu
 // held.
@@ -234,7 +291,7 @@ func (b *Buffer[T]) free() int {
 		if c.bestEffort {
 			continue
 		}
-		if d := b.head - c.next; d >= n {
+		if d := b.head - c.done(); d >= n {
 			return 0
 		} else if n-d < free {
 			free = n - d
@@ -251,7 +308,7 @@ func (b *Buffer[T]) free() int {
 // time one of those it waits for would reach it). Called with mu held.
 func (b *Buffer[T]) mustWait(flush bool, now time.Time) (wait bool, until time.Time) {
 	for c := range b.consumers {
-		if b.head-c.next < uint64(len(b.items)) || c.bestEffort {
+		if b.head-c.done() < uint64(len(b.items)) || c.bestEffort {
 			continue
 		}
 		if flush {
@@ -326,6 +383,23 @@ type Consumer[T any] struct {
 	// lapped is set when back-pressure stopped waiting for it for the
 	// stall timeout, until it reads again.
 	lapped bool
+	// released is the position before which the consumer holds nothing
+	// it read (see Release); it holds [released, next). releases is set
+	// once it calls Release.
+	released uint64
+	releases bool
+}
+
+// done is the position up to which a producer may overwrite what the
+// consumer read without waiting for it: what it released, when it
+// releases (so that, under back-pressure, what it still holds is not
+// overwritten and can be recycled later), else what it read. Called with
+// mu held.
+func (c *Consumer[T]) done() uint64 {
+	if c.releases {
+		return c.released
+	}
+	return c.next
 }
 
 // Consumer returns a consumer starting at the current head (it sees only
@@ -333,8 +407,9 @@ type Consumer[T any] struct {
 func (b *Buffer[T]) Consumer() *Consumer[T] {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	c := &Consumer[T]{b: b, next: b.head, committed: b.head}
+	c := &Consumer[T]{b: b, next: b.head, committed: b.head, released: b.head}
 	b.consumers[c] = struct{}{}
+	b.readers = append(b.readers, c)
 	return c
 }
 
@@ -473,18 +548,82 @@ func (b *Buffer[T]) Observer() *Consumer[T] {
 	if n := uint64(len(b.items)); b.head > n {
 		c.next = b.head - n
 	}
+	c.released = c.next
+	b.readers = append(b.readers, c)
 	return c
 }
 
 // Close says the consumer will read no more, so that ProduceWait stops
-// waiting for it.
+// waiting for it. What it read and did not release stays held for good
+// (it may still be in use): it is never recycled.
 func (c *Consumer[T]) Close() {
 	b := c.b
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if i := slices.Index(b.readers, c); i >= 0 {
+		b.readers = slices.Delete(b.readers, i, i+1)
+		if c.released < c.next {
+			b.pin(span{c.released, c.next})
+		}
+	}
 	delete(b.consumers, c)
 	b.room.Broadcast()
 	b.written.Broadcast()
+}
+
+// pin keeps the items of s from being recycled: dropping the pins whose
+// items are all overwritten already, and merging all into one past
+// maxPins. Called with mu held.
+func (b *Buffer[T]) pin(s span) {
+	oldest := uint64(0)
+	if n := uint64(len(b.items)); b.head > n {
+		oldest = b.head - n
+	}
+	pins := b.pins[:0]
+	for _, p := range b.pins {
+		if p.to > oldest {
+			pins = append(pins, p)
+		}
+	}
+	if s.to > oldest {
+		pins = append(pins, s)
+	}
+	if len(pins) > maxPins {
+		m := pins[0]
+		for _, p := range pins[1:] {
+			m.from, m.to = min(m.from, p.from), max(m.to, p.to)
+		}
+		pins = append(pins[:0], m)
+	}
+	b.pins = pins
+}
+
+// Release says that the consumer is done with everything it has read
+// except the last held items it read: it keeps no reference to them and
+// will not read them again, so that the buffer may recycle them once it
+// overwrites them (see Recycle). A consumer that never calls Release holds
+// everything it reads, which is then never recycled. Once a consumer
+// releases, back-pressure and a flush wait for it to release (not only
+// to read) before overwriting: a sink slower than the producer then
+// still gets its records recycled rather than each overwritten while it
+// holds it. Call it from the
+// goroutine that calls Next (held counts back from what Next returned
+// last).
+func (c *Consumer[T]) Release(held int) {
+	b := c.b
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	// What was read before a lap is overwritten already (and was held,
+	// so not recycled): only what was read since matters, and that is
+	// the last items read.
+	c.releases = true
+	if pos := c.next - min(uint64(held), c.next); pos > c.released {
+		c.released = pos
+		c.behindSince, c.lapped = time.Time{}, false // it made progress
+		if b.waiting > 0 {
+			b.room.Broadcast()
+		}
+	}
 }
 
 // Unread is the number of items produced that this consumer has not

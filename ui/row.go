@@ -90,10 +90,50 @@ type PodWorkload func(ns, pod string, ip netip.Addr, at time.Time) (kind, name s
 // Pod's metadata may arrive after its first records.
 type workloads struct {
 	known   PodWorkload
-	guessed map[string]string
+	guessed map[podLabels]string
+	// texts are the tap's other strings of rows, made once: the same
+	// addresses and rules recur record after record (bounded alike).
+	addrs    map[netip.Addr]string
+	policies map[flow.Policy]string
 }
 
+// podLabels keys a guess: no string is built to look one up.
+type podLabels struct{ pod, labels string }
+
 const maxWorkloads = 4096
+
+// addr is addrString(a), made once while cached.
+func (w *workloads) addr(a netip.Addr) string {
+	if w == nil || !a.IsValid() {
+		return addrString(a)
+	}
+	if s, ok := w.addrs[a]; ok {
+		return s
+	}
+	if w.addrs == nil || len(w.addrs) >= maxWorkloads {
+		w.addrs = map[netip.Addr]string{}
+	}
+	s := addrString(a)
+	w.addrs[a] = s
+	return s
+}
+
+// policy is policyText(p), made once while cached.
+func (w *workloads) policy(p flow.Policy) string {
+	if w == nil || p.Name == "" {
+		return policyText(p)
+	}
+	p.Type, p.RuleAction, p.UID = 0, 0, flow.UID{} // not in the text
+	if s, ok := w.policies[p]; ok {
+		return s
+	}
+	if w.policies == nil || len(w.policies) >= maxWorkloads {
+		w.policies = map[flow.Policy]string{}
+	}
+	s := policyText(p)
+	w.policies[p] = s
+	return s
+}
 
 func (w *workloads) of(ns, pod, labels string, ip netip.Addr, at time.Time) (kind, name string) {
 	if w == nil {
@@ -105,9 +145,9 @@ func (w *workloads) of(ns, pod, labels string, ip netip.Addr, at time.Time) (kin
 		}
 	}
 	if w.guessed == nil {
-		w.guessed = map[string]string{}
+		w.guessed = map[podLabels]string{}
 	}
-	k := pod + "\x00" + labels
+	k := podLabels{pod, labels}
 	if v, ok := w.guessed[k]; ok {
 		return "", v
 	}
@@ -124,13 +164,13 @@ func newRow(seq uint64, f *flow.Flow, wl *workloads) Row {
 	r := Row{
 		Seq: seq, Time: unixMilli(f.EndTime), Start: unixMilli(f.StartTime),
 		SrcNS: f.SourcePodNamespace, SrcPod: f.SourcePodName, SrcNode: f.SourceNodeName,
-		SrcIP: addrString(f.SourceIP), SrcPort: f.SourcePort,
+		SrcIP: wl.addr(f.SourceIP), SrcPort: f.SourcePort,
 		DstNS: f.DestinationPodNamespace, DstPod: f.DestinationPodName, DstNode: f.DestinationNodeName,
-		DstIP: addrString(f.DestinationIP), DstPort: f.DestinationPort,
+		DstIP: wl.addr(f.DestinationIP), DstPort: f.DestinationPort,
 		Service: f.DestinationServicePortName, Proto: flow.ProtocolName(f.Protocol),
 		Bytes:  f.Stats.OctetTotalCount + f.ReverseStats.OctetTotalCount,
 		Delta:  f.Stats.OctetDeltaCount + f.ReverseStats.OctetDeltaCount,
-		Egress: f.EgressName, EgressIP: addrString(f.EgressIP), EgressN: f.EgressNodeName,
+		Egress: f.EgressName, EgressIP: wl.addr(f.EgressIP), EgressN: f.EgressNodeName,
 		FlowType: flow.FlowTypeName(f.FlowType),
 	}
 	if r.SrcPod != "" {
@@ -149,13 +189,13 @@ func newRow(seq uint64, f *flow.Flow, wl *workloads) Row {
 	in, out := f.Ingress, f.Egress
 	switch {
 	case in.RuleAction >= 2:
-		r.Policy, r.Action = policyText(in), flow.ActionName(in.RuleAction)
+		r.Policy, r.Action = wl.policy(in), flow.ActionName(in.RuleAction)
 	case out.RuleAction >= 2:
-		r.Policy, r.Action = policyText(out), flow.ActionName(out.RuleAction)
+		r.Policy, r.Action = wl.policy(out), flow.ActionName(out.RuleAction)
 	case in.Name != "":
-		r.Policy, r.Action = policyText(in), flow.ActionName(in.RuleAction)
+		r.Policy, r.Action = wl.policy(in), flow.ActionName(in.RuleAction)
 	case out.Name != "":
-		r.Policy, r.Action = policyText(out), flow.ActionName(out.RuleAction)
+		r.Policy, r.Action = wl.policy(out), flow.ActionName(out.RuleAction)
 	default:
 		r.Action = flow.ActionName(max(in.RuleAction, out.RuleAction))
 	}

@@ -78,10 +78,18 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 }
 
 // entry is one record of the history: its row, and the record itself for
-// the page that asks for every field.
+// the page that asks for every field (in the history, a copy of the
+// pipeline's record, which the pipeline reuses once read).
 type entry struct {
 	row Row
 	f   *flow.Flow
+}
+
+// record is the history's copy of a record, with its Aggregation.
+type record struct {
+	f   flow.Flow
+	a   flow.Aggregation
+	agg bool // f had an Aggregation
 }
 
 // history is the bounded history of recent records the tap fills and the
@@ -89,17 +97,37 @@ type entry struct {
 type history struct {
 	mu    sync.Mutex
 	items []entry
-	next  uint64 // sequence number of the next record (the first is 1)
+	// recs are the copies of the records of items, made on the first
+	// lap and then overwritten in place.
+	recs []*record
+	next uint64 // sequence number of the next record (the first is 1)
 }
 
 func newHistory(n int) *history {
-	return &history{items: make([]entry, n), next: 1}
+	return &history{items: make([]entry, n), recs: make([]*record, n), next: 1}
 }
 
+// add copies es into the history: the records of es may be reused once
+// it returns.
 func (h *history) add(es []entry) {
 	h.mu.Lock()
 	for _, e := range es {
-		h.items[e.row.Seq%uint64(len(h.items))] = e
+		i := e.row.Seq % uint64(len(h.items))
+		if e.f != nil {
+			r := h.recs[i]
+			if r == nil {
+				r = &record{}
+				h.recs[i] = r
+			}
+			r.f, r.agg = *e.f, e.f.Aggregation != nil
+			r.f.Aggregation = nil
+			if r.agg {
+				r.a = *e.f.Aggregation
+				r.f.Aggregation = &r.a
+			}
+			e.f = &r.f
+		}
+		h.items[i] = e
 	}
 	if len(es) > 0 {
 		h.next = es[len(es)-1].row.Seq + 1
@@ -154,15 +182,25 @@ func (h *history) last(max int) (rows []Row, newest uint64) {
 	return rows, h.next - 1
 }
 
-// record returns the record of seq while the history still holds it.
+// record returns a copy of the record of seq while the history still
+// holds it (the history overwrites its own in place).
 func (h *history) record(seq uint64) (*flow.Flow, bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if seq < h.oldest() || seq >= h.next {
 		return nil, false
 	}
-	e := h.items[seq%uint64(len(h.items))]
-	return e.f, e.f != nil
+	i := seq % uint64(len(h.items))
+	if h.items[i].f == nil {
+		return nil, false
+	}
+	r := h.recs[i]
+	x := &record{f: r.f, a: r.a}
+	x.f.Aggregation = nil
+	if r.agg {
+		x.f.Aggregation = &x.a
+	}
+	return &x.f, true
 }
 
 // tap reads the pipeline's buffer as an observer (which the pipeline
@@ -197,7 +235,8 @@ func (s *Server) tap(ctx context.Context) {
 		}
 		s.m.Seen.Add(float64(len(batch)))
 		s.hist.add(es)
-		clear(batch) // the history holds the records it needs; the batch need not
+		clear(batch) // the history holds copies; the batch need not
+		c.Release(0)
 	}
 }
 
@@ -270,6 +309,32 @@ type edges struct {
 	endpoints map[string]Endpoint
 	evicted   uint64
 	dropped   prometheus.Counter
+	// ids are the endpoints' IDs, made once while cached (bounded as the
+	// map is): the same endpoints recur record after record.
+	ids map[idParts]string
+}
+
+// idParts are what an endpoint's ID is made of: prefix a "/" b, or
+// prefix a when b is unset.
+type idParts struct {
+	prefix, a, b string
+	two          bool
+}
+
+// id is the ID of parts. Called with mu held.
+func (g *edges) id(p idParts) string {
+	if s, ok := g.ids[p]; ok {
+		return s
+	}
+	s := p.prefix + p.a
+	if p.two {
+		s += "/" + p.b
+	}
+	if g.ids == nil || len(g.ids) >= max(g.max, 1024) {
+		g.ids = map[idParts]string{}
+	}
+	g.ids[p] = s
+	return s
 }
 
 func newEdges(max int, dropped prometheus.Counter) *edges {
@@ -277,31 +342,33 @@ func newEdges(max int, dropped prometheus.Counter) *edges {
 }
 
 // endpoints of a row: source, destination, and the Egress IP between them
-// when the traffic left through an Egress.
-func rowEndpoints(r *Row) (src, dst Endpoint, egress *Endpoint) {
+// when the traffic left through an Egress (hasEgress). Called with mu
+// held.
+func (g *edges) rowEndpoints(r *Row) (src, dst, egress Endpoint, hasEgress bool) {
 	if r.SrcPod != "" {
-		src = Endpoint{ID: "pod:" + r.SrcNS + "/" + r.SrcPod, Kind: KindPod, NS: r.SrcNS, Workload: r.SrcWL, WorkloadKind: r.SrcWLKind, Pod: r.SrcPod, Node: r.SrcNode, IP: r.SrcIP}
+		src = Endpoint{ID: g.id(idParts{"pod:", r.SrcNS, r.SrcPod, true}), Kind: KindPod, NS: r.SrcNS, Workload: r.SrcWL, WorkloadKind: r.SrcWLKind, Pod: r.SrcPod, Node: r.SrcNode, IP: r.SrcIP}
 	} else {
-		src = Endpoint{ID: "ip:" + r.SrcIP, Kind: KindExternal, IP: r.SrcIP}
+		src = Endpoint{ID: g.id(idParts{"ip:", r.SrcIP, "", false}), Kind: KindExternal, IP: r.SrcIP}
 	}
 	if r.DstPod != "" {
-		dst = Endpoint{ID: "pod:" + r.DstNS + "/" + r.DstPod, Kind: KindPod, NS: r.DstNS, Workload: r.DstWL, WorkloadKind: r.DstWLKind, Pod: r.DstPod, Node: r.DstNode, IP: r.DstIP}
+		dst = Endpoint{ID: g.id(idParts{"pod:", r.DstNS, r.DstPod, true}), Kind: KindPod, NS: r.DstNS, Workload: r.DstWL, WorkloadKind: r.DstWLKind, Pod: r.DstPod, Node: r.DstNode, IP: r.DstIP}
 	} else {
-		dst = Endpoint{ID: "ip:" + r.DstIP, Kind: KindExternal, IP: r.DstIP}
+		dst = Endpoint{ID: g.id(idParts{"ip:", r.DstIP, "", false}), Kind: KindExternal, IP: r.DstIP}
 	}
 	if r.EgressIP != "" || r.Egress != "" {
-		egress = &Endpoint{ID: "egress:" + r.Egress + "/" + r.EgressIP, Kind: KindEgress, Egress: r.Egress, IP: r.EgressIP, Node: r.EgressN}
+		egress = Endpoint{ID: g.id(idParts{"egress:", r.Egress, r.EgressIP, true}), Kind: KindEgress, Egress: r.Egress, IP: r.EgressIP, Node: r.EgressN}
+		hasEgress = true
 	}
-	return src, dst, egress
+	return src, dst, egress, hasEgress
 }
 
 func (g *edges) add(r *Row, now time.Time) {
-	src, dst, eg := rowEndpoints(r)
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if eg != nil {
-		g.addEdge(src, *eg, r, now)
-		g.addEdge(*eg, dst, r, now)
+	src, dst, eg, ok := g.rowEndpoints(r)
+	if ok {
+		g.addEdge(src, eg, r, now)
+		g.addEdge(eg, dst, r, now)
 		return
 	}
 	g.addEdge(src, dst, r, now)

@@ -6,10 +6,10 @@ package ipfixjson
 
 import (
 	"encoding/hex"
-	"encoding/json"
 	"math"
 	"strconv"
 	"time"
+	"unicode/utf8"
 
 	"sluice/ipfix"
 )
@@ -103,7 +103,7 @@ func AppendValue(b []byte, r *ipfix.Record, i int) []byte {
 			return append(b, '"')
 		}
 	case t == ipfix.String:
-		if v, err := r.String(i); err == nil {
+		if v, err := r.StringBytes(i); err == nil {
 			return appendString(b, v)
 		}
 	case t.IsTime():
@@ -124,9 +124,58 @@ func AppendValue(b []byte, r *ipfix.Record, i int) []byte {
 	return append(b, '"')
 }
 
-// appendString appends s as a JSON string; invalid UTF-8 becomes U+FFFD,
-// as encoding/json does.
-func appendString(b []byte, s string) []byte {
-	q, _ := json.Marshal(s) // cannot fail for a string
-	return append(b, q...)
+// appendString appends s as a JSON string, byte for byte as
+// encoding/json.Marshal writes it (invalid UTF-8 becomes U+FFFD; <, >, &,
+// U+2028 and U+2029 are escaped), without allocating: the JSON sink
+// renders every string of every record.
+func appendString[S string | []byte](b []byte, s S) []byte {
+	const hexDigits = "0123456789abcdef"
+	b = append(b, '"')
+	from := 0 // s[from:i] is still to be copied as it is
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c < utf8.RuneSelf {
+			if c >= 0x20 && c != '"' && c != '\\' && c != '<' && c != '>' && c != '&' {
+				i++
+				continue
+			}
+			b = append(b, s[from:i]...)
+			switch c {
+			case '"', '\\':
+				b = append(b, '\\', c)
+			case '\b':
+				b = append(b, '\\', 'b')
+			case '\f':
+				b = append(b, '\\', 'f')
+			case '\n':
+				b = append(b, '\\', 'n')
+			case '\r':
+				b = append(b, '\\', 'r')
+			case '\t':
+				b = append(b, '\\', 't')
+			default:
+				b = append(b, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])
+			}
+			i++
+			from = i
+			continue
+		}
+		var q [utf8.UTFMax]byte
+		r, n := utf8.DecodeRune(q[:copy(q[:], s[i:])])
+		switch {
+		case r == utf8.RuneError && n == 1:
+			b = append(b, s[from:i]...)
+			b = append(b, `\ufffd`...)
+		case r == '\u2028' || r == '\u2029':
+			b = append(b, s[from:i]...)
+			b = append(b, '\\', 'u', '2', '0', '2', hexDigits[r&0xf])
+		default:
+			i += n
+			continue
+		}
+		i += n
+		from = i
+	}
+	b = append(b, s[from:]...)
+	return append(b, '"')
 }

@@ -113,6 +113,9 @@ type Sink struct {
 	evicted  int  // rows an insert under way took that push dropped
 	closing  bool // no more rows will come
 	wake     chan struct{}
+	// free are the sink's own records that left the queue, for push to
+	// copy the next rows into (at most BatchRows are kept).
+	free []*flow.Flow
 
 	// The writer's own.
 	blk     *block
@@ -245,6 +248,9 @@ func (s *Sink) Run(ctx context.Context, c *ring.Consumer[*flow.Flow]) error {
 		}
 		s.push(batch)
 		clear(batch)
+		// push copied the rows: the pipeline's records can be reused
+		// (the queue outlives the buffer's lap by far).
+		c.Release(0)
 		if !ok {
 			break
 		}
@@ -264,10 +270,11 @@ func (s *Sink) signal() {
 	}
 }
 
-// push queues rows, dropping the oldest queued ones when the queue is
-// full. Rows an insert under way has taken stay at the front of the
-// queue until it ends; if they must make room meanwhile, they are counted
-// lost only if that insert fails.
+// push queues copies of rows (into the sink's own records, reused from
+// one insert to the next), dropping the oldest queued ones when the
+// queue is full. Rows an insert under way has taken stay at the front of
+// the queue until it ends; if they must make room meanwhile, they are
+// counted lost only if that insert fails.
 func (s *Sink) push(rows []*flow.Flow) {
 	if len(rows) == 0 {
 		return
@@ -276,15 +283,17 @@ func (s *Sink) push(rows []*flow.Flow) {
 	drops := 0
 	for _, f := range rows {
 		if s.q.len() >= s.o.QueueSize {
-			s.q.popFront()
+			old := s.q.popFront()
 			if s.inflight > 0 {
+				// The insert under way still reads it: not reused.
 				s.inflight--
 				s.evicted++
 			} else {
 				drops++
+				s.recycle(old)
 			}
 		}
-		s.q.pushBack(f)
+		s.q.pushBack(s.copyOf(f))
 	}
 	full := s.q.len()-s.inflight >= s.o.BatchRows
 	s.queued.Set(float64(s.q.len()))
@@ -294,6 +303,45 @@ func (s *Sink) push(rows []*flow.Flow) {
 	}
 	if full {
 		s.signal()
+	}
+}
+
+// row is a queued record: a copy of the pipeline's, with its
+// Aggregation in the same allocation.
+type row struct {
+	f flow.Flow
+	a flow.Aggregation
+}
+
+// copyOf copies f into a record of the sink's own, reused when one is
+// free. Called with mu held.
+func (s *Sink) copyOf(f *flow.Flow) *flow.Flow {
+	var c *flow.Flow
+	if n := len(s.free); n > 0 {
+		c = s.free[n-1]
+		s.free[n-1] = nil
+		s.free = s.free[:n-1]
+	} else {
+		r := &row{}
+		c = &r.f
+		c.Aggregation = &r.a
+	}
+	a := c.Aggregation
+	*c = *f
+	if f.Aggregation != nil {
+		*a = *f.Aggregation
+	} else {
+		*a = flow.Aggregation{} // a zero Aggregation inserts as none does
+	}
+	c.Aggregation = a
+	return c
+}
+
+// recycle keeps a record that left the queue, and that no insert reads,
+// for copyOf. Called with mu held.
+func (s *Sink) recycle(f *flow.Flow) {
+	if len(s.free) < s.o.BatchRows {
+		s.free = append(s.free, f)
 	}
 }
 
@@ -318,7 +366,7 @@ func (s *Sink) settle(ok bool) {
 	lost := 0
 	if ok {
 		for ; s.inflight > 0; s.inflight-- {
-			s.q.popFront()
+			s.recycle(s.q.popFront())
 		}
 	} else {
 		lost = s.evicted

@@ -172,6 +172,8 @@ func (s *Sink) Run(ctx context.Context, c *ring.Consumer[*flow.Flow]) error {
 			s.write(f)
 		}
 		clear(batch)
+		// The lines are text now: the records can be reused.
+		c.Release(0)
 		if !ok && (ctx.Err() != nil || !idle) {
 			return nil
 		}

@@ -208,6 +208,8 @@ func (s *Server) GetFlows(req *flowpb.GetFlowsRequest, st flowpb.FlowStreamServi
 			}
 			resp.Flows = append(resp.Flows, p)
 		}
+		// resp holds copies: the records can be reused.
+		c.Release(0)
 		if len(resp.Flows) == 0 && c.Lost == reported {
 			continue
 		}

@@ -295,6 +295,9 @@ func run[T any](ctx context.Context, s *Sink, c *ring.Consumer[T], send func(T),
 			send(pending[0])
 			pending = pending[1:]
 		}
+		// What was sent is encoded in the message (or dropped and
+		// counted): only what waits for the collector is still needed.
+		c.Release(len(pending))
 		if ctx.Err() != nil {
 			// Stopped (the drain timeout) while a slow collector held
 			// back its writes: what was taken and not sent is lost, and
