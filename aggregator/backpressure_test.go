@@ -127,13 +127,11 @@ sluice:
 	if waited <= 0 {
 		t.Errorf("sluice_pipeline_backpressure_seconds_total = %v, want > 0", waited)
 	}
-	// A sanity check, not what tells block from drop (the counts above
-	// do: with drop, 17,536-23,552 had also arrived by then in three
-	// runs). Loopback buffers can hold megabytes of the 6 MB sent, so
-	// half was too tight a bound for a busy machine.
-	if at := atLastWrite.Load(); at < n/4 {
-		t.Errorf("the exporter's last write returned with %d of %d records at the collector: it was not held back", at, n)
-	}
+	// How many records had reached the collector when the exporter's
+	// write returned is logged, not asserted: loopback buffers hold
+	// megabytes of the 6 MB sent, and with drop 17,536-23,552 had also
+	// arrived by then, while under load 12-15 block saw as few as 5,484.
+	// The counts above are what tell block from drop.
 	for _, err := range coll.Errors() {
 		t.Errorf("collector: %v", err)
 	}
