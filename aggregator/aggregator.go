@@ -421,6 +421,9 @@ func (a *Aggregator) runMode() {
 type runningSink struct {
 	stop   context.CancelFunc
 	unread func() uint64
+	// behind is how far behind the final flush sees the sink: past what
+	// it released, not only what it read (ring.Consumer.Behind).
+	behind func() uint64
 	done   chan struct{} // closed when the sink's Run returned
 }
 
@@ -458,7 +461,7 @@ func (a *Aggregator) startSinks(stages *sync.WaitGroup, errs chan<- error) []run
 			es := ns.s.(sink.EncodedSink) // setupFastPath checked it
 			c := a.encBuf.Consumer()
 			encKeys[c] = ns.key
-			running[i] = runningSink{stop: stop, unread: c.Unread, done: make(chan struct{})}
+			running[i] = runningSink{stop: stop, unread: c.Unread, behind: c.Behind, done: make(chan struct{})}
 			done := running[i].done
 			stages.Go(func() {
 				defer close(done)
@@ -472,7 +475,7 @@ func (a *Aggregator) startSinks(stages *sync.WaitGroup, errs chan<- error) []run
 		if _, ok := ns.s.(sink.BestEffort); ok {
 			c.BestEffort() // gRPC confirmations do not wait for live views
 		}
-		running[i] = runningSink{stop: stop, unread: c.Unread, done: make(chan struct{})}
+		running[i] = runningSink{stop: stop, unread: c.Unread, behind: c.Behind, done: make(chan struct{})}
 		done := running[i].done
 		stages.Go(func() {
 			defer close(done)
@@ -527,7 +530,10 @@ func (a *Aggregator) drain(stages *sync.WaitGroup, modeDone <-chan struct{}, run
 		if _, ok := a.sinks[i].s.(sink.BestEffort); ok {
 			continue
 		}
-		if r.unread() >= capacity {
+		// Behind, not Unread: a sink that read everything but holds
+		// records unreleased (the IPFIX sink's pending ones when its
+		// collector went away) holds back the flush all the same.
+		if r.behind() >= capacity {
 			laggards = append(laggards, i)
 		}
 	}

@@ -264,3 +264,40 @@ func TestRecycleAllocsNothing(t *testing.T) {
 		t.Fatalf("made %d new items in steady state", p.made-made)
 	}
 }
+
+// TestBehindCountsWhatIsHeld: a consumer that releases is behind by what
+// it holds as well as by what it has not read, which is what a flush
+// waits for: at Cap behind, producing waits even though it has read
+// everything.
+func TestBehindCountsWhatIsHeld(t *testing.T) {
+	b := New[int](8)
+	c := b.Consumer()
+	other := b.Consumer() // never releases: behind by what it has not read
+	for i := range 8 {
+		b.Produce(i)
+	}
+	got, _ := c.Next(context.Background(), nil, 8)
+	if len(got) != 8 {
+		t.Fatalf("read %d, want 8", len(got))
+	}
+	c.Release(4)
+	if u, bh := c.Unread(), c.Behind(); u != 0 || bh != 4 {
+		t.Fatalf("unread %d, behind %d; want 0 and 4", u, bh)
+	}
+	if bh := other.Behind(); bh != 8 {
+		t.Fatalf("the consumer that never read is behind %d, want 8", bh)
+	}
+	other.Close()
+	b.Flushing()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		b.Produce(8, 9, 10, 11, 12) // the fifth waits: c is then Cap behind
+	}()
+	waitUntil(t, "the flush to wait", func() bool { return b.Waiting() == 1 })
+	if u, bh := c.Unread(), c.Behind(); u != 4 || bh != uint64(b.Cap()) {
+		t.Fatalf("while the flush waits: unread %d, behind %d; want 4 and %d", u, bh, b.Cap())
+	}
+	c.Release(0)
+	<-done
+}

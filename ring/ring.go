@@ -626,6 +626,18 @@ func (c *Consumer[T]) Release(held int) {
 	}
 }
 
+// Behind is how far the consumer is behind as a producer waiting for it
+// sees it (back-pressure, a flush): the items produced since what it
+// released, when it releases, else since what it read. A consumer that
+// holds items it read is as far behind as one that has not read them:
+// at a whole buffer (Cap), producing waits for it.
+func (c *Consumer[T]) Behind() uint64 {
+	b := c.b
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.head - c.done()
+}
+
 // Unread is the number of items produced that this consumer has not
 // read (nor counted in Lost). Once the consumer is closed and the buffer
 // too, it is what the consumer will never see.
