@@ -1,7 +1,6 @@
 package collector
 
 import (
-	"bufio"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -11,12 +10,12 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
-	"slices"
+	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/net/http2/hpack"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -90,54 +89,53 @@ func (s *Server) ServeGRPC(ctx context.Context, ln net.Listener, tlsConfig *tls.
 	})
 	svc := &exportService{s: s, ctx: ctx}
 	var handlers handlerCount
-	srv := &http.Server{
-		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if !handlers.enter() {
-				writeStatus(w, status.New(codes.Unavailable, "the aggregator is shutting down"))
-				return
-			}
-			defer handlers.leave()
-			svc.serve(w, r)
-		}),
-		// HTTP/2's own complaints (a bad preface, a reset) are the
-		// client's business; kept for debugging.
-		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelDebug),
-		HTTP2: &http.HTTP2Config{
-			MaxConcurrentStreams: int(o.GRPC.MaxStreams),
-			// What a connection may have sent and the collector not
-			// read yet (the pipeline is full): bounded per connection.
-			MaxReceiveBufferPerConnection: grpcConnWindow,
-			MaxReceiveBufferPerStream:     grpcStreamWindow,
-			// Keeps a dead peer from holding its streams forever, as
-			// grpc-go's keepalive would.
-			SendPingTimeout: 2 * time.Hour,
-			PingTimeout:     20 * time.Second,
-		},
-	}
+	srv := s.newH2Server(svc, &handlers, log)
 	served := make(chan error, 1)
-	go func() { served <- srv.Serve(hl) }()
+	go func() { served <- srv.serve(hl) }()
 	var err error
 	select {
 	case err = <-served:
-		srv.Close()
+		hl.Close()
+		srv.closeAll()
 	case <-ctx.Done():
-		// Handlers see ctx and return, so the graceful stop is quick;
-		// the timeout is the bound.
-		sctx, cancel := context.WithTimeout(context.Background(), o.GRPC.StopTimeout)
-		if srv.Shutdown(sctx) != nil {
-			o.Log.Warn("gRPC collector did not stop gracefully in time; closing its connections", "timeout", o.GRPC.StopTimeout.String())
-			srv.Close()
-		}
-		cancel()
+		// Streams see ctx and end with Unavailable, so the graceful
+		// stop is quick; the timeout is the bound.
+		hl.Close()
 		<-served
+		if !srv.shutdown(o.GRPC.StopTimeout) {
+			o.Log.Warn("gRPC collector did not stop gracefully in time; closing its connections", "timeout", o.GRPC.StopTimeout.String())
+		}
 	}
-	hl.Close()
 	handlers.closeAndWait()
-	if err != nil && !errors.Is(err, http.ErrServerClosed) {
+	if err != nil && !errors.Is(err, net.ErrClosed) {
 		return fmt.Errorf("collector: grpc: %w", err)
 	}
 	return nil
 }
+
+// newH2Server returns the HTTP/2 server of the gRPC collector, serving
+// svc's streams while handlers admits them.
+func (s *Server) newH2Server(svc *exportService, handlers *handlerCount, log *slog.Logger) *h2Server {
+	o := &s.o
+	return &h2Server{
+		log:            log,
+		maxStreams:     o.GRPC.MaxStreams,
+		handle:         svc.serve,
+		admit:          handlers.enter,
+		done:           handlers.leave,
+		prefaceTimeout: o.HandshakeTimeout,
+		writeTimeout:   grpcWriteTimeout,
+		// Keeps a dead peer from holding its streams forever, as
+		// grpc-go's keepalive would.
+		pingIdle:    2 * time.Hour,
+		pingTimeout: 20 * time.Second,
+		conns:       map[*h2Conn]struct{}{},
+	}
+}
+
+// grpcWriteTimeout bounds one write to a gRPC client (a response, a
+// window update): a client that does not read is closed.
+const grpcWriteTimeout = 30 * time.Second
 
 // slotListener gives each accepted connection a session slot, shared
 // with the IPFIX TCP sessions, or closes it at once when none is free. The
@@ -188,8 +186,8 @@ type exportService struct {
 	ctx context.Context // the collector's run
 }
 
-// maxKeptRequestBuffer is the largest message buffer a stream keeps
-// between messages; a larger one (a rare large request) is let go.
+// maxKeptRequestBuffer is the largest receive buffer a stream keeps
+// between reads; a larger one (after a rare large request) is let go.
 const maxKeptRequestBuffer = 256 << 10
 
 // streamEnd is how a stream's receiving ended: err is the error to
@@ -201,108 +199,90 @@ type streamEnd struct {
 	n, bad  uint64
 }
 
-// serve answers one HTTP/2 request: an Export call or a refusal.
-func (e *exportService) serve(w http.ResponseWriter, r *http.Request) {
-	if grpcRequestError(w, r, flowpb.FlowExportService_Export_FullMethodName) {
+// serve answers one HTTP/2 request stream: an Export call or a refusal.
+func (e *exportService) serve(c *h2Conn, st *h2Stream) {
+	if e.refuse(c, st) {
 		return
 	}
-	sctx := r.Context()
-	if v := r.Header.Get("Grpc-Timeout"); v != "" {
+	sctx := st.ctx
+	if v := st.req.timeout; v != "" {
 		if d, ok := grpcTimeout(v); ok {
 			var cancel context.CancelFunc
 			sctx, cancel = context.WithTimeout(sctx, d)
 			defer cancel()
 		}
 	}
-	if err := e.export(sctx, r); err != nil {
-		writeStatus(w, status.Convert(err))
+	if err := e.export(sctx, c, st); err != nil {
+		s := status.Convert(err)
+		c.respondStatus(st, uint32(s.Code()), s.Message())
 		return
 	}
 	// An ExportResponse has no fields: its encoding is empty.
-	writeResponse(w, nil)
+	c.respondOK(st, nil)
 }
 
-// export receives one exporter's stream. Receiving, decoding and handing
-// on run in their own goroutine so that the handler can end the stream
-// when the collector stops, even while the exporter is idle.
-func (e *exportService) export(sctx context.Context, r *http.Request) error {
-	s, o := e.s, &e.s.o
-	var exporter netip.Addr
-	if ap, err := netip.ParseAddrPort(r.RemoteAddr); err == nil {
-		exporter = ap.Addr().Unmap()
+// refuse answers a request that is not a gRPC call of the service, as
+// grpc-go's server does: an HTTP status for what is not gRPC at all, a
+// gRPC status otherwise. It returns false when the request is to be
+// served.
+func (e *exportService) refuse(c *h2Conn, st *h2Stream) bool {
+	r := &st.req
+	if r.method != http.MethodPost {
+		c.respondHTTP(st, http.StatusMethodNotAllowed, "gRPC requires POST\n", hpack.HeaderField{Name: "allow", Value: http.MethodPost})
+		return true
 	}
+	ct := r.contentType
+	if ct != grpcContentType && !strings.HasPrefix(ct, grpcContentType+"+") && !strings.HasPrefix(ct, grpcContentType+";") {
+		c.respondHTTP(st, http.StatusUnsupportedMediaType, fmt.Sprintf("invalid gRPC request content-type %q\n", ct))
+		return true
+	}
+	if r.path != flowpb.FlowExportService_Export_FullMethodName {
+		c.respondStatus(st, uint32(codes.Unimplemented), "unknown method "+r.path)
+		return true
+	}
+	// Antrea's agents do not compress; nor does Sluice decompress.
+	if enc := r.encoding; enc != "" && enc != "identity" {
+		c.respondStatus(st, uint32(codes.Unimplemented), fmt.Sprintf("grpc: Decompressor is not installed for grpc-encoding %q", enc))
+		return true
+	}
+	return false
+}
+
+// export receives one exporter's stream and says how it ended.
+func (e *exportService) export(sctx context.Context, c *h2Conn, st *h2Stream) error {
+	s, o := e.s, &e.s.o
+	exporter := c.peer
 	s.hold(exporter)
 	defer s.release(exporter)
 	log := o.Log.With("transport", "grpc", "peer", exporter.String())
-	done := make(chan streamEnd, 1)
-	pending := make(chan []*flow.Flow, 1)
-	// queued counts the batches put in pending that the handler has not
-	// handed on yet: while there are none, the receiver hands its records
-	// on itself when the pipeline has room (no hand-off through this
-	// goroutine), without overtaking any.
-	var queued atomic.Int32
-	go func() { done <- e.receive(sctx, r.Body, exporter, log, pending, &queued) }()
-	// A read waits for the client; the call's end (a reset, its
-	// deadline) ends the read.
-	defer context.AfterFunc(sctx, func() { r.Body.Close() })()
-	received := false
-	defer func() {
-		if !received {
-			// Unblocks the receiver's read; it ends at once.
-			r.Body.Close()
-			<-done
-		}
-	}()
 	// Exporters open a stream per export (every second or so): at info
 	// level that would be two lines per exporter per second.
 	log.Debug("gRPC export stream opened")
-	for {
-		var end streamEnd
-		select {
-		case recs := <-pending:
-			if !send(e.ctx, o.Out, flow.Batch{Flows: recs, Pool: o.Records}) {
-				return status.Error(codes.Unavailable, "the aggregator is shutting down")
+	end := e.receive(sctx, st, exporter, log)
+	switch {
+	case end.err == nil:
+		if o.GRPC.ConfirmWritten {
+			if err := e.awaitWritten(sctx); err != nil {
+				log.Info("gRPC export stream ended before its records were written", "records", end.n, "err", err)
+				return err
 			}
-			queued.Add(-1)
-			continue
-		case end = <-done:
-			received = true
-		case <-e.ctx.Done():
-			return status.Error(codes.Unavailable, "the aggregator is shutting down")
 		}
-		// The receiver's last records went into pending before it ended.
-		select {
-		case recs := <-pending:
-			if !send(e.ctx, o.Out, flow.Batch{Flows: recs, Pool: o.Records}) {
-				return status.Error(codes.Unavailable, "the aggregator is shutting down")
-			}
-		default:
-		}
-		switch {
-		case end.err == nil:
-			if o.GRPC.ConfirmWritten {
-				if err := e.awaitWritten(sctx); err != nil {
-					log.Info("gRPC export stream ended before its records were written", "records", end.n, "err", err)
-					return err
-				}
-			}
-			log.Debug("gRPC export stream closed", "records", end.n, "invalid", end.bad)
-			return nil
-		case end.counted:
-			return end.err
-		}
-		// A message that did not decode (Internal) or was too large
-		// (ResourceExhausted): the exporter has let go of its records,
-		// so count it. A client that went away is not an error of the
-		// stream's content.
-		if c := status.Code(end.err); c == codes.Internal || c == codes.ResourceExhausted {
-			o.Metrics.DecodeErrors.WithLabelValues("grpc").Inc()
-			log.Warn("gRPC export stream ended by an error", "records", end.n, "invalid", end.bad, "err", end.err)
-			return end.err
-		}
-		log.Info("gRPC export stream ended", "records", end.n, "invalid", end.bad, "err", end.err)
+		log.Debug("gRPC export stream closed", "records", end.n, "invalid", end.bad)
+		return nil
+	case end.counted:
 		return end.err
 	}
+	// A message that did not decode (Internal) or was too large
+	// (ResourceExhausted): the exporter has let go of its records, so
+	// count it. A client that went away is not an error of the stream's
+	// content.
+	if c := status.Code(end.err); c == codes.Internal || c == codes.ResourceExhausted {
+		o.Metrics.DecodeErrors.WithLabelValues("grpc").Inc()
+		log.Warn("gRPC export stream ended by an error", "records", end.n, "invalid", end.bad, "err", end.err)
+		return end.err
+	}
+	log.Info("gRPC export stream ended", "records", end.n, "invalid", end.bad, "err", end.err)
+	return end.err
 }
 
 // awaitWritten sends a mark behind the stream's records and waits until
@@ -336,15 +316,18 @@ func (e *exportService) awaitWritten(sctx context.Context) error {
 	return nil
 }
 
-// receive reads the stream's requests, decodes their flows straight from
-// the wire and hands them on, until the stream or the collector ends.
+// receive takes the stream's octets as the connection's reader leaves
+// them, decodes their flows and hands them on, until the stream or the
+// collector ends.
 //
-// Records go to pending, which holds at most one batch; the handler
-// takes it from there into the pipeline. While the pipeline is busy, the
-// records of the messages that arrive meanwhile join the waiting batch
-// (up to grpcBatch), so that one-flow messages travel in batches.
-func (e *exportService) receive(sctx context.Context, body io.Reader, exporter netip.Addr, log *slog.Logger, pending chan []*flow.Flow, queued *atomic.Int32) streamEnd {
+// The records of whole messages wait in pending (at most about
+// grpcBatch) while the pipeline is busy, so that one-flow messages
+// travel in batches; while pending is full the stream takes nothing
+// more, its window is not credited, and the exporter stops (HTTP/2 flow
+// control).
+func (e *exportService) receive(sctx context.Context, st *h2Stream, exporter netip.Addr, log *slog.Logger) streamEnd {
 	o := &e.s.o
+	c := st.c
 	addr := exporter.String()
 	records := o.Metrics.Records.WithLabelValues("grpc", addr)
 	skew := o.Metrics.SkewUnknown.WithLabelValues(addr)
@@ -353,21 +336,23 @@ func (e *exportService) receive(sctx context.Context, body io.Reader, exporter n
 	messages := o.Metrics.Messages.WithLabelValues("grpc")
 
 	dec := flowproto.NewDecoder()
-	br, _ := e.s.readers.Get().(*bufio.Reader)
-	if br == nil {
-		br = bufio.NewReaderSize(body, grpcReadBuffer)
-	} else {
-		br.Reset(body)
-	}
-	defer func() { br.Reset(nil); e.s.readers.Put(br) }()
-	mr := messageReader{br: br, max: o.GRPC.MaxMessageSize}
 	var (
-		spans   [][]byte
-		decoded []*flow.Flow // the records of whole messages, not handed on yet
-		slab    []flow.Flow
-		spare   *flow.Flow // a record taken for one that was refused, zeroed
-		n, bad  uint64
+		spans        [][]byte
+		pending      []*flow.Flow // decoded, not handed on; the next batch's own slice
+		slab         []flow.Flow
+		spare        *flow.Flow   // a record taken for one that was refused, zeroed
+		free         []*flow.Flow // records taken from the pool, zeroed
+		n, bad       uint64
+		owed         int64 // octets taken, not yet credited to the stream
+		ended, reset bool
 	)
+	body := bodyReader{pool: &c.h.chunks, max: o.GRPC.MaxMessageSize}
+	defer body.release()
+	defer func() {
+		if o.Records != nil {
+			o.Records.PutAll(free) // the ones not used
+		}
+	}()
 	// newRecord returns a zeroed record: the spare, one the mode gave
 	// back, or one carved from a slab (one allocation per slabSize).
 	newRecord := func() *flow.Flow {
@@ -375,10 +360,13 @@ func (e *exportService) receive(sctx context.Context, body io.Reader, exporter n
 			spare = nil
 			return f
 		}
-		if o.Records != nil {
-			if f := o.Records.Get(); f != nil {
-				return f
-			}
+		if len(free) == 0 && o.Records != nil {
+			free = o.Records.Take(free, 64)
+		}
+		if k := len(free); k > 0 {
+			f := free[k-1]
+			free = free[:k-1]
+			return f
 		}
 		if len(slab) == 0 {
 			slab = make([]flow.Flow, slabSize)
@@ -387,144 +375,177 @@ func (e *exportService) receive(sctx context.Context, body io.Reader, exporter n
 		slab = slab[1:]
 		return f
 	}
-	// flush hands on what decoded holds, in batches of at most grpcBatch
-	// records.
-	flush := func() bool {
-		for rest := decoded; len(rest) > 0; {
-			k := min(len(rest), grpcBatch)
-			n += uint64(k)
-			records.Add(float64(k))
-			if !e.handOn(pending, queued, rest[:k]) {
-				return false
+	// handOn hands pending on in batches of at most grpcBatch, waiting
+	// for room if block (false: the collector stopped), else only while
+	// there is room.
+	handOn := func(block bool) bool {
+		for len(pending) > 0 {
+			k := min(len(pending), grpcBatch)
+			b := flow.Batch{Flows: pending[:k:k], Pool: o.Records}
+			if block {
+				if !send(e.ctx, o.Out, b) {
+					return false
+				}
+			} else {
+				select {
+				case o.Out <- b:
+				default:
+					return true
+				}
 			}
-			rest = rest[k:]
+			if pending = pending[k:]; len(pending) == 0 {
+				pending = nil
+			}
 		}
-		clear(decoded) // the pipeline owns the records now
-		decoded = decoded[:0]
 		return true
 	}
-	// end hands on the records of the messages before the one that ended
-	// the stream, then says how it ended.
-	end := func(err error, counted bool) streamEnd {
-		if !flush() {
-			return streamEnd{err: status.Error(codes.Unavailable, "the aggregator is shutting down"), counted: true, n: n, bad: bad}
+	take := func() {
+		var k int64
+		k, ended, reset = st.take(&body)
+		owed += k
+		c.credit(st, &owed, k)
+	}
+	// decode decodes the whole messages in buf while pending has room.
+	// A message is decoded whole before any of it is kept: one that
+	// does not decode ends the stream with none of its records taken,
+	// as when gRPC decoded it.
+	decode := func() (err error, counted bool) {
+		for len(pending) < grpcBatch {
+			msg, err := body.next()
+			if err != nil {
+				return err, false
+			}
+			if msg == nil {
+				return nil, false // the rest is on its way
+			}
+			messages.Inc()
+			spans, err = flowproto.RequestFlows(msg, spans[:0])
+			if err != nil {
+				return status.Errorf(codes.Internal, "grpc: failed to unmarshal the received message: %v", err), false
+			}
+			if len(spans) > o.GRPC.MaxFlows {
+				tooMany.Add(float64(len(spans)))
+				log.Warn("ending gRPC export stream: too many flows in one request", "flows", len(spans), "limit", o.GRPC.MaxFlows)
+				return status.Errorf(codes.ResourceExhausted, "%d flows in one request, more than %d", len(spans), o.GRPC.MaxFlows), true
+			}
+			mark := len(pending)
+			var unknown, invalidHere int
+			var firstInvalid error
+			for _, sp := range spans {
+				f := newRecord()
+				u, err := dec.Decode(sp, f)
+				if errors.Is(err, flowproto.ErrMalformed) {
+					// This message's records are dropped (the
+					// garbage collector takes them back: rare).
+					clear(pending[mark:])
+					pending = pending[:mark]
+					return status.Errorf(codes.Internal, "grpc: failed to unmarshal the received message: %v", err), false
+				}
+				if err == nil && !f.SourceIP.IsValid() && !f.DestinationIP.IsValid() {
+					err = errNoAddress
+				}
+				if err != nil {
+					*f = flow.Flow{}
+					spare = f // for the next record
+					if invalidHere++; firstInvalid == nil {
+						firstInvalid = err
+					}
+					continue
+				}
+				unknown += u
+				f.Origin.Exporter = exporter
+				f.Origin.Transport = "grpc"
+				if pending == nil {
+					pending = make([]*flow.Flow, 0, 16)
+				}
+				pending = append(pending, f)
+			}
+			clear(spans) // nor keep the message's buffer
+			if k := len(pending) - mark; k > 0 {
+				n += uint64(k)
+				records.Add(float64(k))
+			}
+			if invalidHere > 0 {
+				if bad == 0 {
+					log.Warn("dropping gRPC records with invalid values (further ones on this stream are only counted)", "err", firstInvalid)
+				}
+				bad += uint64(invalidHere)
+				invalid.Add(float64(invalidHere))
+			}
+			if unknown > 0 {
+				skew.Add(float64(unknown))
+			}
+		}
+		return nil, false
+	}
+	unavailable := streamEnd{err: status.Error(codes.Unavailable, "the aggregator is shutting down"), counted: true}
+	// finish hands on the records of the whole messages received, then
+	// says how the stream ended.
+	finish := func(err error, counted bool) streamEnd {
+		if !handOn(true) {
+			unavailable.n, unavailable.bad = n, bad
+			return unavailable
 		}
 		return streamEnd{err: err, counted: counted, n: n, bad: bad}
 	}
+	take() // a request without a body has ended already
 	for {
-		msg, err := mr.next()
-		if err != nil {
-			if errors.Is(err, io.EOF) {
-				err = nil
-			} else if _, ok := status.FromError(err); !ok {
-				// The client reset the stream or went away.
-				err = status.FromContextError(context.Canceled).Err()
-				if sctx.Err() != nil {
-					err = status.FromContextError(sctx.Err()).Err()
-				}
+		if err, counted := decode(); err != nil {
+			return finish(err, counted)
+		}
+		handOn(false)
+		room := len(pending) < grpcBatch
+		if room && body.ready() {
+			continue // pending was full; it has room again
+		}
+		if room && (ended || reset) {
+			// Every frame is taken and every whole message decoded.
+			switch {
+			case reset:
+				return finish(status.FromContextError(context.Canceled).Err(), false)
+			case body.partial():
+				return finish(status.Error(codes.Internal, io.ErrUnexpectedEOF.Error()), false)
 			}
-			return end(err, false)
+			return finish(nil, false)
 		}
-		messages.Inc()
-		spans, err = flowproto.RequestFlows(msg, spans[:0])
-		if err != nil {
-			return end(status.Errorf(codes.Internal, "grpc: failed to unmarshal the received message: %v", err), false)
+		var out chan<- flow.Batch
+		var b flow.Batch
+		if len(pending) > 0 {
+			k := min(len(pending), grpcBatch)
+			b, out = flow.Batch{Flows: pending[:k:k], Pool: o.Records}, o.Out
 		}
-		if len(spans) > o.GRPC.MaxFlows {
-			tooMany.Add(float64(len(spans)))
-			log.Warn("ending gRPC export stream: too many flows in one request", "flows", len(spans), "limit", o.GRPC.MaxFlows)
-			return end(status.Errorf(codes.ResourceExhausted, "%d flows in one request, more than %d", len(spans), o.GRPC.MaxFlows), true)
+		var wake <-chan struct{}
+		if room {
+			wake = st.wake
 		}
-		// The whole request is decoded before any of it is handed on:
-		// a request that does not decode ends the stream with none of
-		// its records taken, as when gRPC decoded it.
-		mark := len(decoded)
-		var unknown, invalidHere int
-		var firstInvalid error
-		for _, sp := range spans {
-			f := newRecord()
-			u, err := dec.Decode(sp, f)
-			if errors.Is(err, flowproto.ErrMalformed) {
-				// This message's records are dropped (the garbage
-				// collector takes them back: rare).
-				clear(decoded[mark:])
-				decoded = decoded[:mark]
-				return end(status.Errorf(codes.Internal, "grpc: failed to unmarshal the received message: %v", err), false)
-			}
-			if err == nil && !f.SourceIP.IsValid() && !f.DestinationIP.IsValid() {
-				err = errNoAddress
-			}
-			if err != nil {
-				*f = flow.Flow{}
-				spare = f // for the next record
-				if invalidHere++; firstInvalid == nil {
-					firstInvalid = err
-				}
-				continue
-			}
-			unknown += u
-			f.Origin.Exporter = exporter
-			f.Origin.Transport = "grpc"
-			decoded = append(decoded, f)
-		}
-		clear(spans) // nor keep the message's buffer
-		if invalidHere > 0 {
-			if bad == 0 {
-				log.Warn("dropping gRPC records with invalid values (further ones on this stream are only counted)", "err", firstInvalid)
-			}
-			bad += uint64(invalidHere)
-			invalid.Add(float64(invalidHere))
-		}
-		if unknown > 0 {
-			skew.Add(float64(unknown))
-		}
-		if cap(mr.buf) > maxKeptRequestBuffer {
-			mr.buf = nil
-		}
-		// While the next message is already read whole, the records
-		// wait for it: one-Flow messages travel together, with one
-		// hand-off.
-		if len(decoded) < grpcBatch && mr.buffered() {
-			continue
-		}
-		if !flush() {
-			return streamEnd{err: status.Error(codes.Unavailable, "the aggregator is shutting down"), counted: true, n: n, bad: bad}
-		}
-	}
-}
-
-// handOn hands recs (at most grpcBatch) on: straight into the pipeline
-// when no batch of the stream is queued before them and the pipeline has
-// room; else it adds them to the batch waiting in pending, or puts them
-// there as a new one, waiting while a full batch is there. Only the
-// receiver puts into pending, so a put after a take never blocks.
-func (e *exportService) handOn(pending chan []*flow.Flow, queued *atomic.Int32, recs []*flow.Flow) bool {
-	ctx, o := e.ctx, &e.s.o
-	if queued.Load() == 0 {
 		select {
-		case o.Out <- flow.Batch{Flows: slices.Clone(recs), Pool: o.Records}:
-			return true
-		default:
+		case out <- b:
+			if pending = pending[len(b.Flows):]; len(pending) == 0 {
+				pending = nil
+			}
+		case <-wake:
+			take()
+		case <-sctx.Done():
+			// The client reset the stream, went away or reached its
+			// deadline: what it sent whole still goes on.
+			take()
+			for {
+				if err, counted := decode(); err != nil {
+					return finish(err, counted)
+				}
+				if len(pending) < grpcBatch {
+					break
+				}
+				if !handOn(true) {
+					unavailable.n, unavailable.bad = n, bad
+					return unavailable
+				}
+			}
+			return finish(status.FromContextError(sctx.Err()).Err(), false)
+		case <-e.ctx.Done():
+			unavailable.n, unavailable.bad = n, bad
+			return unavailable
 		}
-	}
-	select {
-	case b := <-pending:
-		if len(b)+len(recs) <= grpcBatch {
-			pending <- append(b, recs...)
-			return true
-		}
-		pending <- b
-	default:
-		queued.Add(1)
-		pending <- slices.Clone(recs)
-		return true
-	}
-	queued.Add(1)
-	select {
-	case pending <- slices.Clone(recs):
-		return true
-	case <-ctx.Done():
-		return false
 	}
 }
 

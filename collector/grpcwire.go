@@ -1,33 +1,26 @@
 package collector
 
-// The gRPC collector speaks gRPC over the standard library's HTTP/2
-// server rather than through grpc-go's server. It serves one
-// client-streaming method, so what it needs of gRPC is small: the
-// length-prefixed messages of a request body, one response message and a
-// status. In exchange, a one-Flow ExportRequest costs no allocation and
-// no goroutine hand-off of its own (grpc-go's server spends about four
-// allocations and a channel hand-off on every message), and a stream's
-// messages are read from the body in large chunks.
+// The gRPC collector speaks gRPC over an HTTP/2 server of its own (h2.go)
+// rather than through grpc-go's server or the standard library's. It
+// serves one client-streaming method, so what it needs of gRPC is small:
+// the length-prefixed messages of a request body, one response message
+// and a status. In exchange, a one-Flow ExportRequest costs no
+// allocation and no goroutine hand-off of its own: grpc-go's server
+// spends about four allocations and a channel hand-off on every message,
+// the standard library's a few goroutine switches on every DATA frame.
 
 import (
-	"bufio"
 	"context"
 	"crypto/tls"
-	"encoding/binary"
 	"errors"
 	"fmt"
-	"io"
 	"math"
 	"net"
-	"net/http"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
-
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 )
 
 const (
@@ -235,68 +228,7 @@ func (l *handshakeListener) Close() error {
 
 func (l *handshakeListener) Addr() net.Addr { return l.inner.Addr() }
 
-// grpcRequestError refuses a request that is not a gRPC call of the
-// service, as grpc-go's server does: an HTTP status for what is not gRPC
-// at all, a gRPC status otherwise. It returns false when the request is
-// to be served.
-func grpcRequestError(w http.ResponseWriter, r *http.Request, method string) bool {
-	if r.ProtoMajor != 2 {
-		http.Error(w, "gRPC requires HTTP/2", http.StatusHTTPVersionNotSupported)
-		return true
-	}
-	if r.Method != http.MethodPost {
-		w.Header().Set("Allow", http.MethodPost)
-		http.Error(w, "gRPC requires POST", http.StatusMethodNotAllowed)
-		return true
-	}
-	ct := r.Header.Get("Content-Type")
-	if ct != grpcContentType && !strings.HasPrefix(ct, grpcContentType+"+") && !strings.HasPrefix(ct, grpcContentType+";") {
-		http.Error(w, fmt.Sprintf("invalid gRPC request content-type %q", ct), http.StatusUnsupportedMediaType)
-		return true
-	}
-	if r.URL.Path != method {
-		writeStatus(w, status.Newf(codes.Unimplemented, "unknown method %s", r.URL.Path))
-		return true
-	}
-	// Antrea's agents do not compress; nor does Sluice decompress.
-	if enc := r.Header.Get("Grpc-Encoding"); enc != "" && enc != "identity" {
-		writeStatus(w, status.Newf(codes.Unimplemented, "grpc: Decompressor is not installed for grpc-encoding %q", enc))
-		return true
-	}
-	return false
-}
-
 const grpcContentType = "application/grpc"
-
-// writeStatus ends a call that has sent nothing yet with a trailers-only
-// response.
-func writeStatus(w http.ResponseWriter, st *status.Status) {
-	h := w.Header()
-	h.Set("Content-Type", grpcContentType)
-	h.Set("Grpc-Status", strconv.Itoa(int(st.Code())))
-	if m := st.Message(); m != "" {
-		h.Set("Grpc-Message", encodeGRPCMessage(m))
-	}
-	w.WriteHeader(http.StatusOK)
-}
-
-// writeResponse ends a call with one (already encoded) response message
-// and status OK.
-func writeResponse(w http.ResponseWriter, msg []byte) error {
-	h := w.Header()
-	h.Set("Content-Type", grpcContentType)
-	w.WriteHeader(http.StatusOK)
-	var prefix [5]byte
-	binary.BigEndian.PutUint32(prefix[1:], uint32(len(msg)))
-	if _, err := w.Write(prefix[:]); err != nil {
-		return err
-	}
-	if _, err := w.Write(msg); err != nil {
-		return err
-	}
-	h.Set(http.TrailerPrefix+"Grpc-Status", "0")
-	return nil
-}
 
 // encodeGRPCMessage percent-encodes what the gRPC protocol does not allow
 // raw in grpc-message: octets outside printable ASCII, and '%'.
@@ -355,69 +287,4 @@ func grpcTimeout(v string) (time.Duration, bool) {
 	return time.Duration(n) * unit, true
 }
 
-// messageReader reads a request body's length-prefixed gRPC messages.
-type messageReader struct {
-	br  *bufio.Reader
-	max int
-	buf []byte // a message larger than what br holds
-}
-
 var errCompressed = errors.New("a compressed message without a grpc-encoding")
-
-// next returns the next message, valid until the following call; io.EOF
-// at a message boundary is the end of the stream. A message larger than
-// max is refused with ResourceExhausted, a truncated one with Internal.
-func (m *messageReader) next() ([]byte, error) {
-	head, err := m.br.Peek(5)
-	if err != nil {
-		if errors.Is(err, io.EOF) {
-			if len(head) == 0 {
-				return nil, io.EOF
-			}
-			return nil, status.Error(codes.Internal, io.ErrUnexpectedEOF.Error())
-		}
-		return nil, err
-	}
-	if head[0] != 0 {
-		return nil, status.Errorf(codes.Internal, "grpc: %v", errCompressed)
-	}
-	n := int(binary.BigEndian.Uint32(head[1:]))
-	if n > m.max {
-		return nil, status.Errorf(codes.ResourceExhausted, "grpc: received message larger than max (%d vs. %d)", n, m.max)
-	}
-	if 5+n <= m.br.Size() {
-		// The common case: the whole message inside the read buffer,
-		// decoded where it lies.
-		all, err := m.br.Peek(5 + n)
-		if err != nil {
-			return nil, truncated(err)
-		}
-		m.br.Discard(5 + n)
-		return all[5:], nil
-	}
-	m.br.Discard(5)
-	m.buf = slices.Grow(m.buf[:0], n)[:n]
-	if _, err := io.ReadFull(m.br, m.buf); err != nil {
-		return nil, truncated(err)
-	}
-	return m.buf, nil
-}
-
-// buffered says whether the next message is read whole already.
-func (m *messageReader) buffered() bool {
-	k := m.br.Buffered()
-	if k < 5 {
-		return false
-	}
-	head, _ := m.br.Peek(5)
-	return 5+int(binary.BigEndian.Uint32(head[1:])) <= k
-}
-
-// truncated maps the end of a body inside a message to Internal, as
-// grpc-go does; other errors (the client reset the stream) pass.
-func truncated(err error) error {
-	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
-		return status.Error(codes.Internal, io.ErrUnexpectedEOF.Error())
-	}
-	return err
-}

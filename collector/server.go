@@ -32,9 +32,6 @@ type Server struct {
 	gen  map[netip.Addr]uint64
 	// arenas hold the forwarded records of every session (Options.Forwarder).
 	arenas ipfix.ArenaPool
-	// readers are the gRPC streams' body readers (a stream lasts as
-	// long as an exporter's acknowledgement interval).
-	readers sync.Pool
 	// certConns are the open connections accepted with a client
 	// certificate (IPFIX/TLS and gRPC), to check again when the CAs
 	// change; each is removed when its connection closes.

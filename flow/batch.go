@@ -32,10 +32,7 @@ func (b *Batch) Release() {
 	if b.Pool == nil {
 		return
 	}
-	for i, f := range b.Flows {
-		b.Pool.Put(f)
-		b.Flows[i] = nil
-	}
+	b.Pool.PutAll(b.Flows)
 	b.Flows = nil
 }
 

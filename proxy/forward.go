@@ -164,12 +164,7 @@ func (fw *Forwarding) Run(ctx context.Context, in <-chan flow.Batch, out *ring.B
 		if b.Pool != nil {
 			// Written out as octets: the collectors may decode into
 			// them again.
-			for i, f := range b.Flows {
-				if f != nil {
-					b.Pool.Put(f)
-					b.Flows[i] = nil
-				}
-			}
+			b.Pool.PutAll(b.Flows)
 		}
 		out.Produce(recs...)
 		if arena != nil {

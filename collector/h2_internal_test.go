@@ -1,0 +1,427 @@
+package collector
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
+	"google.golang.org/protobuf/encoding/protowire"
+
+	"sluice/flow"
+	"sluice/flow/flowpb"
+	"sluice/flow/flowtest"
+	"sluice/flow/ipfixmap"
+	"sluice/ipfix"
+)
+
+// TestBodyReaderAnyChunking: messages cut into chunks at any octet,
+// taken a few chunks at a time, read back whole and in order; a message
+// that is not all there yet is not returned.
+func TestBodyReaderAnyChunking(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	var pool chunkPool
+	pattern := make([]byte, 4*h2ChunkSize)
+	for j := range pattern {
+		pattern[j] = byte(j * 7)
+	}
+	for round := range 100 {
+		var msgs [][]byte
+		var wire []byte
+		for i := range 1 + rng.IntN(60) {
+			k := rng.IntN(h2ChunkSize)
+			m := pattern[k+i : k+i+rng.IntN(3*h2ChunkSize)]
+			if rng.IntN(4) == 0 {
+				m = m[:rng.IntN(3)]
+			}
+			msgs = append(msgs, m)
+			wire = append(wire, 0, 0, 0, 0, 0)
+			binary.BigEndian.PutUint32(wire[len(wire)-4:], uint32(len(m)))
+			wire = append(wire, m...)
+		}
+		r := bodyReader{pool: &pool, max: 4 << 20}
+		var got [][]byte
+		for len(wire) > 0 {
+			// Chunks as the reader fills them: whole but the last.
+			var in []*h2Chunk
+			for range 1 + rng.IntN(4) {
+				if len(wire) == 0 {
+					break
+				}
+				c := pool.get()
+				k := min(len(wire), 1+rng.IntN(h2ChunkSize), cap(c.b))
+				c.b = append(c.b, wire[:k]...)
+				wire = wire[k:]
+				in = append(in, c)
+			}
+			r.add(in)
+			for {
+				m, err := r.next()
+				if err != nil {
+					t.Fatal(err)
+				}
+				if m == nil {
+					break
+				}
+				got = append(got, bytes.Clone(m))
+			}
+		}
+		if r.partial() {
+			t.Fatalf("round %d: octets left over", round)
+		}
+		if len(got) != len(msgs) {
+			t.Fatalf("round %d: %d messages, want %d", round, len(got), len(msgs))
+		}
+		for i := range msgs {
+			if !bytes.Equal(got[i], msgs[i]) {
+				t.Fatalf("round %d: message %d differs (%d vs %d octets)", round, i, len(got[i]), len(msgs[i]))
+			}
+		}
+		r.release()
+	}
+}
+
+// TestBodyReaderRefusesHeads: a compressed message and one larger than
+// the limit are refused from their head, before their octets arrive.
+func TestBodyReaderRefusesHeads(t *testing.T) {
+	var pool chunkPool
+	for _, head := range [][]byte{{1, 0, 0, 0, 3}, {0, 0, 0, 4, 1}} {
+		r := bodyReader{pool: &pool, max: 1024}
+		c := pool.get()
+		c.b = append(c.b, head[:3]...)
+		r.add([]*h2Chunk{c})
+		if m, err := r.next(); m != nil || err != nil {
+			t.Fatalf("%x: a partial head gave %v, %v", head, m, err)
+		}
+		c = pool.get()
+		c.b = append(c.b, head[3:]...)
+		r.add([]*h2Chunk{c})
+		if _, err := r.next(); err == nil {
+			t.Errorf("%x: no error", head)
+		}
+	}
+}
+
+// h2Client is a raw HTTP/2 client of the collector's server.
+type h2Client struct {
+	t    *testing.T
+	nc   net.Conn
+	fr   *http2.Framer
+	henc *hpack.Encoder
+	hbuf bytes.Buffer
+}
+
+// startH2 serves the gRPC collector's HTTP/2 (without TLS) with a
+// pipeline of out, and returns its address and server.
+func startH2(t *testing.T, out chan flow.Batch, maxStreams uint32) (string, *h2Server, *Server) {
+	t.Helper()
+	tb, err := ipfixmap.NewTable(ipfix.DefaultRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := New(Options{Table: tb, Out: out, Metrics: NewMetrics(prometheus.NewRegistry()),
+		Log: slog.New(slog.NewTextHandler(io.Discard, nil)), GRPC: GRPCOptions{MaxStreams: maxStreams}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var handlers handlerCount
+	h := s.newH2Server(&exportService{s: s, ctx: ctx}, &handlers, s.o.Log)
+	served := make(chan error, 1)
+	go func() { served <- h.serve(ln) }()
+	t.Cleanup(func() {
+		cancel()
+		ln.Close()
+		<-served
+		h.shutdown(5 * time.Second)
+		handlers.closeAndWait()
+	})
+	return ln.Addr().String(), h, s
+}
+
+func dialH2(t *testing.T, addr string) *h2Client {
+	t.Helper()
+	nc, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { nc.Close() })
+	nc.SetDeadline(time.Now().Add(30 * time.Second))
+	c := &h2Client{t: t, nc: nc, fr: http2.NewFramer(nc, bufio.NewReader(nc))}
+	c.fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
+	c.henc = hpack.NewEncoder(&c.hbuf)
+	if _, err := io.WriteString(nc, http2.ClientPreface); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.fr.WriteSettings(); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// open starts an Export call on stream id.
+func (c *h2Client) open(id uint32) {
+	c.t.Helper()
+	c.hbuf.Reset()
+	for _, f := range [][2]string{{":method", "POST"}, {":scheme", "http"}, {":path", flowpb.FlowExportService_Export_FullMethodName},
+		{":authority", "sluice"}, {"content-type", "application/grpc"}, {"te", "trailers"}} {
+		c.henc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1]})
+	}
+	if err := c.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: c.hbuf.Bytes(), EndHeaders: true}); err != nil {
+		c.t.Fatal(err)
+	}
+}
+
+// next reads frames until one that keep says to keep (answering the
+// server's pings on the way if ack).
+func (c *h2Client) next(ack bool, keep func(http2.Frame) bool) http2.Frame {
+	c.t.Helper()
+	for {
+		f, err := c.fr.ReadFrame()
+		if err != nil {
+			c.t.Fatalf("reading: %v", err)
+		}
+		if p, ok := f.(*http2.PingFrame); ok && !p.IsAck() && ack {
+			c.fr.WritePing(true, p.Data)
+		}
+		if keep(f) {
+			return f
+		}
+	}
+}
+
+func fieldValue(h *http2.MetaHeadersFrame, name string) string {
+	for _, f := range h.Fields {
+		if f.Name == name {
+			return f.Value
+		}
+	}
+	return ""
+}
+
+// request is an ExportRequest of one flow, framed.
+func request(i int) []byte {
+	req := protowire.AppendBytes(protowire.AppendTag(nil, 1, protowire.BytesType), flowtest.Wire(flowtest.Full(i, false), nil, nil))
+	return append(binary.BigEndian.AppendUint32([]byte{0}, uint32(len(req))), req...)
+}
+
+// TestH2StreamLimit: streams beyond the limit are refused
+// (REFUSED_STREAM); once one ends, its answer comes and a new one is
+// served.
+func TestH2StreamLimit(t *testing.T) {
+	out := make(chan flow.Batch, 64)
+	addr, _, _ := startH2(t, out, 2)
+	c := dialH2(t, addr)
+	c.open(1)
+	c.open(3)
+	c.open(5)
+	f := c.next(true, func(f http2.Frame) bool { _, ok := f.(*http2.RSTStreamFrame); return ok }).(*http2.RSTStreamFrame)
+	if f.StreamID != 5 || f.ErrCode != http2.ErrCodeRefusedStream {
+		t.Fatalf("stream %d reset with %v, want 5 with REFUSED_STREAM", f.StreamID, f.ErrCode)
+	}
+	if err := c.fr.WriteData(1, true, request(7)); err != nil {
+		t.Fatal(err)
+	}
+	trailers := c.next(true, func(f http2.Frame) bool {
+		h, ok := f.(*http2.MetaHeadersFrame)
+		return ok && h.StreamID == 1 && h.StreamEnded()
+	}).(*http2.MetaHeadersFrame)
+	if st := fieldValue(trailers, "grpc-status"); st != "0" {
+		t.Errorf("stream 1 ended with %v, want grpc-status 0", trailers.Fields)
+	}
+	if got := (<-out).Flows[0].SourcePodName; got != "client-7" {
+		t.Errorf("record %q", got)
+	}
+	// Stream 1 is over: a new one fits.
+	c.open(7)
+	if err := c.fr.WriteData(7, true, request(8)); err != nil {
+		t.Fatal(err)
+	}
+	c.next(true, func(f http2.Frame) bool {
+		if r, ok := f.(*http2.RSTStreamFrame); ok && r.StreamID == 7 {
+			t.Fatalf("stream 7 reset: %v", r.ErrCode)
+		}
+		h, ok := f.(*http2.MetaHeadersFrame)
+		return ok && h.StreamID == 7 && h.StreamEnded()
+	})
+	if got := (<-out).Flows[0].SourcePodName; got != "client-8" {
+		t.Errorf("record %q", got)
+	}
+}
+
+// TestH2Pings: a ping is answered with its data; a client that answers
+// the server's keepalive pings stays, one that does not is closed.
+func TestH2Pings(t *testing.T) {
+	addr, h, _ := startH2(t, make(chan flow.Batch, 1), 4)
+	h.pingIdle, h.pingTimeout = 50*time.Millisecond, 50*time.Millisecond
+	c := dialH2(t, addr)
+	data := [8]byte{1, 2, 3, 4, 5, 6, 7, 8}
+	c.fr.WritePing(false, data)
+	p := c.next(true, func(f http2.Frame) bool { p, ok := f.(*http2.PingFrame); return ok && p.IsAck() }).(*http2.PingFrame)
+	if p.Data != data {
+		t.Errorf("ping answered with %x", p.Data)
+	}
+	// Answering: several keepalive pings come and go.
+	for range 3 {
+		c.next(true, func(f http2.Frame) bool { p, ok := f.(*http2.PingFrame); return ok && !p.IsAck() })
+	}
+	// Silent: the server gives up on the connection.
+	silent := dialH2(t, addr)
+	for {
+		if _, err := silent.fr.ReadFrame(); err != nil {
+			if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
+				var ne net.Error
+				if errors.As(err, &ne) && ne.Timeout() {
+					t.Fatal("a client that answers no ping is still connected")
+				}
+			}
+			break
+		}
+	}
+}
+
+// TestH2FlowControl: while the pipeline is full the stream's window is
+// not given back; a client that then sends what its windows allow is
+// served, one octet more and it is refused.
+func TestH2FlowControl(t *testing.T) {
+	out := make(chan flow.Batch) // nobody reads it yet
+	addr, _, s := startH2(t, out, 4)
+	c := dialH2(t, addr)
+	// The server's SETTINGS and its connection window.
+	connWin, streamWin := int64(h2InitialWindow), int64(h2InitialWindow)
+	settled := false
+	account := func(f http2.Frame) {
+		switch f := f.(type) {
+		case *http2.SettingsFrame:
+			if v, ok := f.Value(http2.SettingInitialWindowSize); ok && !f.IsAck() {
+				streamWin += int64(v) - h2InitialWindow
+				c.fr.WriteSettingsAck()
+			}
+		case *http2.WindowUpdateFrame:
+			if f.StreamID == 0 {
+				connWin += int64(f.Increment)
+			} else {
+				streamWin += int64(f.Increment)
+			}
+		case *http2.PingFrame:
+			settled = f.IsAck() && f.Data == [8]byte{'s', 'y', 'n', 'c'}
+		}
+	}
+	// sync reads every frame the server wrote before it answers a ping.
+	sync := func() {
+		c.fr.WritePing(false, [8]byte{'s', 'y', 'n', 'c'})
+		settled = false
+		c.next(false, func(f http2.Frame) bool { account(f); return settled })
+	}
+	sync()
+	c.open(1)
+	send := func(b []byte) {
+		for len(b) > 0 {
+			k := min(len(b), 16384)
+			if err := c.fr.WriteData(1, false, b[:k]); err != nil {
+				t.Fatal(err)
+			}
+			connWin -= int64(k)
+			streamWin -= int64(k)
+			b = b[k:]
+		}
+	}
+	// grpcBatch records wait for the pipeline: then the stream takes
+	// nothing more.
+	var msgs []byte
+	for i := range grpcBatch + 100 {
+		msgs = append(msgs, request(i)...)
+	}
+	if int64(len(msgs)) > min(connWin, streamWin) {
+		t.Fatalf("%d octets of requests, more than the windows", len(msgs))
+	}
+	send(msgs)
+	records := s.o.Metrics.Records.WithLabelValues("grpc", "127.0.0.1")
+	deadline := time.Now().Add(20 * time.Second)
+	for testutil.ToFloat64(records) < grpcBatch {
+		if time.Now().After(deadline) {
+			t.Fatalf("%v records decoded", testutil.ToFloat64(records))
+		}
+		time.Sleep(5 * time.Millisecond) // polling a counter, not a synchronisation
+	}
+	sync()
+	allowed := min(connWin, streamWin)
+	if allowed <= 0 || allowed > 2*grpcConnWindow {
+		t.Fatalf("windows %d/%d after the pipeline filled", connWin, streamWin)
+	}
+	// Exactly the windows: no complaint (the octets need not be whole
+	// messages: the stream takes none of them now).
+	send(make([]byte, allowed))
+	sync()
+	if connWin != 0 && streamWin != 0 {
+		t.Fatalf("windows %d/%d: the server gave credit while its pipeline was full", connWin, streamWin)
+	}
+	send([]byte{0})
+	f := c.next(false, func(f http2.Frame) bool {
+		switch f := f.(type) {
+		case *http2.GoAwayFrame:
+			return true
+		case *http2.RSTStreamFrame:
+			return f.StreamID == 1
+		}
+		return false
+	})
+	var code http2.ErrCode
+	switch f := f.(type) {
+	case *http2.GoAwayFrame:
+		code = f.ErrCode
+	case *http2.RSTStreamFrame:
+		code = f.ErrCode
+	}
+	if code != http2.ErrCodeFlowControl {
+		t.Fatalf("one octet beyond the window: %v, want FLOW_CONTROL_ERROR", code)
+	}
+	// What the stream had decoded still arrives.
+	n := 0
+	for n < grpcBatch {
+		select {
+		case b := <-out:
+			for _, f := range b.Flows {
+				if want := "client-" + strconv.Itoa(n); f.SourcePodName != want {
+					t.Fatalf("record %d is %q", n, f.SourcePodName)
+				}
+				n++
+			}
+		case <-time.After(20 * time.Second):
+			t.Fatalf("%d records", n)
+		}
+	}
+}
+
+// TestH2GoAwayOnStop: a stopping server says GOAWAY to an idle client
+// and closes the connection.
+func TestH2GoAwayOnStop(t *testing.T) {
+	addr, h, _ := startH2(t, make(chan flow.Batch, 1), 4)
+	c := dialH2(t, addr)
+	c.fr.WritePing(false, [8]byte{})
+	c.next(true, func(f http2.Frame) bool { p, ok := f.(*http2.PingFrame); return ok && p.IsAck() })
+	go h.shutdown(5 * time.Second)
+	g := c.next(true, func(f http2.Frame) bool { _, ok := f.(*http2.GoAwayFrame); return ok }).(*http2.GoAwayFrame)
+	if g.ErrCode != http2.ErrCodeNo {
+		t.Errorf("GOAWAY %v", g.ErrCode)
+	}
+	if _, err := c.fr.ReadFrame(); err == nil {
+		t.Error("the connection stayed open")
+	}
+}
