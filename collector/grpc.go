@@ -399,11 +399,12 @@ func (e *exportService) receive(sctx context.Context, st *h2Stream, exporter net
 		}
 		return true
 	}
-	take := func() {
+	take := func() int64 {
 		var k int64
 		k, ended, reset = st.take(&body)
 		owed += k
 		c.credit(st, &owed, k)
+		return k
 	}
 	// decode decodes the whole messages in buf while pending has room.
 	// A message is decoded whole before any of it is kept: one that
@@ -528,17 +529,18 @@ func (e *exportService) receive(sctx context.Context, st *h2Stream, exporter net
 		case <-sctx.Done():
 			// The client reset the stream, went away or reached its
 			// deadline: what it sent whole still goes on.
-			take()
-			for {
-				if err, counted := decode(); err != nil {
-					return finish(err, counted)
-				}
-				if len(pending) < grpcBatch {
-					break
-				}
-				if !handOn(true) {
-					unavailable.n, unavailable.bad = n, bad
-					return unavailable
+			for take() > 0 {
+				for {
+					if err, counted := decode(); err != nil {
+						return finish(err, counted)
+					}
+					if len(pending) < grpcBatch && !body.ready() {
+						break
+					}
+					if !handOn(true) {
+						unavailable.n, unavailable.bad = n, bad
+						return unavailable
+					}
 				}
 			}
 			return finish(status.FromContextError(sctx.Err()).Err(), false)

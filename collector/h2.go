@@ -196,7 +196,7 @@ type h2Stream struct {
 
 	mu     sync.Mutex
 	in     []*h2Chunk // received, not taken by the stream's goroutine
-	taken  int64      // octets of frames received since the last take (padding too)
+	pad    int64      // padding received since the last take (in no chunk)
 	ended  bool       // the client's END_STREAM
 	reset  bool       // the client reset the stream, or the connection ended
 	closed bool       // the stream's goroutine is done with it
@@ -596,7 +596,7 @@ func (c *h2Conn) onData(f *http2.DataFrame) http2.ErrCode {
 		last.b = last.b[:len(last.b)+k]
 		data = data[k:]
 	}
-	s.taken += n
+	s.pad += n - int64(len(f.Data()))
 	if f.StreamEnded() {
 		s.ended = true
 	}
@@ -658,9 +658,10 @@ func (c *h2Conn) streamDone(s *h2Stream) {
 	s.mu.Lock()
 	s.closed = true
 	// What the stream did not take is the connection's window still.
-	left := s.taken
-	s.taken = 0
+	left := s.pad
+	s.pad = 0
 	for i, ch := range s.in {
+		left += int64(len(ch.b))
 		c.h.chunks.put(ch)
 		s.in[i] = nil
 	}
@@ -743,21 +744,33 @@ func (s *h2Stream) endByConn() {
 	s.signal()
 }
 
-// take moves the chunks the reader filled to r, and returns the octets
-// their frames took (for flow control) and whether the client's side
-// ended or the stream was reset.
+// take moves the chunks the reader filled to r, at most maxTake of
+// them, and returns the octets their frames took (for flow control) and
+// whether the client's side ended (all taken) or the stream was reset.
+// What is taken is credited to the client, so the stream holds at most
+// its window untaken and maxTake chunks taken but not yet read.
 func (s *h2Stream) take(r *bodyReader) (n int64, ended, reset bool) {
 	s.mu.Lock()
-	in := s.in
-	s.in = r.spare[:0]
-	n, s.taken = s.taken, 0
-	ended, reset = s.ended, s.reset
+	k := min(len(s.in), maxTake)
+	r.add(s.in[:k])
+	for _, ch := range s.in[:k] {
+		n += int64(len(ch.b))
+	}
+	rest := copy(s.in, s.in[k:])
+	clear(s.in[rest:])
+	s.in = s.in[:rest]
+	n += s.pad
+	s.pad = 0
+	ended, reset = s.ended && rest == 0, s.reset
 	s.mu.Unlock()
-	r.add(in)
-	clear(in)
-	r.spare = in[:0]
+	if rest > 0 {
+		s.signal() // the rest, once these are read
+	}
 	return n, ended, reset
 }
+
+// maxTake is the most chunks a stream takes at once (256 KiB).
+const maxTake = 16
 
 // h2ChunkSize is a DATA frame's largest payload (the server does not
 // raise SETTINGS_MAX_FRAME_SIZE).
@@ -793,8 +806,7 @@ type bodyReader struct {
 	carry []byte     // a message that spans chunks
 	queue []*h2Chunk // taken, not yet read (from qi on)
 	qi    int
-	qoff  int        // octets of queue[qi] already read
-	spare []*h2Chunk // the list the reader fills next
+	qoff  int // octets of queue[qi] already read
 }
 
 func (r *bodyReader) add(chunks []*h2Chunk) {
