@@ -206,20 +206,72 @@ func (d *Decoder) nextRecord() bool {
 	}
 	spans := d.spans[:len(t.Fields)]
 	b := d.msg[d.recOff:d.setEnd]
+	p, ok := t.place(b, spans)
+	if !ok {
+		// Malformed or a long length prefix: the field-by-field walk
+		// finds which and says where.
+		if p, ok = d.walk(t, b, spans); !ok {
+			return false
+		}
+	}
+	d.rec.data = b[:p]
+	d.rec.spans = spans
+	d.recOff += p
+	d.sess.Stats.DataRecords++
+	return true
+}
+
+// place fills spans for a record of t, which has variable-length fields,
+// at the start of b, and returns the record's length. ok is false when
+// the record is malformed or a variable-length field has a three-octet
+// length prefix; walk handles those.
+func (t *Template) place(b []byte, spans []span) (p int, ok bool) {
+	if len(b) < t.head {
+		return 0, false
+	}
+	proto := t.proto
+	spans = spans[:len(proto)]
+	base := 0 // where the fixed fields after the last variable one start
+	for i, s := range proto {
+		if s.typ&varFlag == 0 {
+			spans[i] = span{uint16(base) + s.off, uint16(base) + s.end, s.typ}
+			continue
+		}
+		// s.off locates the length octet; s.end is what must follow the
+		// value: the fixed fields up to the next variable one.
+		p = base + int(s.off)
+		if p >= len(b) {
+			return 0, false
+		}
+		l := int(b[p])
+		p++
+		if l == 255 || len(b)-p-int(s.end) < l {
+			return 0, false
+		}
+		spans[i] = span{uint16(p), uint16(p + l), s.typ &^ varFlag}
+		base = p + l
+	}
+	// The record ends with the last field's span, fixed or variable.
+	return int(spans[len(spans)-1].end), true
+}
+
+// walk fills spans field by field, for what place does not cover, and
+// sets d.err when the record is malformed.
+func (d *Decoder) walk(t *Template, b []byte, spans []span) (int, bool) {
 	p := 0
 	for i := range t.Fields {
 		l := int(t.Fields[i].Length)
 		if l == VariableLength {
 			if p >= len(b) {
 				d.err = d.recordError(p, i, "variable-length field needs a length octet")
-				return false
+				return 0, false
 			}
 			l = int(b[p])
 			p++
 			if l == 255 {
 				if len(b)-p < 2 {
 					d.err = d.recordError(p, i, "3-octet length of variable-length field truncated")
-					return false
+					return 0, false
 				}
 				l = int(binary.BigEndian.Uint16(b[p:]))
 				p += 2
@@ -230,16 +282,12 @@ func (d *Decoder) nextRecord() bool {
 		}
 		if len(b)-p < l {
 			d.err = d.recordError(p, i, "value of %d octets overruns the set (%d left)", l, len(b)-p)
-			return false
+			return 0, false
 		}
-		spans[i] = span{uint16(p), uint16(l)}
+		spans[i] = span{uint16(p), uint16(p + l), t.proto[i].typ &^ varFlag}
 		p += l
 	}
-	d.rec.data = b[:p]
-	d.rec.spans = spans
-	d.recOff += p
-	d.sess.Stats.DataRecords++
-	return true
+	return p, true
 }
 
 func (d *Decoder) recordError(p, field int, format string, args ...any) error {

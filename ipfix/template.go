@@ -3,6 +3,7 @@ package ipfix
 import (
 	"errors"
 	"fmt"
+	"strconv"
 )
 
 // Set IDs with a fixed meaning (RFC 7011 §3.3.2).
@@ -57,9 +58,24 @@ type Template struct {
 	// fixed spans of each field when no field is variable (fixedLen >= 0).
 	fixed    []span
 	fixedLen int
+	// For a template with variable-length fields, proto describes each
+	// field for the decoder: a fixed-length field's span relative to the
+	// end of the variable-length field before it (or the record's start);
+	// a variable-length field (typ has varFlag) the offset of its length
+	// octet in the same way as off, and the length of the fixed fields
+	// after it as end. head is the length of the fixed fields before the
+	// first variable one. So the decoder checks bounds once per variable
+	// field and places a fixed field with two adds.
+	proto []span
+	head  int
 	// ops is how an Encoder writes each field, so that a value costs one
 	// compare against the template instead of a walk of Fields.
 	ops []fieldOp
+	// names are the fields' names and absent the message for a negative
+	// field index, so that Record's inlined accessors build their errors
+	// without a call.
+	names  []string
+	absent string
 	// minLen is the smallest possible record: variable fields count one
 	// octet (their length prefix). Always >= 1 for a valid template.
 	minLen int
@@ -68,8 +84,27 @@ type Template struct {
 	wire []byte
 }
 
-// span locates a field's value inside a record.
-type span struct{ off, len uint16 }
+// varFlag marks a variable-length field in Template.proto. Accessors
+// mask types with 31, so it never reaches a type test.
+const varFlag DataType = 0x80
+
+// spanType is the type a span carries: a type no accessor reads (31)
+// for a number outside the registry's types, so that typeSet tests can
+// mask the shift.
+func spanType(t DataType) DataType {
+	if t >= numDataTypes {
+		return 31
+	}
+	return t
+}
+
+// span locates a field's value inside a record, data[off:end], and carries
+// the field's type, so that a typed accessor checks index, type and bounds
+// from one 6-octet load and stays small enough for Go to inline.
+type span struct {
+	off, end uint16
+	typ      DataType
+}
 
 // IsOptions reports whether t is an options template.
 func (t *Template) IsOptions() bool { return t.ScopeFieldCount > 0 }
@@ -137,6 +172,11 @@ func TemplateOf(id uint16, elems ...*InfoElement) (*Template, error) {
 // the field spans.
 func (t *Template) layout() {
 	t.ops = planFields(t.Fields)
+	t.names = make([]string, len(t.Fields))
+	for i := range t.Fields {
+		t.names[i] = t.Fields[i].Name()
+	}
+	t.absent = "the element is not in template " + strconv.Itoa(int(t.ID))
 	t.minLen, t.fixedLen = 0, 0
 	for i := range t.Fields {
 		if t.Fields[i].Variable() {
@@ -146,20 +186,56 @@ func (t *Template) layout() {
 			t.minLen += int(t.Fields[i].Length)
 		}
 	}
+	t.fixed, t.proto, t.head = nil, nil, 0
 	if t.fixedLen < 0 || t.minLen > maxMessageLen {
-		t.fixed = nil
 		if t.fixedLen >= 0 {
 			t.fixedLen = -1
 		}
+		t.layoutProto()
 		return
 	}
 	t.fixedLen = t.minLen
 	t.fixed = make([]span, len(t.Fields))
 	off := 0
 	for i := range t.Fields {
-		t.fixed[i] = span{uint16(off), t.Fields[i].Length}
+		t.fixed[i] = span{uint16(off), uint16(off) + t.Fields[i].Length, spanType(t.Fields[i].Type)}
 		off += int(t.Fields[i].Length)
 	}
+}
+
+// layoutProto computes proto and head. Relative offsets wrap when the
+// fixed fields between two variable ones exceed 65535 octets; the
+// decoder never uses them then, as no set is that long.
+func (t *Template) layoutProto() {
+	t.proto = make([]span, len(t.Fields))
+	v := -1 // the last variable field
+	size := 0
+	for i := range t.Fields {
+		f := &t.Fields[i]
+		t.proto[i].typ = spanType(f.Type)
+		if !f.Variable() {
+			t.proto[i].off = uint16(size)
+			t.proto[i].end = uint16(size + int(f.Length))
+			size += int(f.Length)
+			continue
+		}
+		t.setRun(v, size)
+		t.proto[i].typ |= varFlag
+		t.proto[i].off = uint16(size)
+		v, size = i, 0
+	}
+	t.setRun(v, size)
+}
+
+// setRun records size, the length of the fixed fields after variable
+// field v (or before the first, v < 0). Sizes beyond 65535 become 65535:
+// no record that long fits in a message.
+func (t *Template) setRun(v, size int) {
+	if v < 0 {
+		t.head = size
+		return
+	}
+	t.proto[v].end = uint16(min(size, maxMessageLen))
 }
 
 // wireLen is the size of the template record t encodes to.

@@ -58,6 +58,10 @@ func RequestFlows(req []byte, dst [][]byte) ([][]byte, error) {
 // the result is always ToFlow's. Not safe for concurrent use: one per
 // stream.
 type Decoder struct {
+	// last is the string each field had in the previous record, by slot
+	// (a Kubernetes field's number, slotTCPState, slotExporter): a value
+	// that repeats is found without hashing it.
+	last        [numSlots]string
 	strs        map[string]string
 	labels      map[string]string // encoded Labels message -> JSON
 	labelsBytes int               // held by labels, keys and values
@@ -70,6 +74,14 @@ const (
 	maxInternedLen = 256
 	maxLabelsBytes = 256 << 10
 	maxLabelsLen   = 4096
+)
+
+// Slots of Decoder.last besides the Kubernetes message's field numbers
+// (1 to 35).
+const (
+	slotTCPState = 36 + iota
+	slotExporter
+	numSlots
 )
 
 // NewDecoder returns a Decoder with empty interning tables.
@@ -111,38 +123,99 @@ func (s *seen) first(num protowire.Number) bool {
 	return true
 }
 
-// field reads one field's tag and value: v for a varint, m for a
-// length-delimited value. ok is false for anything else.
-func field(b []byte, s *seen) (num protowire.Number, typ protowire.Type, v uint64, m []byte, rest []byte, ok bool) {
-	num, typ, n := protowire.ConsumeTag(b)
-	if n < 0 || !s.first(num) {
-		return 0, 0, 0, nil, nil, false
+// field reads the tag and value of the field at b[p:], which must not
+// be empty: v is a varint's value or a length-delimited value's length,
+// and next is where the field ends (a length-delimited value is
+// b[next-int(v):next]). num is 0 (never a valid field number) for
+// anything else, a malformed field or a field seen before. Tags, varints
+// and lengths of one or two octets, nearly all of a Flow's, are read
+// inline; longer ones by protowire, with the same results. Positions
+// instead of sub-slices keep the results in registers.
+func field(b []byte, p int, s *seen) (num protowire.Number, typ protowire.Type, v uint64, next int) {
+	if uint(p) >= uint(len(b)) {
+		return 0, 0, 0, 0
 	}
-	b = b[n:]
+	t := uint64(b[p])
+	p++
+	if t >= 0x80 {
+		if p >= len(b) || b[p] >= 0x80 {
+			return slowField(b, p-1, s)
+		}
+		t = t&0x7f | uint64(b[p])<<7
+		p++
+	}
+	num, typ = protowire.Number(t>>3), protowire.Type(t&7)
+	if num == 0 || !s.first(num) {
+		return 0, 0, 0, 0
+	}
+	if p < len(b) && b[p] < 0x80 {
+		v = uint64(b[p])
+		p++
+	} else {
+		var n int
+		if v, n = varint(b[p:]); n < 0 {
+			return 0, 0, 0, 0
+		}
+		p += n
+	}
 	switch typ {
 	case protowire.VarintType:
-		v, n = protowire.ConsumeVarint(b)
+		return num, typ, v, p
 	case protowire.BytesType:
-		m, n = protowire.ConsumeBytes(b)
-	default:
-		return 0, 0, 0, nil, nil, false
+		if v > uint64(len(b)-p) {
+			return 0, 0, 0, 0
+		}
+		return num, typ, v, p + int(v)
 	}
+	return 0, 0, 0, 0
+}
+
+// slowField is field for a tag of three octets or more.
+func slowField(b []byte, p int, s *seen) (protowire.Number, protowire.Type, uint64, int) {
+	num, typ, n := protowire.ConsumeTag(b[p:])
+	if n < 0 || !s.first(num) {
+		return 0, 0, 0, 0
+	}
+	p += n
+	v, n := protowire.ConsumeVarint(b[p:])
 	if n < 0 {
-		return 0, 0, 0, nil, nil, false
+		return 0, 0, 0, 0
 	}
-	return num, typ, v, m, b[n:], true
+	p += n
+	switch typ {
+	case protowire.VarintType:
+		return num, typ, v, p
+	case protowire.BytesType:
+		if v > uint64(len(b)-p) {
+			return 0, 0, 0, 0
+		}
+		return num, typ, v, p + int(v)
+	}
+	return 0, 0, 0, 0
+}
+
+// varint is protowire.ConsumeVarint with the two-octet case first.
+func varint(b []byte) (uint64, int) {
+	if len(b) > 1 && b[0] >= 0x80 && b[1] < 0x80 {
+		return uint64(b[0]&0x7f) | uint64(b[1])<<7, 2
+	}
+	return protowire.ConsumeVarint(b)
 }
 
 // fast decodes b into f when every field of b is one it covers, and
 // reports whether it did. On false, f is partly filled.
 func (d *Decoder) fast(b []byte, f *flow.Flow) bool {
 	var s seen
-	for len(b) > 0 {
-		num, typ, v, m, rest, ok := field(b, &s)
-		if !ok {
+	for p := 0; p < len(b); {
+		num, typ, v, next := field(b, p, &s)
+		if num == 0 {
 			return false
 		}
-		b = rest
+		var m []byte
+		if typ == protowire.BytesType {
+			m = b[next-int(v) : next]
+		}
+		p = next
 		if typ == protowire.VarintType {
 			switch num {
 			case 5: // end_reason
@@ -231,12 +304,16 @@ func enumOK(v uint64) bool {
 
 func (d *Decoder) ipfix(b []byte, f *flow.Flow) bool {
 	var s seen
-	for len(b) > 0 {
-		num, typ, v, m, rest, ok := field(b, &s)
-		if !ok {
+	for p := 0; p < len(b); {
+		num, typ, v, next := field(b, p, &s)
+		if num == 0 {
 			return false
 		}
-		b = rest
+		var m []byte
+		if typ == protowire.BytesType {
+			m = b[next-int(v) : next]
+		}
+		p = next
 		switch {
 		case num == 1 && typ == protowire.VarintType:
 			if t := int64(v); t != 0 {
@@ -247,7 +324,7 @@ func (d *Decoder) ipfix(b []byte, f *flow.Flow) bool {
 		case num == 3 && typ == protowire.VarintType:
 			f.Origin.ObservationDomainID = uint32(v)
 		case num == 4 && typ == protowire.BytesType:
-			str, ok := d.str(m)
+			str, ok := d.str(m, slotExporter)
 			if !ok {
 				return false
 			}
@@ -271,12 +348,12 @@ func timestamp(b []byte) (time.Time, bool) {
 	var s seen
 	var sec int64
 	var nanos int32
-	for len(b) > 0 {
-		num, typ, v, _, rest, ok := field(b, &s)
-		if !ok || typ != protowire.VarintType {
+	for p := 0; p < len(b); {
+		num, typ, v, next := field(b, p, &s)
+		if num == 0 || typ != protowire.VarintType {
 			return time.Time{}, false
 		}
-		b = rest
+		p = next
 		switch num {
 		case 1:
 			sec = int64(v)
@@ -296,12 +373,16 @@ func ipMsg(b []byte, f *flow.Flow) bool {
 	var s seen
 	var version uint64
 	var src, dst []byte
-	for len(b) > 0 {
-		num, typ, v, m, rest, ok := field(b, &s)
-		if !ok {
+	for p := 0; p < len(b); {
+		num, typ, v, next := field(b, p, &s)
+		if num == 0 {
 			return false
 		}
-		b = rest
+		var m []byte
+		if typ == protowire.BytesType {
+			m = b[next-int(v) : next]
+		}
+		p = next
 		switch {
 		case num == 1 && typ == protowire.VarintType:
 			version = v
@@ -340,12 +421,16 @@ func addr(b []byte, dst *netip.Addr, f *flow.Flow, field flow.Field) bool {
 
 func (d *Decoder) transport(b []byte, f *flow.Flow) bool {
 	var s seen
-	for len(b) > 0 {
-		num, typ, v, m, rest, ok := field(b, &s)
-		if !ok {
+	for p := 0; p < len(b); {
+		num, typ, v, next := field(b, p, &s)
+		if num == 0 {
 			return false
 		}
-		b = rest
+		var m []byte
+		if typ == protowire.BytesType {
+			m = b[next-int(v) : next]
+		}
+		p = next
 		switch {
 		case num == 1 && typ == protowire.VarintType:
 			if uint32(v) > 255 {
@@ -365,13 +450,15 @@ func (d *Decoder) transport(b []byte, f *flow.Flow) bool {
 		case num == 4 && typ == protowire.BytesType: // TCP
 			var ts seen
 			f.TCPState = ""
-			for len(m) > 0 {
-				n, t, _, str, r, ok := field(m, &ts)
-				if !ok || n != 1 || t != protowire.BytesType {
+			for q := 0; q < len(m); {
+				n, t, l, next := field(m, q, &ts)
+				if n != 1 || t != protowire.BytesType {
 					return false
 				}
-				m = r
-				if f.TCPState, ok = d.str(str); !ok {
+				str := m[next-int(l) : next]
+				q = next
+				var ok bool
+				if f.TCPState, ok = d.str(str, slotTCPState); !ok {
 					return false
 				}
 			}
@@ -466,12 +553,16 @@ func k8sUID(f *flow.Flow, num protowire.Number) *flow.UID {
 
 func (d *Decoder) k8s(b []byte, f *flow.Flow) bool {
 	var s seen
-	for len(b) > 0 {
-		num, typ, v, m, rest, ok := field(b, &s)
-		if !ok {
+	for p := 0; p < len(b); {
+		num, typ, v, next := field(b, p, &s)
+		if num == 0 {
 			return false
 		}
-		b = rest
+		var m []byte
+		if typ == protowire.BytesType {
+			m = b[next-int(v) : next]
+		}
+		p = next
 		if typ == protowire.VarintType {
 			if num == 15 { // destination_service_port
 				if uint32(v) > 65535 {
@@ -500,14 +591,15 @@ func (d *Decoder) k8s(b []byte, f *flow.Flow) bool {
 			continue
 		}
 		if dst := k8sString(f, num); dst != nil {
-			if *dst, ok = d.str(m); !ok {
+			var ok bool
+			if *dst, ok = d.str(m, int(num)); !ok {
 				return false
 			}
 			setIf(f, k8sStrings[num], len(m) != 0)
 			continue
 		}
 		if dst := k8sUID(f, num); dst != nil {
-			str, ok := d.str(m)
+			str, ok := d.str(m, int(num))
 			if !ok {
 				return false
 			}
@@ -519,10 +611,11 @@ func (d *Decoder) k8s(b []byte, f *flow.Flow) bool {
 			}
 			continue
 		}
+		ok := true
 		switch num {
 		case 5, 11: // Pod labels
-			js, ok := d.labelsJSON(m)
-			if !ok {
+			var js string
+			if js, ok = d.labelsJSON(m); !ok {
 				return false
 			}
 			if num == 5 {
@@ -555,12 +648,12 @@ func (d *Decoder) k8s(b []byte, f *flow.Flow) bool {
 
 func stats(b []byte, dst *flow.Stats, f *flow.Flow, first flow.Field) bool {
 	var s seen
-	for len(b) > 0 {
-		num, typ, v, _, rest, ok := field(b, &s)
-		if !ok || typ != protowire.VarintType {
+	for p := 0; p < len(b); {
+		num, typ, v, next := field(b, p, &s)
+		if num == 0 || typ != protowire.VarintType {
 			return false
 		}
-		b = rest
+		p = next
 		switch num {
 		case 1:
 			dst.PacketTotalCount = v
@@ -581,8 +674,21 @@ func stats(b []byte, dst *flow.Stats, f *flow.Flow, first flow.Field) bool {
 }
 
 // str returns b as an interned string; false when b is not UTF-8 (which
-// proto.Unmarshal refuses in a string field).
-func (d *Decoder) str(b []byte) (string, bool) {
+// proto.Unmarshal refuses in a string field). slot is the field's place
+// in d.last.
+func (d *Decoder) str(b []byte, slot int) (string, bool) {
+	if s := d.last[slot]; s == string(b) { // no allocation for the compare
+		return s, true
+	}
+	s, ok := d.intern(b)
+	if ok && len(s) <= maxInternedLen {
+		d.last[slot] = s
+	}
+	return s, ok
+}
+
+// intern returns b as a string from d.strs, adding it if there is room.
+func (d *Decoder) intern(b []byte) (string, bool) {
 	if len(b) == 0 {
 		return "", true
 	}

@@ -119,7 +119,7 @@ func strd(name string, field flow.Field, p func(*flow.Flow) *string) descriptor 
 	return descriptor{name: name, field: field,
 		get: func(r *ipfix.Record, i int, f *flow.Flow, in *Interner) bool {
 			b, err := r.StringBytes(i)
-			*p(f) = in.Bytes(b)
+			*p(f) = in.Field(i, b)
 			return err == nil
 		},
 		put: func(b ipfix.RecordBuilder, f *flow.Flow) ipfix.RecordBuilder { return b.String(*p(f)) },
