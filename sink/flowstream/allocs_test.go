@@ -236,3 +236,29 @@ func TestStreamSendsFromFlowMessages(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkStream is one record through a following stream, from the
+// producer to the client (which counts the flows without decoding them).
+// warmRounds of 1024 records go through before the benchmark: 1.5 laps
+// of its buffer.
+const warmRounds = 12
+
+func BenchmarkStream(b *testing.B) {
+	p := recpool.New(8192)
+	addr, bundle := serve(b, p.Buf, 100)
+	c := follow(b, addr, bundle)
+	recs := recpool.Records(1024)
+	open(b, p, c, recs[0])
+	want := uint64(1)
+	for range warmRounds { // the buffer's first lap allocates its records
+		want += uint64(len(recs))
+		p.Round(b, context.Background(), recs, 256, func() bool { return c.flows.Load() == want })
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for n := 0; n < b.N; n += len(recs) {
+		chunk := recs[:min(len(recs), b.N-n)]
+		want += uint64(len(chunk))
+		p.Round(b, context.Background(), chunk, 256, func() bool { return c.flows.Load() == want })
+	}
+}
