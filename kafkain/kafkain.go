@@ -447,6 +447,8 @@ func (in *Input) readExports() {
 			}
 		}
 		read += uint64(len(buf))
+		// The keys are copies: the buffer may reuse the records.
+		in.exports.Release(0)
 		clear(buf)
 		in.emMu.Lock()
 		in.exportsRead.Store(base + uint64(len(buf)))

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/netip"
 	"time"
+	"unicode/utf8"
 
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
@@ -14,20 +15,21 @@ import (
 // AppendFlow appends f's Protobuf Flow message (without a tag or length)
 // to b: the same message as FromFlow's, written straight to bytes without
 // building the intermediate objects. An exporter sends tens of thousands
-// of records per poll; FromFlow and proto.Marshal cost about a dozen
-// allocations each. Records with labels, L7 values, aggregation results
-// or kept unknown fields, which exporters do not produce, take FromFlow's
-// path.
+// of records per poll, and the flow stream every record the aggregator
+// exports; FromFlow and proto.Marshal cost about a dozen allocations each.
+// Records with kept unknown fields (a newer exporter's), and labels that
+// are not a plain JSON object (escapes, say), take FromFlow's path, all or
+// for the labels.
 func AppendFlow(b []byte, f *flow.Flow) ([]byte, error) {
 	has := f.Present.Has
-	if f.Aggregation != nil || len(f.ProtoUnknown) > 0 || has(flow.AppProtocolName) || has(flow.HTTPVals) ||
-		(has(flow.SourcePodLabels) && f.SourcePodLabels != "") || (has(flow.DestinationPodLabels) && f.DestinationPodLabels != "") {
+	if len(f.ProtoUnknown) > 0 {
 		p, err := FromFlow(f)
 		if err != nil {
 			return b, err
 		}
 		return proto.MarshalOptions{}.MarshalAppend(b, p)
 	}
+	start := len(b)
 	b = appendString(b, 1, f.Origin.ID)
 	if o := &f.Origin; !o.ExportTime.IsZero() || o.SequenceNumber != 0 || o.ObservationDomainID != 0 || o.Exporter.IsValid() {
 		m := len(b)
@@ -38,7 +40,11 @@ func AppendFlow(b []byte, f *flow.Flow) ([]byte, error) {
 		b = appendVarint(b, 2, uint64(o.SequenceNumber))
 		b = appendVarint(b, 3, uint64(o.ObservationDomainID))
 		if o.Exporter.IsValid() {
-			b = appendString(b, 4, o.Exporter.String())
+			// Its text form, written in place: String would allocate.
+			t := len(b)
+			b = beginMsg(b, 4)
+			b = o.Exporter.AppendTo(b)
+			b = endMsg(b, t)
 		}
 		b = endMsg(b, m)
 	}
@@ -82,11 +88,28 @@ func AppendFlow(b []byte, f *flow.Flow) ([]byte, error) {
 		}
 		b = endMsg(b, m)
 	}
-	b = appendK8s(b, f)
+	b, err := appendK8s(b, f)
+	if err != nil {
+		return b[:start], err
+	}
 	b = appendStats(b, 9, f, &f.Stats, flow.PacketTotalCount)
 	b = appendStats(b, 10, f, &f.ReverseStats, flow.ReversePacketTotalCount)
+	if has(flow.AppProtocolName) || has(flow.HTTPVals) {
+		m := len(b)
+		b = beginMsg(b, 11)
+		if has(flow.AppProtocolName) {
+			b = appendString(b, 1, f.AppProtocolName)
+		}
+		if has(flow.HTTPVals) {
+			b = appendString(b, 2, f.HTTPVals)
+		}
+		b = endMsg(b, m)
+	}
 	if has(flow.FlowDirection) {
 		b = appendVarint(b, 12, uint64(f.FlowDirection))
+	}
+	if a := f.Aggregation; a != nil {
+		b = appendAggregation(b, 13, a)
 	}
 	b = appendAddr(b, 14, f, flow.ProxySnatIP, flow.AddrIn(f.ProxySnatIP, false))
 	if has(flow.ProxySnatPort) {
@@ -95,16 +118,16 @@ func AppendFlow(b []byte, f *flow.Flow) ([]byte, error) {
 	return b, nil
 }
 
-// appendK8s writes the Kubernetes message as k8sFromFlow builds it
-// (labels aside: AppendFlow leaves records with labels to FromFlow).
-func appendK8s(b []byte, f *flow.Flow) []byte {
+// appendK8s writes the Kubernetes message as k8sFromFlow builds it; its
+// error is k8sFromFlow's (labels that are not a JSON object of strings).
+func appendK8s(b []byte, f *flow.Flow) ([]byte, error) {
 	has := f.Present.Has
 	some := has(flow.DestinationServiceIP)
 	for fl := flow.FlowType; fl <= flow.EgressUID && !some; fl++ {
 		some = has(fl)
 	}
 	if !some {
-		return b
+		return b, nil
 	}
 	str := func(b []byte, num protowire.Number, fl flow.Field, v string) []byte {
 		if has(fl) {
@@ -130,11 +153,22 @@ func appendK8s(b []byte, f *flow.Flow) []byte {
 	b = str(b, 2, flow.SourcePodNamespace, f.SourcePodNamespace)
 	b = str(b, 3, flow.SourcePodName, f.SourcePodName)
 	b = uid(b, 4, flow.SourcePodUID, f.SourcePodUID)
+	var err error
+	if has(flow.SourcePodLabels) {
+		if b, err = appendLabels(b, 5, f.SourcePodLabels, "source Pod labels"); err != nil {
+			return b, err
+		}
+	}
 	b = str(b, 6, flow.SourceNodeName, f.SourceNodeName)
 	b = uid(b, 7, flow.SourceNodeUID, f.SourceNodeUID)
 	b = str(b, 8, flow.DestinationPodNamespace, f.DestinationPodNamespace)
 	b = str(b, 9, flow.DestinationPodName, f.DestinationPodName)
 	b = uid(b, 10, flow.DestinationPodUID, f.DestinationPodUID)
+	if has(flow.DestinationPodLabels) {
+		if b, err = appendLabels(b, 11, f.DestinationPodLabels, "destination Pod labels"); err != nil {
+			return b, err
+		}
+	}
 	b = str(b, 12, flow.DestinationNodeName, f.DestinationNodeName)
 	b = uid(b, 13, flow.DestinationNodeUID, f.DestinationNodeUID)
 	b = appendAddr(b, 14, f, flow.DestinationClusterIP, flow.AddrIn(f.DestinationClusterIP, false))
@@ -161,6 +195,143 @@ func appendK8s(b []byte, f *flow.Flow) []byte {
 	b = uid(b, 33, flow.EgressNodeUID, f.EgressNodeUID)
 	b = uid(b, 34, flow.EgressUID, f.EgressUID)
 	b = appendAddr(b, 35, f, flow.DestinationServiceIP, flow.AddrIn(f.DestinationServiceIP, false))
+	return endMsg(b, m), nil
+}
+
+// appendLabels writes labels (a JSON object, as flow.Flow holds them) as
+// the Labels message field num, as labelsFromJSON builds it: none for "".
+// A plain object (no escapes, valid UTF-8) is written as it is scanned;
+// anything else goes through labelsFromJSON and proto.Marshal, which
+// allocate.
+func appendLabels(b []byte, num protowire.Number, s, name string) ([]byte, error) {
+	if s == "" {
+		return b, nil
+	}
+	m := len(b)
+	b = beginMsg(b, num)
+	body := len(b)
+	if out, ok := appendPlainLabels(b, s); ok {
+		return endMsg(out, m), nil
+	}
+	l, err := labelsFromJSON(s, name)
+	if err != nil {
+		return b[:m], err
+	}
+	b, err = proto.MarshalOptions{}.MarshalAppend(b[:body], l)
+	if err != nil {
+		return b[:m], fmt.Errorf("flowproto: %s: %w", name, err)
+	}
+	return endMsg(b, m), nil
+}
+
+// maxPlainLabels bounds the labels appendPlainLabels writes itself; more
+// take the general path.
+const maxPlainLabels = 256
+
+// appendPlainLabels appends the map entries of s, a JSON object whose keys
+// and values are strings without escapes or control characters, in valid
+// UTF-8 (what encoding/json reads as the same octets). It reports false,
+// with b's tail to be discarded, for anything else. A key given twice is
+// written twice: a Protobuf reader keeps the last, as encoding/json does.
+func appendPlainLabels(b []byte, s string) ([]byte, bool) {
+	i := skipSpace(s, 0)
+	if i >= len(s) || s[i] != '{' {
+		return b, false
+	}
+	i = skipSpace(s, i+1)
+	if i < len(s) && s[i] == '}' {
+		return b, skipSpace(s, i+1) == len(s)
+	}
+	for n := 0; n < maxPlainLabels; n++ {
+		k, j, ok := plainString(s, i)
+		if !ok {
+			return b, false
+		}
+		i = skipSpace(s, j)
+		if i >= len(s) || s[i] != ':' {
+			return b, false
+		}
+		v, j, ok := plainString(s, skipSpace(s, i+1))
+		if !ok {
+			return b, false
+		}
+		e := len(b)
+		b = beginMsg(b, 1)
+		b = protowire.AppendTag(b, 1, protowire.BytesType)
+		b = protowire.AppendString(b, k)
+		b = protowire.AppendTag(b, 2, protowire.BytesType)
+		b = protowire.AppendString(b, v)
+		b = endMsg(b, e)
+		i = skipSpace(s, j)
+		if i >= len(s) {
+			return b, false
+		}
+		switch s[i] {
+		case ',':
+			i = skipSpace(s, i+1)
+		case '}':
+			return b, skipSpace(s, i+1) == len(s)
+		default:
+			return b, false
+		}
+	}
+	return b, false
+}
+
+// skipSpace is the index of the first octet at or after i that is not
+// JSON white space.
+func skipSpace(s string, i int) int {
+	for i < len(s) && (s[i] == ' ' || s[i] == '\t' || s[i] == '\n' || s[i] == '\r') {
+		i++
+	}
+	return i
+}
+
+// plainString reads the JSON string at s[i:] if it has no escape and no
+// control character and is valid UTF-8: its content and the index after
+// its closing quote.
+func plainString(s string, i int) (string, int, bool) {
+	if i >= len(s) || s[i] != '"' {
+		return "", 0, false
+	}
+	for j := i + 1; j < len(s); j++ {
+		switch c := s[j]; {
+		case c == '"':
+			v := s[i+1 : j]
+			return v, j + 1, utf8.ValidString(v)
+		case c == '\\' || c < 0x20:
+			return "", 0, false
+		}
+	}
+	return "", 0, false
+}
+
+// appendAggregation writes the Aggregation message as FromFlow builds it:
+// the four Stats messages always, the end times when set.
+func appendAggregation(b []byte, num protowire.Number, a *flow.Aggregation) []byte {
+	m := len(b)
+	b = beginMsg(b, num)
+	if !a.EndFromSource.IsZero() {
+		b = appendTime(b, 1, a.EndFromSource)
+	}
+	if !a.EndFromDestination.IsZero() {
+		b = appendTime(b, 2, a.EndFromDestination)
+	}
+	for i, s := range [4]*flow.Stats{&a.StatsFromSource, &a.ReverseStatsFromSource, &a.StatsFromDestination, &a.ReverseStatsFromDestination} {
+		sm := len(b)
+		b = beginMsg(b, protowire.Number(3+i))
+		b = appendVarint(b, 1, s.PacketTotalCount)
+		b = appendVarint(b, 2, s.PacketDeltaCount)
+		b = appendVarint(b, 3, s.OctetTotalCount)
+		b = appendVarint(b, 4, s.OctetDeltaCount)
+		b = endMsg(b, sm)
+	}
+	b = appendVarint(b, 7, a.ThroughputFromSource)
+	b = appendVarint(b, 8, a.ReverseThroughputFromSource)
+	b = appendVarint(b, 9, a.ThroughputFromDestination)
+	b = appendVarint(b, 10, a.ReverseThroughputFromDestination)
+	b = appendVarint(b, 11, a.Throughput)
+	b = appendVarint(b, 12, a.ReverseThroughput)
 	return endMsg(b, m)
 }
 
@@ -256,15 +427,24 @@ func endMsg(b []byte, m int) []byte {
 // record that has no Protobuf form is left out and handed to bad.
 func AppendExportRequest(b []byte, flows []flow.Flow, bad func(*flow.Flow, error)) []byte {
 	for i := range flows {
-		m := len(b)
-		b = beginMsg(b, 1)
 		var err error
-		if b, err = AppendFlow(b, &flows[i]); err != nil {
-			b = b[:m]
+		if b, err = AppendFlowField(b, 1, &flows[i]); err != nil {
 			bad(&flows[i], fmt.Errorf("flowproto: %w", err))
-			continue
 		}
-		b = endMsg(b, m)
 	}
 	return b
+}
+
+// AppendFlowField appends f's Flow message as the message field num of
+// an enclosing message (num below 2048), such as the repeated flows of an
+// ExportRequest or a GetFlowsResponse (1). When f has no Protobuf form, b
+// is returned as it was, with the error.
+func AppendFlowField(b []byte, num protowire.Number, f *flow.Flow) ([]byte, error) {
+	m := len(b)
+	b = beginMsg(b, num)
+	b, err := AppendFlow(b, f)
+	if err != nil {
+		return b[:m], err
+	}
+	return endMsg(b, m), nil
 }

@@ -148,3 +148,77 @@ func BenchmarkEncode(b *testing.B) {
 		}
 	})
 }
+
+// TestAppendFlowAggregateRecords: what the aggregator exports (labels,
+// L7 values, the aggregation, an exporter's address) is written directly,
+// and reads back as FromFlow's message; labels in every JSON shape,
+// plain or not, give FromFlow's result or its error.
+func TestAppendFlowAggregateRecords(t *testing.T) {
+	labels := []string{
+		`{"app":"client","tier":"front"}`, `{}`, ` { "a" : "b" , "c":"" } `, `{"":""}`, `{"a":"1","a":"2"}`,
+		`{"k":"välue ✓"}`, `{"esc":"a\"b"}`, `{"u":"\u00e9\ud83d\ude00"}`, `{"slash":"a\/b"}`, `null`, ` null `,
+		`{"a":null}`, `{"bad utf8":"` + "\xff" + `"}`, `{"ctl":"` + "\x01" + `"}`, `not json`, `{"a":1}`, `{"a":"b"`,
+		`{"a":"b"} x`, `{"a":"b",}`, `[]`, `{"a" "b"}`, `"s"`, "{\n\t\"a\":\r\"b\"}", `{"a":"` + string(make([]byte, 200)) + `"}`,
+	}
+	r := rand.New(rand.NewPCG(5, 6))
+	for i := range 3000 {
+		f := flowtest.Full(i, i%3 != 0)
+		f.Origin.Exporter = netip.AddrFrom4([4]byte{192, 0, 2, byte(i)})
+		f.Origin.ObservationDomainID = uint32(i)
+		if i%7 == 0 {
+			f.Origin.Exporter = netip.MustParseAddr("fe80::1%" + string(make([]byte, 150))) // a long text form
+		}
+		f.SourcePodLabels = labels[r.IntN(len(labels))]
+		f.DestinationPodLabels = labels[r.IntN(len(labels))]
+		for fl := range flow.ClusterID + 1 {
+			if r.IntN(4) == 0 {
+				f.Present.Clear(fl)
+			}
+		}
+		if f.Aggregation != nil && i%5 == 0 {
+			f.Aggregation.EndFromSource = time.Time{}
+			f.Aggregation.StatsFromDestination = flow.Stats{}
+		}
+		want, werr := flowproto.FromFlow(f)
+		var wantBytes []byte
+		if werr == nil {
+			// Marshalling is where invalid UTF-8 in a map fails.
+			wantBytes, werr = proto.Marshal(want)
+		}
+		b, err := flowproto.AppendFlow([]byte("prefix"), f)
+		if (err != nil) != (werr != nil) {
+			t.Fatalf("flow %d (labels %q, %q): error %v, FromFlow's %v", i, f.SourcePodLabels, f.DestinationPodLabels, err, werr)
+		}
+		if string(b[:6]) != "prefix" {
+			t.Fatal("AppendFlow changed what was there")
+		}
+		if err != nil {
+			if len(b) != 6 {
+				t.Fatalf("flow %d: %d octets left after an error", i, len(b)-6)
+			}
+			continue
+		}
+		var got, again flowpb.Flow
+		if err := proto.Unmarshal(b[6:], &got); err != nil {
+			t.Fatalf("flow %d: %v", i, err)
+		}
+		if err := proto.Unmarshal(wantBytes, &again); err != nil {
+			t.Fatal(err)
+		}
+		if d := cmp.Diff(&again, &got, protocmp.Transform()); d != "" {
+			t.Fatalf("flow %d (labels %q, %q) (-FromFlow +AppendFlow):\n%s", i, f.SourcePodLabels, f.DestinationPodLabels, d)
+		}
+	}
+}
+
+// TestAppendFlowAllocatesNothing: a record of Aggregate mode, labels and
+// aggregation included, is written without an allocation.
+func TestAppendFlowAllocatesNothing(t *testing.T) {
+	f := flowtest.Full(3, true)
+	f.Origin.Exporter = netip.MustParseAddr("192.0.2.9")
+	b := make([]byte, 0, 4096)
+	var err error
+	if n := testing.AllocsPerRun(100, func() { b, err = flowproto.AppendFlowField(b[:0], 1, f) }); n != 0 || err != nil {
+		t.Fatalf("%v allocations (err %v)", n, err)
+	}
+}

@@ -71,6 +71,11 @@ type Sink struct {
 	acks []bool
 	base uint64
 	read uint64
+
+	// free are the outgoing records the client is done with (taken by
+	// send, given back by the client's promises).
+	freeMu sync.Mutex
+	free   []*outgoing
 }
 
 // New makes a sink; the client connects lazily, so New does not need the
@@ -166,6 +171,9 @@ func (s *Sink) Run(ctx context.Context, c *ring.Consumer[*flow.Flow]) error {
 		for _, f := range buf {
 			s.send(ctx, f)
 		}
+		// The client holds the sink's own key and value octets, not the
+		// records: the buffer may reuse them.
+		c.Release(0)
 		clear(buf)
 		if len(buf) == 0 && c.CommitWanted() {
 			// A gRPC stream waits for what is in flight: send it now and
@@ -182,39 +190,98 @@ func (s *Sink) Run(ctx context.Context, c *ring.Consumer[*flow.Flow]) error {
 // buffer takes the overflow (and counts what it drops).
 func (s *Sink) send(ctx context.Context, f *flow.Flow) {
 	seq := s.next()
-	val, err := s.encode(f)
+	o := s.take()
+	o.seq = seq
+	val, err := s.encode(o.val[:0], f)
 	if err != nil {
 		s.encodeErrs.Inc()
 		s.o.Log.Error("cannot encode a record for Kafka", "sink", s.o.Name, "err", err)
 		s.settle(seq)
+		s.give(o)
 		return
 	}
-	r := &kgo.Record{Key: flowkey.Append(make([]byte, 0, flowkey.Size), f), Value: val}
-	s.cl.Produce(ctx, r, func(_ *kgo.Record, err error) {
-		switch {
-		case err == nil:
-			s.exported.Inc()
-			s.connected.Set(1)
-		case kafkaclient.IsShutdown(err):
-			s.shutdownLost.Inc()
-		default:
-			s.sendErrs.Inc()
-			s.connected.Set(0)
-			s.o.Log.Warn("Kafka refused a record", "sink", s.o.Name, "topic", s.o.Topic, "err", err)
-		}
-		s.settle(seq)
-	})
+	o.val = val
+	o.r = kgo.Record{Key: flowkey.Append(o.key[:0], f), Value: val}
+	s.cl.Produce(ctx, &o.r, o.promise)
 }
 
-func (s *Sink) encode(f *flow.Flow) ([]byte, error) {
+// done is the client's promise for the record o carries.
+func (s *Sink) done(o *outgoing, err error) {
+	switch {
+	case err == nil:
+		s.exported.Inc()
+		s.connected.Set(1)
+	case kafkaclient.IsShutdown(err):
+		s.shutdownLost.Inc()
+	default:
+		s.sendErrs.Inc()
+		s.connected.Set(0)
+		s.o.Log.Warn("Kafka refused a record", "sink", s.o.Name, "topic", s.o.Topic, "err", err)
+	}
+	s.settle(o.seq)
+	// The client does not touch a record after its promise: o can carry
+	// another.
+	s.give(o)
+}
+
+// outgoing is one record handed to the client, with its key and value
+// octets: reused once the client called its promise, so that a record
+// costs no allocation in steady state.
+type outgoing struct {
+	r       kgo.Record
+	seq     uint64
+	key     [flowkey.Size]byte
+	val     []byte
+	promise func(*kgo.Record, error) // s.done(o), made once
+}
+
+// Bounds of what the free list keeps: records in flight past maxFree are
+// left to the garbage collector once acknowledged, as are values larger
+// than maxKeptValue.
+const (
+	maxFree      = 4096
+	maxKeptValue = 16 << 10
+)
+
+// take returns an outgoing from the free list, or a new one.
+func (s *Sink) take() *outgoing {
+	s.freeMu.Lock()
+	if n := len(s.free); n > 0 {
+		o := s.free[n-1]
+		s.free[n-1] = nil
+		s.free = s.free[:n-1]
+		s.freeMu.Unlock()
+		return o
+	}
+	s.freeMu.Unlock()
+	o := &outgoing{}
+	o.promise = func(_ *kgo.Record, err error) { s.done(o, err) }
+	return o
+}
+
+// give puts o back on the free list.
+func (s *Sink) give(o *outgoing) {
+	o.r = kgo.Record{}
+	if cap(o.val) > maxKeptValue {
+		o.val = nil
+	}
+	s.freeMu.Lock()
+	if len(s.free) < maxFree {
+		s.free = append(s.free, o)
+	}
+	s.freeMu.Unlock()
+}
+
+// encode appends f's value to b.
+func (s *Sink) encode(b []byte, f *flow.Flow) ([]byte, error) {
 	if !s.o.JSON {
-		return flowproto.AppendFlow(nil, f)
+		return flowproto.AppendFlow(b, f)
 	}
 	p, err := flowproto.FromFlow(f)
 	if err != nil {
 		return nil, err
 	}
-	return protojson.Marshal(p)
+	return protojson.MarshalOptions{}.MarshalAppend(b, p)
 }
 
 // next numbers a record read.

@@ -110,12 +110,13 @@ type parquetEncoder struct {
 	w     *parquet.GenericWriter[ParquetRow]
 	batch []ParquetRow
 	n     int
+	addrs addrTexts
 	// cluster: as csvEncoder's.
 	cluster string
 }
 
 func newParquetEncoder(compress bool, cluster string) *parquetEncoder {
-	e := &parquetEncoder{batch: make([]ParquetRow, 0, 512), cluster: cluster}
+	e := &parquetEncoder{batch: make([]ParquetRow, 0, 512), cluster: cluster, addrs: addrTexts{}}
 	opts := []parquet.WriterOption{parquet.MaxRowsPerRowGroup(rowGroupRows),
 		parquet.CreatedBy("sluice", "", "")}
 	if compress {
@@ -128,7 +129,7 @@ func newParquetEncoder(compress bool, cluster string) *parquetEncoder {
 func (e *parquetEncoder) add(f *flow.Flow, written time.Time) error {
 	e.batch = e.batch[:len(e.batch)+1]
 	r := &e.batch[len(e.batch)-1]
-	MakeParquetRow(r, f, written)
+	makeParquetRow(r, f, written, e.addrs)
 	if e.cluster != "" {
 		r.ClusterUUID = e.cluster
 	}

@@ -81,6 +81,11 @@ const ParquetColumns = 53
 // Strings are those of the CSV row (addresses unmapped, CR and LF made
 // spaces), without the quotes around the labels.
 func MakeParquetRow(r *ParquetRow, f *flow.Flow, written time.Time) {
+	makeParquetRow(r, f, written, nil)
+}
+
+// makeParquetRow is MakeParquetRow taking address texts from addrs.
+func makeParquetRow(r *ParquetRow, f *flow.Flow, written time.Time, addrs addrTexts) {
 	var none flow.Aggregation
 	agg := f.Aggregation
 	if agg == nil {
@@ -92,8 +97,8 @@ func MakeParquetRow(r *ParquetRow, f *flow.Flow, written time.Time) {
 		FlowEndSecondsFromSourceNode:         millis(agg.EndFromSource),
 		FlowEndSecondsFromDestinationNode:    millis(agg.EndFromDestination),
 		FlowEndReason:                        int32(f.EndReason),
-		SourceIP:                             addrText(f.SourceIP),
-		DestinationIP:                        addrText(f.DestinationIP),
+		SourceIP:                             addrs.text(f.SourceIP),
+		DestinationIP:                        addrs.text(f.DestinationIP),
 		SourceTransportPort:                  int32(f.SourcePort),
 		DestinationTransportPort:             int32(f.DestinationPort),
 		ProtocolIdentifier:                   int32(f.Protocol),
@@ -111,8 +116,8 @@ func MakeParquetRow(r *ParquetRow, f *flow.Flow, written time.Time) {
 		DestinationPodName:                   text(f.DestinationPodName),
 		DestinationPodNamespace:              text(f.DestinationPodNamespace),
 		DestinationNodeName:                  text(f.DestinationNodeName),
-		DestinationClusterIP:                 addrText(f.DestinationClusterIP),
-		DestinationServiceIP:                 addrText(f.DestinationServiceIP),
+		DestinationClusterIP:                 addrs.text(f.DestinationClusterIP),
+		DestinationServiceIP:                 addrs.text(f.DestinationServiceIP),
 		DestinationServicePort:               int32(f.DestinationServicePort),
 		DestinationServicePortName:           text(f.DestinationServicePortName),
 		IngressNetworkPolicyName:             text(f.Ingress.Name),
@@ -138,7 +143,7 @@ func MakeParquetRow(r *ParquetRow, f *flow.Flow, written time.Time) {
 		ClusterUUID:                          text(f.ClusterID),
 		TimeInserted:                         written.UnixMilli(),
 		EgressName:                           text(f.EgressName),
-		EgressIP:                             addrText(f.EgressIP),
+		EgressIP:                             addrs.text(f.EgressIP),
 		EgressNodeName:                       text(f.EgressNodeName),
 	}
 }
@@ -148,6 +153,29 @@ func millis(t time.Time) int64 {
 		return 0
 	}
 	return t.UnixMilli()
+}
+
+// addrTexts caches the text forms of addresses: each costs an
+// allocation, and the records of one Pod or Service share them. Nil
+// caches nothing.
+type addrTexts map[netip.Addr]string
+
+// maxAddrTexts bounds an addrTexts: when full it is cleared.
+const maxAddrTexts = 16384
+
+func (m addrTexts) text(a netip.Addr) string {
+	if m == nil || !a.IsValid() {
+		return addrText(a)
+	}
+	if s, ok := m[a]; ok {
+		return s
+	}
+	s := addrText(a)
+	if len(m) >= maxAddrTexts {
+		clear(m)
+	}
+	m[a] = s
+	return s
 }
 
 func addrText(a netip.Addr) string {

@@ -323,6 +323,10 @@ func (s *Sink) read(ctx context.Context, c *ring.Consumer[*flow.Flow]) {
 				seal()
 			}
 		}
+		// The file holds its own octets (CSV) or rows whose strings are
+		// the records' immutable ones (Parquet), no record: the buffer
+		// may reuse them.
+		c.Release(0)
 		clear(batch)
 		if ctx.Err() != nil {
 			if n > 0 {
