@@ -30,7 +30,7 @@ type connMeta struct {
 }
 
 func attrKey(r *record.Record) attribution.Key {
-	return attribution.Key{Src: r.Src.Unmap(), Dst: r.Dst.Unmap(), Proto: r.Proto, DstPort: r.DstPort}
+	return attribution.Key{Src: r.Src.Addr().Unmap(), Dst: r.Dst.Addr().Unmap(), Proto: r.Proto, DstPort: r.DstPort}
 }
 
 // describe resolves a new connection: Pods, and its verdict at first

@@ -106,20 +106,17 @@ func (k *key) eq(o *key) bool {
 	return (k.srcHi^o.srcHi)|(k.srcLo^o.srcLo)|(k.dstHi^o.dstHi)|(k.dstLo^o.dstLo)|(k.ports^o.ports) == 0
 }
 
-func (k *key) srcAddr() netip.Addr { return addrOf(k.srcHi, k.srcLo, k.ports&1 != 0) }
-func (k *key) dstAddr() netip.Addr { return addrOf(k.dstHi, k.dstLo, k.ports&2 != 0) }
-func (k *key) srcPort() uint16     { return uint16(k.ports >> 48) }
-func (k *key) dstPort() uint16     { return uint16(k.ports >> 32) }
-func (k *key) proto() uint8        { return uint8(k.ports >> 8) }
+func (k *key) srcAddr() record.Addr { return addrOf(k.srcHi, k.srcLo, k.ports&1 != 0) }
+func (k *key) dstAddr() record.Addr { return addrOf(k.dstHi, k.dstLo, k.ports&2 != 0) }
+func (k *key) srcPort() uint16      { return uint16(k.ports >> 48) }
+func (k *key) dstPort() uint16      { return uint16(k.ports >> 32) }
+func (k *key) proto() uint8         { return uint8(k.ports >> 8) }
 
-func addrOf(hi, lo uint64, four bool) netip.Addr {
-	if four {
-		return netip.AddrFrom4([4]byte{byte(lo >> 24), byte(lo >> 16), byte(lo >> 8), byte(lo)})
-	}
+func addrOf(hi, lo uint64, four bool) record.Addr {
 	var b [16]byte
 	binary.BigEndian.PutUint64(b[:8], hi)
 	binary.BigEndian.PutUint64(b[8:], lo)
-	return netip.AddrFrom16(b)
+	return record.AddrFrom16(b, four)
 }
 
 func words(a netip.Addr) (hi, lo uint64) {
@@ -147,7 +144,6 @@ type entry[M any] struct {
 	lastSeen int64
 	activeAt int64
 	idleAt   int64
-	replyDst netip.AddrPort
 	cur      [4]uint64 // packets, octets, reverse packets, reverse octets
 	prev     [4]uint64 // as last exported
 	meta     M
@@ -304,7 +300,7 @@ func (s *Store[M]) init(e *entry[M], c *source.Conn, k key, ns int64) {
 		start = c.Start.UnixNano()
 	}
 	*e = entry[M]{key: k, id: c.ID, seen: s.gen, start: start, lastSeen: ns, flags: fChanged | fQueued,
-		activeAt: ns + s.active, idleAt: ns + s.idle, tcpState: c.TCPState, replyDst: c.ReplyDst,
+		activeAt: ns + s.active, idleAt: ns + s.idle, tcpState: c.TCPState,
 		cur: [4]uint64{c.Packets, c.Bytes, c.ReversePackets, c.ReverseBytes}}
 	if ended(c) {
 		e.flags |= fEnded
@@ -405,10 +401,6 @@ func (s *Store[M]) export(e *entry[M], reason uint8) {
 		if e.cur[j] > e.prev[j] {
 			c[d] = e.cur[j] - e.prev[j]
 		}
-	}
-	// SNAT on this hop: the reply goes to another address than the client's.
-	if e.replyDst.IsValid() && e.replyDst != netip.AddrPortFrom(r.Src, r.SrcPort) {
-		r.SnatIP, r.SnatPort = e.replyDst.Addr(), e.replyDst.Port()
 	}
 	if s.o.Fill != nil {
 		s.o.Fill(r, &e.meta)

@@ -171,19 +171,7 @@ func TestKeyUsesReplyTupleForServices(t *testing.T) {
 	if f.DestinationIP != netip.MustParseAddr("10.0.2.3") || f.DestinationPort != 8080 {
 		t.Fatalf("destination %v:%d, want the endpoint 10.0.2.3:8080", f.DestinationIP, f.DestinationPort)
 	}
-	if f.Present.Has(flow.ProxySnatIP) {
-		t.Fatalf("no SNAT happened but proxySnat is set: %v", f.ProxySnatIP)
-	}
-	// With SNAT on this hop the reply goes to the translated source.
-	c2 := c
-	c2.ID, c2.OrigSrc, c2.ReplyDst = 4, ap("10.0.1.5:41000"), ap("192.168.0.1:61000")
-	r.poll(2*time.Second, c, c2)
-	got = r.poll(3*time.Second, c, c2)
-	for _, f := range got {
-		if f.SourcePort == 41000 && (f.ProxySnatIP != netip.MustParseAddr("192.168.0.1") || f.ProxySnatPort != 61000) {
-			t.Fatalf("SNAT record %v:%d", f.ProxySnatIP, f.ProxySnatPort)
-		}
-	}
+	// SNAT (proxySnat*) is the connection's metadata: podmeta's tests.
 }
 
 func TestNewEntryOnSameTupleEndsTheOld(t *testing.T) {
@@ -249,7 +237,7 @@ func TestCapKeepFilterAndMetadata(t *testing.T) {
 			}
 			return "pod-for-" + c.OrigSrc.Addr().String()
 		},
-		Fill: func(r *record.Record, m *string) { r.SrcPod = &enrich.Pod{Name: *m} },
+		Fill: func(r *record.Record, m *string) { r.Meta = &record.Meta{SrcPod: &enrich.Pod{Name: *m}} },
 	})
 	var conns []source.Conn
 	for i := range 4 {

@@ -25,7 +25,8 @@ type Queue struct {
 	n       int
 	dropped uint64
 	notify  chan struct{}
-	// full counts the records held that keep a whole flow.Flow (Full):
+	// full counts the records held that keep a whole flow.Flow
+	// (Meta.Full):
 	// only those need releasing, and a queue of store records (none) is
 	// not scanned on every acknowledgement.
 	full int
@@ -40,12 +41,17 @@ func New(capacity int) *Queue {
 func (q *Queue) Cap() int { return len(q.buf) }
 
 // Push copies whole flow records in (each kept as a record.Record's
-// Full), as PushRecords does.
+// Meta.Full), as PushRecords does.
 func (q *Queue) Push(flows []flow.Flow) (dropped int) {
 	recs := make([]record.Record, len(flows))
 	for i := range flows {
-		f := flows[i]
-		recs[i].Full = &f
+		// One allocation per flow: the Meta and the flow it points to.
+		b := &struct {
+			m record.Meta
+			f flow.Flow
+		}{f: flows[i]}
+		b.m.Full = &b.f
+		recs[i].Meta = &b.m
 	}
 	return q.PushRecords(recs)
 }
@@ -69,7 +75,7 @@ func (q *Queue) PushRecords(recs []record.Record) (dropped int) {
 		dropped += over
 	}
 	for i := range recs {
-		if recs[i].Full != nil {
+		if m := recs[i].Meta; m != nil && m.Full != nil {
 			q.full++
 		}
 	}
@@ -155,8 +161,8 @@ func (q *Queue) Ack(upto uint64) {
 func (q *Queue) release(from, upto uint64) {
 	c := uint64(len(q.buf))
 	for s := from; s < upto && q.full > 0; s++ {
-		if r := &q.buf[s%c]; r.Full != nil {
-			r.Full = nil
+		if r := &q.buf[s%c]; r.Meta != nil && r.Meta.Full != nil {
+			r.Meta = nil
 			q.full--
 		}
 	}
