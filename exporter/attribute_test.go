@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
@@ -227,5 +228,12 @@ func TestDeniedRateLimit(t *testing.T) {
 	}
 	if d := testutil.ToFloat64(e.m.deniedDrops); d != 40 {
 		t.Fatalf("dropped %v, want 40", d)
+	}
+}
+
+// TestConnMetaSize keeps the store entry's metadata at three words.
+func TestConnMetaSize(t *testing.T) {
+	if n := unsafe.Sizeof(connMeta{}); n > 24 {
+		t.Errorf("connMeta is %d octets", n)
 	}
 }

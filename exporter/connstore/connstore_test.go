@@ -6,6 +6,7 @@ import (
 	"slices"
 	"testing"
 	"time"
+	"unsafe"
 
 	"sluice/enrich"
 	"sluice/exporter/record"
@@ -314,5 +315,13 @@ func TestEmitInRuns(t *testing.T) {
 	}
 	if !slices.Equal(got, []uint16{40000, 40002, 40004, 40006}) || len(emitted) != 8 {
 		t.Fatalf("kept %v of emitted %v", got, emitted)
+	}
+}
+
+// TestEntrySize keeps an entry at 152 octets and its metadata (24 octets
+// in the exporter): the store walks every entry on every poll.
+func TestEntrySize(t *testing.T) {
+	if n := unsafe.Sizeof(entry[[3]uint64]{}); n > 176 {
+		t.Errorf("an entry is %d octets", n)
 	}
 }
