@@ -325,3 +325,53 @@ func TestEntrySize(t *testing.T) {
 		t.Errorf("an entry is %d octets", n)
 	}
 }
+
+// TestUpdateEmitAsUpdate runs the same snapshots through Update and
+// through UpdateEmit, whose Buffer gives runs shorter than EmitEvery,
+// and checks both make the same records in the same order, each handed
+// to Emit once.
+func TestUpdateEmitAsUpdate(t *testing.T) {
+	var emitted []record.Record
+	var bufs int
+	direct, err := New(Options[string]{EmitEvery: 5,
+		Buffer: func(n int) []record.Record {
+			bufs++
+			return make([]record.Record, min(n, 1+bufs%4)) // 2, 3, 4, 1, ... records
+		},
+		Emit: func(recs []record.Record) []record.Record {
+			emitted = append(emitted, recs...)
+			return recs
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	batch, err := New(Options[string]{EmitEvery: 5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	conns := make([]source.Conn, 40)
+	for i := range conns {
+		conns[i] = tcp(uint32(i+1), fmt.Sprintf("10.0.1.%d:40000", i), "10.0.2.3:80", 1, 100, 1, 100, source.TCPEstablished)
+	}
+	var out []record.Record
+	for step := range 6 {
+		at := t0.Add(time.Duration(step) * 6 * time.Second)
+		for i := range conns {
+			if i%(step+2) == 0 {
+				conns[i].Packets++
+			}
+		}
+		if step == 3 {
+			conns = conns[5:] // gone: END_OF_FLOW
+		}
+		emitted = emitted[:0]
+		direct.UpdateEmit(at, conns)
+		out = batch.Update(at, conns, out[:0])
+		if step > 0 && len(out) == 0 {
+			t.Fatalf("step %d: no records", step)
+		}
+		if !slices.Equal(emitted, out) {
+			t.Fatalf("step %d: UpdateEmit made %d records, Update %d, or others", step, len(emitted), len(out))
+		}
+	}
+}

@@ -25,6 +25,9 @@ type Queue struct {
 	n       int
 	dropped uint64
 	notify  chan struct{}
+	// reserved is the length of the last Reserve's run, until Commit or
+	// PushRecords.
+	reserved int
 	// full counts the records held that keep a whole flow.Flow
 	// (Meta.Full):
 	// only those need releasing, and a queue of store records (none) is
@@ -87,12 +90,58 @@ func (q *Queue) PushRecords(recs []record.Record) (dropped int) {
 		q.n += k
 	}
 	q.dropped += uint64(dropped)
+	q.reserved = 0
 	q.mu.Unlock()
 	select {
 	case q.notify <- struct{}{}:
 	default:
 	}
 	return dropped
+}
+
+// Reserve returns the free slots of the ring after the newest record
+// held, at most n of them, in one run (fewer at the end of the ring; none
+// when the queue is full), for the producer to write records into without
+// a copy; Commit then stores the first of them. Until then they are not
+// held: the consumer does not see them, and only the producer may write
+// them. A new Reserve or PushRecords gives up what was not committed.
+func (q *Queue) Reserve(n int) []record.Record {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	c := len(q.buf)
+	at := int((q.head + uint64(q.n)) % uint64(c))
+	// The consumer's Ack moves the head and the count alike: the slots
+	// after the newest stay where they are, and free.
+	k := min(n, c-q.n, c-at)
+	q.reserved = k
+	return q.buf[at : at+k : at+k]
+}
+
+// Commit stores the first k records of the last Reserve's slots, as if
+// they had been pushed.
+func (q *Queue) Commit(k int) {
+	if k <= 0 {
+		return
+	}
+	q.mu.Lock()
+	if k > q.reserved {
+		q.mu.Unlock()
+		panic("queue: Commit of more records than reserved")
+	}
+	c := uint64(len(q.buf))
+	at := (q.head + uint64(q.n)) % c
+	for i := range uint64(k) {
+		if m := q.buf[at+i].Meta; m != nil && m.Full != nil {
+			q.full++
+		}
+	}
+	q.n += k
+	q.reserved = 0
+	q.mu.Unlock()
+	select {
+	case q.notify <- struct{}{}:
+	default:
+	}
 }
 
 // Head is the sequence number of the oldest record held (the next one to
