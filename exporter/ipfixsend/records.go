@@ -599,8 +599,8 @@ func putHead(p []byte, r *record.Record, six bool) int {
 	c := &r.Counts
 	be := binary.BigEndian
 	_ = p[45]
-	be.PutUint32(p[0:], uint32(time.Unix(0, r.Start).Unix()))
-	be.PutUint32(p[4:], uint32(time.Unix(0, r.End).Unix()))
+	be.PutUint32(p[0:], uint32(unixSeconds(r.Start)))
+	be.PutUint32(p[4:], uint32(unixSeconds(r.End)))
 	p[8] = r.EndReason
 	be.PutUint16(p[9:], r.SrcPort)
 	be.PutUint16(p[11:], r.DstPort)
@@ -626,6 +626,16 @@ func putHead(p []byte, r *record.Record, six bool) int {
 	be.PutUint64(p[n+16:], c[record.ReversePacketDelta])
 	be.PutUint64(p[n+24:], c[record.ReverseOctetDelta])
 	return n + 32
+}
+
+// unixSeconds is time.Unix(0, ns).Unix(): the seconds, rounded down
+// (also before 1970), without making a time.Time.
+func unixSeconds(ns int64) int64 {
+	s := ns / 1e9
+	if ns%1e9 < 0 {
+		s--
+	}
+	return s
 }
 
 // uint32v4 is an IPv4 address, plain or mapped, as a number; zero for

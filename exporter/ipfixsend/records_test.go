@@ -202,3 +202,13 @@ func BenchmarkEncode50k(b *testing.B) {
 		})
 	}
 }
+
+// TestUnixSeconds checks unixSeconds against time's, both sides of 1970.
+func TestUnixSeconds(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	for _, ns := range []int64{0, 1, -1, 999_999_999, 1e9, -1e9, -1e9 - 1, 1<<62 + 7, -(1 << 62) - 7, rng.Int64(), -rng.Int64()} {
+		if got, want := unixSeconds(ns), time.Unix(0, ns).Unix(); got != want {
+			t.Errorf("%d ns: %d s, want %d", ns, got, want)
+		}
+	}
+}
