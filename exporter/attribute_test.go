@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
@@ -208,24 +209,52 @@ func TestDeniedRateLimit(t *testing.T) {
 		c.Dying = true
 		return c
 	}())
-	e, err := New(Options{Node: "k8s-node-1", PodCIDRs: []netip.Prefix{netip.MustParsePrefix("10.10.1.0/24")}, Source: src,
-		Transport: idleTransport{}, Attributor: a, DeniedRate: 1, DeniedBurst: 10, Log: log})
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, batch := e.Poll(context.Background(), time.Unix(1_800_000_000, 0), nil, nil)
-	denied, other := 0, 0
-	for i := range batch {
-		if batch[i].Denied() {
-			denied++
+	// Through Poll's batch, and as Run polls (the records written straight
+	// into the queue's ring), with room and with a queue too small for
+	// them (then the oldest are dropped).
+	for _, c := range []struct {
+		name         string
+		direct       bool
+		buffer, held int
+	}{{"batch", false, 0, 11}, {"direct", true, 0, 11}, {"direct, small queue", true, 5, 5}} {
+		e, err := New(Options{Node: "k8s-node-1", PodCIDRs: []netip.Prefix{netip.MustParsePrefix("10.10.1.0/24")}, Source: src,
+			Transport: idleTransport{}, Attributor: a, DeniedRate: 1, DeniedBurst: 10, BufferSize: c.buffer, Log: log})
+		if err != nil {
+			t.Fatal(err)
+		}
+		at := time.Unix(1_800_000_000, 0)
+		if c.direct {
+			e.poll(context.Background(), at, nil, nil)
 		} else {
-			other++
+			_, batch := e.Poll(context.Background(), at, nil, nil)
+			if len(batch) != 11 {
+				t.Errorf("%s: %d records in the batch, want 11", c.name, len(batch))
+			}
+		}
+		_, queued := e.q.Peek(0, nil, 100)
+		denied, other := 0, 0
+		for i := range queued {
+			if queued[i].Denied() {
+				denied++
+			} else {
+				other++
+			}
+		}
+		if c.held == 11 && (denied != 10 || other != 1) || len(queued) != c.held {
+			t.Errorf("%s: %d denied and %d other records queued, want 10 and 1 of %d", c.name, denied, other, c.held)
+		}
+		if d := testutil.ToFloat64(e.m.deniedDrops); d != 40 {
+			t.Errorf("%s: dropped %v, want 40", c.name, d)
+		}
+		if d := testutil.ToFloat64(e.m.bufferDrops); d != float64(11-c.held) {
+			t.Errorf("%s: %v dropped for lack of room, want %d", c.name, d, 11-c.held)
 		}
 	}
-	if denied != 10 || other != 1 {
-		t.Fatalf("%d denied and %d other records, want 10 and 1", denied, other)
-	}
-	if d := testutil.ToFloat64(e.m.deniedDrops); d != 40 {
-		t.Fatalf("dropped %v, want 40", d)
+}
+
+// TestConnMetaSize keeps the store entry's metadata at three words.
+func TestConnMetaSize(t *testing.T) {
+	if n := unsafe.Sizeof(connMeta{}); n > 24 {
+		t.Errorf("connMeta is %d octets", n)
 	}
 }

@@ -109,6 +109,11 @@ type Exporter struct {
 	apiLn     net.Listener
 	// pollTime is the time of the poll in progress.
 	pollTime time.Time
+	// reserved is the run of the queue's ring the store is writing in
+	// (UpdateEmit), nil when it writes in scratch instead (the queue is
+	// full, or nearly).
+	reserved []record.Record
+	scratch  []record.Record
 }
 
 // ObservationDomain is the observation domain ID an agent uses: the
@@ -164,7 +169,7 @@ func New(o Options) (*Exporter, error) {
 	e.m = newMetrics(e.reg, e.q, o.Attributor)
 	e.store, err = connstore.New(connstore.Options[connMeta]{
 		ActiveTimeout: o.ActiveTimeout, IdleTimeout: o.IdleTimeout, MaxConnections: o.MaxConnections,
-		Keep: pm.Keep, Describe: e.describe, Fill: e.fill, Emit: e.emit,
+		Keep: pm.Keep, Describe: e.describe, Fill: e.fill, Emit: e.emit, Buffer: e.buffer,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("exporter: %w", err)
@@ -256,11 +261,10 @@ func (e *Exporter) Run(ctx context.Context) error {
 		"profile", profile, "poll_interval", e.o.PollInterval.String(), "metrics", e.MetricsAddr())
 
 	var conns []source.Conn
-	var batch []record.Record
 	t := time.NewTicker(e.o.PollInterval)
 	defer t.Stop()
 	for {
-		conns, batch = e.Poll(ctx, time.Now(), conns[:0], batch[:0])
+		conns = e.poll(ctx, time.Now(), conns[:0], nil)
 		select {
 		case <-ctx.Done():
 		case <-t.C:
@@ -292,8 +296,16 @@ func (e *Exporter) drain(tdone <-chan struct{}) {
 }
 
 // Poll runs one cycle at now: dump the source, update the store, queue the
-// records due. It returns the slices for reuse.
+// records due. It returns the slices for reuse, the records queued
+// appended to batch.
 func (e *Exporter) Poll(ctx context.Context, now time.Time, conns []source.Conn, batch []record.Record) ([]source.Conn, []record.Record) {
+	conns = e.poll(ctx, now, conns, &batch)
+	return conns, batch
+}
+
+// poll is Poll; with batch nil (Run's), the store writes the records
+// straight into the queue's ring and none is kept.
+func (e *Exporter) poll(ctx context.Context, now time.Time, conns []source.Conn, batch *[]record.Record) []source.Conn {
 	start := time.Now()
 	e.m.polls.Inc()
 	conns, err := e.o.Source.Dump(ctx, conns)
@@ -302,23 +314,54 @@ func (e *Exporter) Poll(ctx context.Context, now time.Time, conns []source.Conn,
 			e.m.pollErrors.Inc()
 			e.o.Log.Error("cannot read the connection table; skipping this poll", "err", err)
 		}
-		return conns, batch
+		return conns
 	}
 	e.pollTime = now
-	batch = e.store.Update(now, conns, batch)
+	if batch != nil {
+		*batch = e.store.Update(now, conns, *batch)
+	} else {
+		e.store.UpdateEmit(now, conns)
+	}
 	st := e.store.Stats()
 	e.m.observe(st)
 	e.m.pollSeconds.Observe(time.Since(start).Seconds())
 	if e.api != nil {
 		e.api.SetReady(true)
 	}
-	return conns, batch
+	return conns
+}
+
+// minReserved is the shortest run of the queue's ring the store writes
+// in directly; with less room (the queue full or nearly), it writes in
+// scratch, and pushing the run drops the oldest records.
+const minReserved = 64
+
+// buffer gives the store the space for its next run of at most n records
+// (UpdateEmit): the queue's free slots, or scratch.
+func (e *Exporter) buffer(n int) []record.Record {
+	if r := e.q.Reserve(n); len(r) >= min(n, minReserved) {
+		e.reserved = r
+		return r
+	}
+	e.reserved = nil
+	if cap(e.scratch) < n {
+		e.scratch = make([]record.Record, n)
+	}
+	return e.scratch[:n]
 }
 
 // emit queues a run of the records the store makes (the transport sends
 // them while the store goes on), denied ones over the rate limit left out.
 func (e *Exporter) emit(recs []record.Record) []record.Record {
 	recs = e.limitDenied(e.pollTime, recs)
+	if e.reserved != nil && len(recs) > 0 && &recs[0] == &e.reserved[0] {
+		// Written in the ring already: kept ones, moved to the front by
+		// limitDenied, are committed.
+		e.q.Commit(len(recs))
+		e.reserved = nil
+		return recs
+	}
+	e.reserved = nil
 	if d := e.q.PushRecords(recs); d > 0 {
 		e.m.bufferDrops.Add(float64(d))
 	}

@@ -68,9 +68,15 @@ type Options[M any] struct {
 	// EmitEvery (DefaultEmitEvery if 0) as they are made, and the rest at
 	// its end, so that they can be sent while the store goes on; it
 	// returns those it keeps, moved to the front of the run (it may drop
-	// some), and Update returns only those.
+	// some), and Update returns only those (UpdateEmit does not use the
+	// result).
 	Emit      func(recs []record.Record) []record.Record
 	EmitEvery int
+	// Buffer, with Emit, lets UpdateEmit write the records where they are
+	// going instead of into a batch: it returns the space for the next
+	// run of at most n records (at least one record long), which the
+	// store fills and then hands to Emit.
+	Buffer func(n int) []record.Record
 }
 
 // DefaultEmitEvery is Options.EmitEvery's default.
@@ -106,20 +112,17 @@ func (k *key) eq(o *key) bool {
 	return (k.srcHi^o.srcHi)|(k.srcLo^o.srcLo)|(k.dstHi^o.dstHi)|(k.dstLo^o.dstLo)|(k.ports^o.ports) == 0
 }
 
-func (k *key) srcAddr() netip.Addr { return addrOf(k.srcHi, k.srcLo, k.ports&1 != 0) }
-func (k *key) dstAddr() netip.Addr { return addrOf(k.dstHi, k.dstLo, k.ports&2 != 0) }
-func (k *key) srcPort() uint16     { return uint16(k.ports >> 48) }
-func (k *key) dstPort() uint16     { return uint16(k.ports >> 32) }
-func (k *key) proto() uint8        { return uint8(k.ports >> 8) }
+func (k *key) srcAddr() record.Addr { return addrOf(k.srcHi, k.srcLo, k.ports&1 != 0) }
+func (k *key) dstAddr() record.Addr { return addrOf(k.dstHi, k.dstLo, k.ports&2 != 0) }
+func (k *key) srcPort() uint16      { return uint16(k.ports >> 48) }
+func (k *key) dstPort() uint16      { return uint16(k.ports >> 32) }
+func (k *key) proto() uint8         { return uint8(k.ports >> 8) }
 
-func addrOf(hi, lo uint64, four bool) netip.Addr {
-	if four {
-		return netip.AddrFrom4([4]byte{byte(lo >> 24), byte(lo >> 16), byte(lo >> 8), byte(lo)})
-	}
+func addrOf(hi, lo uint64, four bool) record.Addr {
 	var b [16]byte
 	binary.BigEndian.PutUint64(b[:8], hi)
 	binary.BigEndian.PutUint64(b[8:], lo)
-	return netip.AddrFrom16(b)
+	return record.AddrFrom16(b, four)
 }
 
 func words(a netip.Addr) (hi, lo uint64) {
@@ -147,7 +150,6 @@ type entry[M any] struct {
 	lastSeen int64
 	activeAt int64
 	idleAt   int64
-	replyDst netip.AddrPort
 	cur      [4]uint64 // packets, octets, reverse packets, reverse octets
 	prev     [4]uint64 // as last exported
 	meta     M
@@ -167,6 +169,11 @@ type Store[M any] struct {
 	// emitted on are not emitted yet.
 	out     []record.Record
 	emitted int
+	// With direct (UpdateEmit), the records go into buf instead, the
+	// first nbuf of them written.
+	direct bool
+	buf    []record.Record
+	nbuf   int
 }
 
 // New returns an empty store.
@@ -212,6 +219,29 @@ func keyOf(c *source.Conn) key {
 // it. out is worth reusing across calls.
 func (s *Store[M]) Update(now time.Time, conns []source.Conn, out []record.Record) []record.Record {
 	s.out, s.emitted = out, len(out)
+	s.apply(now, conns)
+	s.emit()
+	out, s.out = s.out, nil
+	return out
+}
+
+// UpdateEmit is Update without the batch: the records are written in
+// runs straight into the space Options.Buffer gives and handed to
+// Options.Emit (a copy less per record, and no batch of the whole
+// poll's records streaming through the caches). Buffer and Emit must be
+// set.
+func (s *Store[M]) UpdateEmit(now time.Time, conns []source.Conn) {
+	if s.o.Buffer == nil || s.o.Emit == nil {
+		panic("connstore: UpdateEmit without Options.Buffer and Emit")
+	}
+	s.direct = true
+	s.apply(now, conns)
+	s.flush()
+	s.direct = false
+}
+
+// apply applies a snapshot and makes the records due.
+func (s *Store[M]) apply(now time.Time, conns []source.Conn) {
 	s.gen++
 	if s.gen == 0 { // 0 marks free slots
 		s.gen = 1
@@ -262,9 +292,29 @@ func (s *Store[M]) Update(now time.Time, conns []source.Conn, out []record.Recor
 	}
 	s.stats.Seen = seen
 	s.sweep(ns)
-	s.emit()
-	out, s.out = s.out, nil
-	return out
+}
+
+// slot is the place of the next record, zeroed.
+func (s *Store[M]) slot() *record.Record {
+	if !s.direct {
+		s.out = append(s.out, record.Record{})
+		return &s.out[len(s.out)-1]
+	}
+	if s.buf == nil {
+		s.buf, s.nbuf = s.o.Buffer(s.o.EmitEvery), 0
+	}
+	r := &s.buf[s.nbuf]
+	s.nbuf++
+	*r = record.Record{}
+	return r
+}
+
+// flush hands the records written in buf to Options.Emit.
+func (s *Store[M]) flush() {
+	if s.nbuf > 0 {
+		s.o.Emit(s.buf[:s.nbuf])
+	}
+	s.buf, s.nbuf = nil, 0
 }
 
 // emit hands the records not emitted yet to Options.Emit.
@@ -304,7 +354,7 @@ func (s *Store[M]) init(e *entry[M], c *source.Conn, k key, ns int64) {
 		start = c.Start.UnixNano()
 	}
 	*e = entry[M]{key: k, id: c.ID, seen: s.gen, start: start, lastSeen: ns, flags: fChanged | fQueued,
-		activeAt: ns + s.active, idleAt: ns + s.idle, tcpState: c.TCPState, replyDst: c.ReplyDst,
+		activeAt: ns + s.active, idleAt: ns + s.idle, tcpState: c.TCPState,
 		cur: [4]uint64{c.Packets, c.Bytes, c.ReversePackets, c.ReverseBytes}}
 	if ended(c) {
 		e.flags |= fEnded
@@ -393,8 +443,7 @@ func (s *Store[M]) sweep(ns int64) {
 
 // export appends e's record to s.out.
 func (s *Store[M]) export(e *entry[M], reason uint8) {
-	s.out = append(s.out, record.Record{})
-	r := &s.out[len(s.out)-1]
+	r := s.slot()
 	r.Start, r.End, r.EndReason = e.start, e.lastSeen, reason
 	r.Src, r.SrcPort, r.Dst, r.DstPort, r.Proto = e.key.srcAddr(), e.key.srcPort(), e.key.dstAddr(), e.key.dstPort(), e.key.proto()
 	r.TCPState = e.tcpState
@@ -406,17 +455,18 @@ func (s *Store[M]) export(e *entry[M], reason uint8) {
 			c[d] = e.cur[j] - e.prev[j]
 		}
 	}
-	// SNAT on this hop: the reply goes to another address than the client's.
-	if e.replyDst.IsValid() && e.replyDst != netip.AddrPortFrom(r.Src, r.SrcPort) {
-		r.SnatIP, r.SnatPort = e.replyDst.Addr(), e.replyDst.Port()
-	}
 	if s.o.Fill != nil {
 		s.o.Fill(r, &e.meta)
 	}
 	e.prev = e.cur
 	e.flags &^= fChanged
 	s.stats.Exported[reason]++
-	if len(s.out)-s.emitted >= s.o.EmitEvery {
+	switch {
+	case s.direct:
+		if s.nbuf == len(s.buf) {
+			s.flush()
+		}
+	case len(s.out)-s.emitted >= s.o.EmitEvery:
 		s.emit()
 	}
 }

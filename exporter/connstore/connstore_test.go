@@ -6,6 +6,7 @@ import (
 	"slices"
 	"testing"
 	"time"
+	"unsafe"
 
 	"sluice/enrich"
 	"sluice/exporter/record"
@@ -171,19 +172,7 @@ func TestKeyUsesReplyTupleForServices(t *testing.T) {
 	if f.DestinationIP != netip.MustParseAddr("10.0.2.3") || f.DestinationPort != 8080 {
 		t.Fatalf("destination %v:%d, want the endpoint 10.0.2.3:8080", f.DestinationIP, f.DestinationPort)
 	}
-	if f.Present.Has(flow.ProxySnatIP) {
-		t.Fatalf("no SNAT happened but proxySnat is set: %v", f.ProxySnatIP)
-	}
-	// With SNAT on this hop the reply goes to the translated source.
-	c2 := c
-	c2.ID, c2.OrigSrc, c2.ReplyDst = 4, ap("10.0.1.5:41000"), ap("192.168.0.1:61000")
-	r.poll(2*time.Second, c, c2)
-	got = r.poll(3*time.Second, c, c2)
-	for _, f := range got {
-		if f.SourcePort == 41000 && (f.ProxySnatIP != netip.MustParseAddr("192.168.0.1") || f.ProxySnatPort != 61000) {
-			t.Fatalf("SNAT record %v:%d", f.ProxySnatIP, f.ProxySnatPort)
-		}
-	}
+	// SNAT (proxySnat*) is the connection's metadata: podmeta's tests.
 }
 
 func TestNewEntryOnSameTupleEndsTheOld(t *testing.T) {
@@ -249,7 +238,7 @@ func TestCapKeepFilterAndMetadata(t *testing.T) {
 			}
 			return "pod-for-" + c.OrigSrc.Addr().String()
 		},
-		Fill: func(r *record.Record, m *string) { r.SrcPod = &enrich.Pod{Name: *m} },
+		Fill: func(r *record.Record, m *string) { r.Meta = &record.Meta{SrcPod: &enrich.Pod{Name: *m}} },
 	})
 	var conns []source.Conn
 	for i := range 4 {
@@ -326,5 +315,63 @@ func TestEmitInRuns(t *testing.T) {
 	}
 	if !slices.Equal(got, []uint16{40000, 40002, 40004, 40006}) || len(emitted) != 8 {
 		t.Fatalf("kept %v of emitted %v", got, emitted)
+	}
+}
+
+// TestEntrySize keeps an entry at 152 octets and its metadata (24 octets
+// in the exporter): the store walks every entry on every poll.
+func TestEntrySize(t *testing.T) {
+	if n := unsafe.Sizeof(entry[[3]uint64]{}); n > 176 {
+		t.Errorf("an entry is %d octets", n)
+	}
+}
+
+// TestUpdateEmitAsUpdate runs the same snapshots through Update and
+// through UpdateEmit, whose Buffer gives runs shorter than EmitEvery,
+// and checks both make the same records in the same order, each handed
+// to Emit once.
+func TestUpdateEmitAsUpdate(t *testing.T) {
+	var emitted []record.Record
+	var bufs int
+	direct, err := New(Options[string]{EmitEvery: 5,
+		Buffer: func(n int) []record.Record {
+			bufs++
+			return make([]record.Record, min(n, 1+bufs%4)) // 2, 3, 4, 1, ... records
+		},
+		Emit: func(recs []record.Record) []record.Record {
+			emitted = append(emitted, recs...)
+			return recs
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	batch, err := New(Options[string]{EmitEvery: 5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	conns := make([]source.Conn, 40)
+	for i := range conns {
+		conns[i] = tcp(uint32(i+1), fmt.Sprintf("10.0.1.%d:40000", i), "10.0.2.3:80", 1, 100, 1, 100, source.TCPEstablished)
+	}
+	var out []record.Record
+	for step := range 6 {
+		at := t0.Add(time.Duration(step) * 6 * time.Second)
+		for i := range conns {
+			if i%(step+2) == 0 {
+				conns[i].Packets++
+			}
+		}
+		if step == 3 {
+			conns = conns[5:] // gone: END_OF_FLOW
+		}
+		emitted = emitted[:0]
+		direct.UpdateEmit(at, conns)
+		out = batch.Update(at, conns, out[:0])
+		if step > 0 && len(out) == 0 {
+			t.Fatalf("step %d: no records", step)
+		}
+		if !slices.Equal(emitted, out) {
+			t.Fatalf("step %d: UpdateEmit made %d records, Update %d, or others", step, len(emitted), len(out))
+		}
 	}
 }

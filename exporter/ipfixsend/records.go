@@ -393,12 +393,18 @@ func writeMeta(b ipfix.RecordBuilder, k *metaKey) ipfix.RecordBuilder {
 
 var noPolicy flow.Policy
 
+// noMeta stands for a record's nil Meta (read-only).
+var noMeta record.Meta
+
 // writeRecord encodes r with the profile's template: the same values as
 // ipfixmap.PutValues writes for r.Flow's result, read from the record and
 // the metadata it refers to, without building the flow.Flow.
 func (s *Sender) writeRecord(r *record.Record) error {
-	if r.Full != nil {
-		return s.write(r.Full)
+	m := r.Meta
+	if m == nil {
+		m = &noMeta
+	} else if m.Full != nil {
+		return s.write(m.Full)
 	}
 	i := 0
 	if r.IsIPv6() {
@@ -410,8 +416,8 @@ func (s *Sender) writeRecord(r *record.Record) error {
 		return s.write(&s.scratch)
 	}
 	six := i == 1
-	if bp := s.blocks[i]; bp != nil && !r.SnatIP.IsValid() {
-		return s.writeBlocks(r, i, bp)
+	if bp := s.blocks[i]; bp != nil && !m.SnatIP.IsValid() {
+		return s.writeBlocks(r, m, i, bp)
 	}
 	in, eg := &noPolicy, &noPolicy
 	var egName, egIP, egNode string
@@ -427,21 +433,21 @@ func (s *Sender) writeRecord(r *record.Record) error {
 		}
 	}
 	var srcNS, srcName, srcNode, dstNS, dstName, dstNode string
-	if p := r.SrcPod; p != nil {
-		srcNS, srcName, srcNode = p.Namespace, p.Name, r.Node
+	if p := m.SrcPod; p != nil {
+		srcNS, srcName, srcNode = p.Namespace, p.Name, m.Node
 	}
-	if p := r.DstPod; p != nil {
-		dstNS, dstName, dstNode = p.Namespace, p.Name, r.Node
+	if p := m.DstPod; p != nil {
+		dstNS, dstName, dstNode = p.Namespace, p.Name, m.Node
 	}
 	var svcIP netip.Addr
 	var svcPort uint16
-	if r.ServicePortName != "" {
-		svcIP, svcPort = r.ServiceIP, r.ServicePort
+	if m.ServicePortName != "" {
+		svcIP, svcPort = m.ServiceIP, m.ServicePort
 	}
 	var snatIP netip.Addr
 	var snatPort uint16
-	if r.SnatIP.IsValid() {
-		snatIP, snatPort = r.SnatIP, r.SnatPort
+	if m.SnatIP.IsValid() {
+		snatIP, snatPort = m.SnatIP, m.SnatPort
 	}
 	b := s.enc.Begin(s.o.ObservationDomainID, s.tmpl[i])
 	for _, op := range ops {
@@ -452,7 +458,7 @@ func (s *Sender) writeRecord(r *record.Record) error {
 				putHead(p, r, six)
 			}
 		case opMetaRun:
-			k := metaKey{src: r.SrcPod, dst: r.DstPod, node: r.Node, svcName: r.ServicePortName, svcPort: svcPort}
+			k := metaKey{src: m.SrcPod, dst: m.DstPod, node: m.Node, svcName: m.ServicePortName, svcPort: svcPort}
 			if r.Verdict != nil && r.Attr&(record.AttrIngressPolicy|record.AttrEgressPolicy) != 0 {
 				k.v, k.attr = r.Verdict, r.Attr&(record.AttrIngressPolicy|record.AttrEgressPolicy)
 			}
@@ -479,9 +485,9 @@ func (s *Sender) writeRecord(r *record.Record) error {
 		case opCount, opCount + 1, opCount + 2, opCount + 3, opCount + 4, opCount + 5, opCount + 6, opCount + 7:
 			b = b.Uint(r.Counts[op-opCount])
 		case opSrcAddr:
-			b = b.Addr(addrIn(r.Src, six))
+			b = b.Addr(addrIn(r.Src.Addr(), six))
 		case opDstAddr:
-			b = b.Addr(addrIn(r.Dst, six))
+			b = b.Addr(addrIn(r.Dst.Addr(), six))
 		case opSrcPodName:
 			b = b.String(srcName)
 		case opSrcPodNamespace:
@@ -497,7 +503,7 @@ func (s *Sender) writeRecord(r *record.Record) error {
 		case opServicePort:
 			b = b.Uint(uint64(svcPort))
 		case opServicePortName:
-			b = b.String(r.ServicePortName)
+			b = b.String(m.ServicePortName)
 		case opIngressName:
 			b = b.String(in.Name)
 		case opIngressNamespace:
@@ -544,14 +550,14 @@ func (s *Sender) writeRecord(r *record.Record) error {
 	return b.End()
 }
 
-// writeBlocks writes r (without SNAT) with block plan bp: the head run,
+// writeBlocks writes r (without SNAT; m is its Meta) with block plan bp: the head run,
 // the meta run from its cache, the TCP state and the flow type, and the
 // tail from its cache.
-func (s *Sender) writeBlocks(r *record.Record, i int, bp *blockPlan) error {
-	mk := metaKey{src: r.SrcPod, dst: r.DstPod, node: r.Node, svcName: r.ServicePortName}
+func (s *Sender) writeBlocks(r *record.Record, m *record.Meta, i int, bp *blockPlan) error {
+	mk := metaKey{src: m.SrcPod, dst: m.DstPod, node: m.Node, svcName: m.ServicePortName}
 	var tk tailKey
-	if r.ServicePortName != "" {
-		mk.svcPort, tk.svcIP = r.ServicePort, r.ServiceIP
+	if m.ServicePortName != "" {
+		mk.svcPort, tk.svcIP = m.ServicePort, m.ServiceIP
 	}
 	if v := r.Verdict; v != nil {
 		if a := r.Attr & (record.AttrIngressPolicy | record.AttrEgressPolicy); a != 0 {
@@ -593,8 +599,8 @@ func putHead(p []byte, r *record.Record, six bool) int {
 	c := &r.Counts
 	be := binary.BigEndian
 	_ = p[45]
-	be.PutUint32(p[0:], uint32(time.Unix(0, r.Start).Unix()))
-	be.PutUint32(p[4:], uint32(time.Unix(0, r.End).Unix()))
+	be.PutUint32(p[0:], uint32(unixSeconds(r.Start)))
+	be.PutUint32(p[4:], uint32(unixSeconds(r.End)))
 	p[8] = r.EndReason
 	be.PutUint16(p[9:], r.SrcPort)
 	be.PutUint16(p[11:], r.DstPort)
@@ -605,14 +611,14 @@ func putHead(p []byte, r *record.Record, six bool) int {
 	be.PutUint64(p[38:], c[record.OctetDelta])
 	n := 46
 	if six {
-		src, dst := addrIn(r.Src, true).As16(), addrIn(r.Dst, true).As16()
-		copy(p[n:], src[:])
-		copy(p[n+16:], dst[:])
+		// IPv4 addresses in their mapped form (flow.AddrIn): an Addr's
+		// 16 octets.
+		copy(p[n:], r.Src.As16()[:])
+		copy(p[n+16:], r.Dst.As16()[:])
 		n += 32
 	} else {
-		src, dst := addrIn(r.Src, false), addrIn(r.Dst, false)
-		be.PutUint32(p[n:], uint32v4(src))
-		be.PutUint32(p[n+4:], uint32v4(dst))
+		be.PutUint32(p[n:], uint32v4(&r.Src))
+		be.PutUint32(p[n+4:], uint32v4(&r.Dst))
 		n += 8
 	}
 	be.PutUint64(p[n:], c[record.ReversePacketTotal])
@@ -622,13 +628,23 @@ func putHead(p []byte, r *record.Record, six bool) int {
 	return n + 32
 }
 
-// uint32v4 is an IPv4 address as a number; zero for any other.
-func uint32v4(a netip.Addr) uint32 {
+// unixSeconds is time.Unix(0, ns).Unix(): the seconds, rounded down
+// (also before 1970), without making a time.Time.
+func unixSeconds(ns int64) int64 {
+	s := ns / 1e9
+	if ns%1e9 < 0 {
+		s--
+	}
+	return s
+}
+
+// uint32v4 is an IPv4 address, plain or mapped, as a number; zero for
+// any other (as addrIn writes it in an IPv4 field).
+func uint32v4(a *record.Addr) uint32 {
 	if !a.Is4() {
 		return 0
 	}
-	b := a.As4()
-	return binary.BigEndian.Uint32(b[:])
+	return binary.BigEndian.Uint32(a.As16()[12:])
 }
 
 // addrIn is an address as ipfixmap writes it in a field of one family:

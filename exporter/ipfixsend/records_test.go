@@ -35,27 +35,31 @@ func randomRecord(rng *rand.Rand) record.Record {
 		return a
 	}
 	six := rng.IntN(4) == 0
-	r := record.Record{Start: rng.Int64N(1 << 61), End: rng.Int64N(1 << 61), Src: addr(six), Dst: addr(six),
+	r := record.Record{Start: rng.Int64N(1 << 61), End: rng.Int64N(1 << 61), Src: record.AddrFrom(addr(six)), Dst: record.AddrFrom(addr(six)),
 		SrcPort: uint16(rng.Uint32()), DstPort: uint16(rng.Uint32()), Proto: []uint8{6, 17, 132}[rng.IntN(3)],
-		EndReason: uint8(1 + rng.IntN(3)), TCPState: uint8(rng.IntN(12)), FlowType: uint8(1 + rng.IntN(4)), Node: "node-1"}
+		EndReason: uint8(1 + rng.IntN(3)), TCPState: uint8(rng.IntN(12)), FlowType: uint8(1 + rng.IntN(4))}
+	m := &record.Meta{Node: "node-1"}
 	for i := range r.Counts {
 		r.Counts[i] = rng.Uint64() >> rng.IntN(64)
 	}
 	if rng.IntN(2) == 0 {
-		r.SrcPod = &enrich.Pod{Namespace: "ns-a", Name: fmt.Sprint("client-", rng.IntN(100))}
+		m.SrcPod = &enrich.Pod{Namespace: "ns-a", Name: fmt.Sprint("client-", rng.IntN(100))}
 	} else if rng.IntN(2) == 0 {
-		r.SrcPod = sharedPods[rng.IntN(len(sharedPods))] // the metadata cache's hits
+		m.SrcPod = sharedPods[rng.IntN(len(sharedPods))] // the metadata cache's hits
 	}
 	if rng.IntN(2) == 0 {
-		r.DstPod = &enrich.Pod{Namespace: "ns-b", Name: "server"}
+		m.DstPod = &enrich.Pod{Namespace: "ns-b", Name: "server"}
 	}
 	if rng.IntN(3) == 0 {
-		r.SnatIP, r.SnatPort = addr(six && rng.IntN(2) == 0), uint16(rng.Uint32())
+		m.SnatIP, m.SnatPort = addr(six && rng.IntN(2) == 0), uint16(rng.Uint32())
 	}
 	if rng.IntN(3) == 0 {
-		r.ServiceIP, r.ServicePort, r.ServicePortName = addr(six && rng.IntN(2) == 0), uint16(rng.Uint32()), "ns-b/svc:http"
+		m.ServiceIP, m.ServicePort, m.ServicePortName = addr(six && rng.IntN(2) == 0), uint16(rng.Uint32()), "ns-b/svc:http"
 	} else if rng.IntN(4) == 0 {
-		r.ServiceIP, r.ServicePort = addr(false), 80 // no port name: not written
+		m.ServiceIP, m.ServicePort = addr(false), 80 // no port name: not written
+	}
+	if rng.IntN(8) != 0 { // else no metadata at all
+		r.Meta = m
 	}
 	if rng.IntN(2) == 0 {
 		v := &attribution.Verdict{Egress: flow.Policy{Type: 1, Namespace: "ns-a", Name: "out", RuleName: "rule-1", RuleAction: flow.ActionAllow},
@@ -150,11 +154,16 @@ func BenchmarkEncode50k(b *testing.B) {
 	verdicts := []*attribution.Verdict{randomRecord(rng).Verdict, randomRecord(rng).Verdict}
 	for i := range recs {
 		r := randomRecord(rng)
-		r.Src, r.Dst, r.SnatIP, r.ServiceIP = r.Src.Unmap(), r.Dst.Unmap(), netip.Addr{}, netip.Addr{}
-		if r.Src.Is6() || r.Dst.Is6() {
-			r.Src, r.Dst = netip.AddrFrom4([4]byte{10, 10, 0, byte(i)}), netip.AddrFrom4([4]byte{10, 20, 0, byte(i)})
+		r.Src, r.Dst = record.AddrFrom(r.Src.Addr().Unmap()), record.AddrFrom(r.Dst.Addr().Unmap())
+		if !r.Src.Is4() || !r.Dst.Is4() {
+			r.Src = record.AddrFrom(netip.AddrFrom4([4]byte{10, 10, 0, byte(i)}))
+			r.Dst = record.AddrFrom(netip.AddrFrom4([4]byte{10, 20, 0, byte(i)}))
 		}
-		r.SrcPod, r.DstPod = pods[i%2], nil
+		m := record.Meta{Node: "node-1", SrcPod: pods[i%2]}
+		if r.Meta != nil {
+			m.ServicePort, m.ServicePortName = r.Meta.ServicePort, r.Meta.ServicePortName
+		}
+		r.Meta = &m
 		if r.Verdict != nil { // verdicts are shared by the connections of a key
 			r.Verdict = verdicts[i%2]
 		}
@@ -191,5 +200,15 @@ func BenchmarkEncode50k(b *testing.B) {
 			}
 			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(len(recs)), "ns/record")
 		})
+	}
+}
+
+// TestUnixSeconds checks unixSeconds against time's, both sides of 1970.
+func TestUnixSeconds(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	for _, ns := range []int64{0, 1, -1, 999_999_999, 1e9, -1e9, -1e9 - 1, 1<<62 + 7, -(1 << 62) - 7, rng.Int64(), -rng.Int64()} {
+		if got, want := unixSeconds(ns), time.Unix(0, ns).Unix(); got != want {
+			t.Errorf("%d ns: %d s, want %d", ns, got, want)
+		}
 	}
 }

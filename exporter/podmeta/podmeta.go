@@ -12,6 +12,7 @@ package podmeta
 import (
 	"errors"
 	"net/netip"
+	"sync"
 	"time"
 
 	"sluice/enrich"
@@ -36,25 +37,38 @@ type Options struct {
 
 // Meta is what is resolved once per connection.
 type Meta struct {
-	// Src and Dst are the local Pods at either end, nil for remote or
-	// unknown addresses.
-	Src, Dst *enrich.Pod
+	// Rec is what the connection's records refer to: the local Pods at
+	// either end (nil for remote or unknown addresses), this Node's name,
+	// the Service port a DNAT'ed connection reached (empty when it did
+	// not go through a known Service port, as the reference leaves it),
+	// and the SNAT address and port the reply went to. Connections with
+	// the same values share one (read-only) unless they have SNAT.
+	Rec *record.Meta
 	// SrcLocal and DstLocal say the address at either end is in this
 	// Node's Pod CIDRs.
 	SrcLocal, DstLocal bool
 	FlowType           uint8
-	// Service is the Service port a DNAT'ed connection reached: its
-	// ClusterIP and port (the original destination) and its
-	// "namespace/name:port" name; empty when the connection did not go
-	// through a known Service port, as the reference leaves it.
-	ServiceIP       netip.Addr
-	ServicePort     uint16
-	ServicePortName string
+}
+
+// maxShared bounds the table of shared record.Metas; when it is full it
+// is emptied (the Metas in use stay with their connections, and new
+// connections make new ones).
+const maxShared = 1 << 14
+
+// shareKey is what a shared record.Meta is made of (the Node is the
+// Resolver's).
+type shareKey struct {
+	src, dst    *enrich.Pod
+	svcIP       netip.Addr
+	svcPort     uint16
+	svcPortName string
 }
 
 // Resolver resolves connections' metadata. Safe for concurrent use.
 type Resolver struct {
-	o Options
+	o      Options
+	mu     sync.Mutex
+	shared map[shareKey]*record.Meta
 }
 
 // New checks o.
@@ -65,7 +79,7 @@ func New(o Options) (*Resolver, error) {
 	if o.Node == "" {
 		return nil, errors.New("podmeta: the Node name is needed")
 	}
-	return &Resolver{o: o}, nil
+	return &Resolver{o: o, shared: map[shareKey]*record.Meta{}}, nil
 }
 
 func in(ps []netip.Prefix, a netip.Addr) bool {
@@ -91,20 +105,30 @@ func (r *Resolver) Keep(c *source.Conn) bool {
 func (r *Resolver) Describe(c *source.Conn, start time.Time) Meta {
 	src, dst := c.OrigSrc.Addr().Unmap(), c.ReplySrc.Addr().Unmap()
 	var m Meta
+	var k shareKey
 	srcLocal, dstLocal := r.Local(src), r.Local(dst)
 	m.SrcLocal, m.DstLocal = srcLocal, dstLocal
 	srcIsPod, dstIsPod := srcLocal, dstLocal
 	if srcLocal {
-		m.Src = r.localPod(src, start)
+		k.src = r.localPod(src, start)
 	} else {
 		srcIsPod = r.isPod(src, start)
 	}
 	if dstLocal {
-		m.Dst = r.localPod(dst, start)
+		k.dst = r.localPod(dst, start)
 	} else {
 		dstIsPod = r.isPod(dst, start)
 	}
-	r.service(c, &m)
+	r.service(c, &k)
+	// SNAT on this hop: the reply goes to another address than the
+	// client's. The address and port are the connection's own: its Meta
+	// is not shared.
+	if c.ReplyDst.IsValid() && c.ReplyDst != c.OrigSrc {
+		m.Rec = &record.Meta{SrcPod: k.src, DstPod: k.dst, Node: r.o.Node, ServiceIP: k.svcIP, ServicePort: k.svcPort,
+			ServicePortName: k.svcPortName, SnatIP: c.ReplyDst.Addr(), SnatPort: c.ReplyDst.Port()}
+	} else {
+		m.Rec = r.share(&k)
+	}
 	switch {
 	case srcLocal && dstLocal:
 		m.FlowType = flow.FlowTypeIntraNode
@@ -121,7 +145,7 @@ func (r *Resolver) Describe(c *source.Conn, start time.Time) Meta {
 // service names the Service port of a connection the Node load-balanced:
 // the original destination is a ClusterIP, translated (DNAT) to the
 // endpoint that answered.
-func (r *Resolver) service(c *source.Conn, m *Meta) {
+func (r *Resolver) service(c *source.Conn, k *shareKey) {
 	vip := c.OrigDst.Addr().Unmap()
 	if r.o.Store == nil || vip == c.ReplySrc.Addr().Unmap() {
 		return
@@ -131,7 +155,7 @@ func (r *Resolver) service(c *source.Conn, m *Meta) {
 		return
 	}
 	if name, ok := svc.PortName(c.Proto, c.OrigDst.Port()); ok {
-		m.ServiceIP, m.ServicePort, m.ServicePortName = vip, c.OrigDst.Port(), name
+		k.svcIP, k.svcPort, k.svcPortName = vip, c.OrigDst.Port(), name
 	}
 }
 
@@ -157,11 +181,24 @@ func (r *Resolver) isPod(a netip.Addr, at time.Time) bool {
 	return ok
 }
 
-// Fill writes m into r: local Pods (named with this Node's name), the
-// flow type and the Service port.
-func (r *Resolver) Fill(rec *record.Record, m *Meta) {
-	rec.SrcPod, rec.DstPod, rec.Node, rec.FlowType = m.Src, m.Dst, r.o.Node, m.FlowType
-	if m.ServicePortName != "" {
-		rec.ServiceIP, rec.ServicePort, rec.ServicePortName = m.ServiceIP, m.ServicePort, m.ServicePortName
+// share returns the shared record.Meta of k's values.
+func (r *Resolver) share(k *shareKey) *record.Meta {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if m, ok := r.shared[*k]; ok {
+		return m
 	}
+	if len(r.shared) >= maxShared {
+		clear(r.shared)
+	}
+	m := &record.Meta{SrcPod: k.src, DstPod: k.dst, Node: r.o.Node, ServiceIP: k.svcIP, ServicePort: k.svcPort,
+		ServicePortName: k.svcPortName}
+	r.shared[*k] = m
+	return m
+}
+
+// Fill writes m into r: its metadata (local Pods, named with this Node's
+// name, the Service port and SNAT) and the flow type.
+func (r *Resolver) Fill(rec *record.Record, m *Meta) {
+	rec.Meta, rec.FlowType = m.Rec, m.FlowType
 }

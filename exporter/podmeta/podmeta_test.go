@@ -108,3 +108,40 @@ func TestServiceFields(t *testing.T) {
 		}
 	}
 }
+
+// TestSNATAndSharing checks the proxySnat fields (the reply goes to
+// another address than the client's: SNAT on this hop) and that
+// connections without SNAT and with the same values share one
+// record.Meta while a SNAT'ed one has its own.
+func TestSNATAndSharing(t *testing.T) {
+	r, err := New(Options{Node: "node-1", PodCIDRs: []netip.Prefix{netip.MustParsePrefix("10.0.1.0/24")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ap := netip.MustParseAddrPort
+	c := source.Conn{ID: 3, Proto: source.ProtoTCP, OrigSrc: ap("10.0.1.2:40000"), OrigDst: ap("10.0.2.3:8080"),
+		ReplySrc: ap("10.0.2.3:8080"), ReplyDst: ap("10.0.1.2:40000")}
+	other := c
+	other.OrigSrc, other.ReplyDst = ap("10.0.1.2:40001"), ap("10.0.1.2:40001")
+	snat := c
+	snat.OrigSrc, snat.ReplyDst = ap("10.0.1.5:41000"), ap("192.168.0.1:61000")
+	var flows [3]flow.Flow
+	var metas [3]*record.Meta
+	for i, cn := range []*source.Conn{&c, &other, &snat} {
+		m := r.Describe(cn, time.Now())
+		var rec record.Record
+		r.Fill(&rec, &m)
+		rec.Flow(&flows[i])
+		metas[i] = rec.Meta
+	}
+	if flows[0].Present.Has(flow.ProxySnatIP) || flows[0].Present.Has(flow.ProxySnatPort) {
+		t.Errorf("no SNAT happened but proxySnat is set: %v", flows[0].ProxySnatIP)
+	}
+	if f := flows[2]; f.ProxySnatIP != netip.MustParseAddr("192.168.0.1") || f.ProxySnatPort != 61000 ||
+		!f.Present.Has(flow.ProxySnatIP) || !f.Present.Has(flow.ProxySnatPort) {
+		t.Errorf("SNAT record %v:%d", f.ProxySnatIP, f.ProxySnatPort)
+	}
+	if metas[0] == nil || metas[0] != metas[1] || metas[2] == metas[0] {
+		t.Errorf("metadata %p %p %p: want the first two shared, the SNAT'ed one its own", metas[0], metas[1], metas[2])
+	}
+}

@@ -25,7 +25,11 @@ type Queue struct {
 	n       int
 	dropped uint64
 	notify  chan struct{}
-	// full counts the records held that keep a whole flow.Flow (Full):
+	// reserved is the length of the last Reserve's run, until Commit or
+	// PushRecords.
+	reserved int
+	// full counts the records held that keep a whole flow.Flow
+	// (Meta.Full):
 	// only those need releasing, and a queue of store records (none) is
 	// not scanned on every acknowledgement.
 	full int
@@ -40,12 +44,17 @@ func New(capacity int) *Queue {
 func (q *Queue) Cap() int { return len(q.buf) }
 
 // Push copies whole flow records in (each kept as a record.Record's
-// Full), as PushRecords does.
+// Meta.Full), as PushRecords does.
 func (q *Queue) Push(flows []flow.Flow) (dropped int) {
 	recs := make([]record.Record, len(flows))
 	for i := range flows {
-		f := flows[i]
-		recs[i].Full = &f
+		// One allocation per flow: the Meta and the flow it points to.
+		b := &struct {
+			m record.Meta
+			f flow.Flow
+		}{f: flows[i]}
+		b.m.Full = &b.f
+		recs[i].Meta = &b.m
 	}
 	return q.PushRecords(recs)
 }
@@ -69,7 +78,7 @@ func (q *Queue) PushRecords(recs []record.Record) (dropped int) {
 		dropped += over
 	}
 	for i := range recs {
-		if recs[i].Full != nil {
+		if m := recs[i].Meta; m != nil && m.Full != nil {
 			q.full++
 		}
 	}
@@ -81,12 +90,58 @@ func (q *Queue) PushRecords(recs []record.Record) (dropped int) {
 		q.n += k
 	}
 	q.dropped += uint64(dropped)
+	q.reserved = 0
 	q.mu.Unlock()
 	select {
 	case q.notify <- struct{}{}:
 	default:
 	}
 	return dropped
+}
+
+// Reserve returns the free slots of the ring after the newest record
+// held, at most n of them, in one run (fewer at the end of the ring; none
+// when the queue is full), for the producer to write records into without
+// a copy; Commit then stores the first of them. Until then they are not
+// held: the consumer does not see them, and only the producer may write
+// them. A new Reserve or PushRecords gives up what was not committed.
+func (q *Queue) Reserve(n int) []record.Record {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	c := len(q.buf)
+	at := int((q.head + uint64(q.n)) % uint64(c))
+	// The consumer's Ack moves the head and the count alike: the slots
+	// after the newest stay where they are, and free.
+	k := min(n, c-q.n, c-at)
+	q.reserved = k
+	return q.buf[at : at+k : at+k]
+}
+
+// Commit stores the first k records of the last Reserve's slots, as if
+// they had been pushed.
+func (q *Queue) Commit(k int) {
+	if k <= 0 {
+		return
+	}
+	q.mu.Lock()
+	if k > q.reserved {
+		q.mu.Unlock()
+		panic("queue: Commit of more records than reserved")
+	}
+	c := uint64(len(q.buf))
+	at := (q.head + uint64(q.n)) % c
+	for i := range uint64(k) {
+		if m := q.buf[at+i].Meta; m != nil && m.Full != nil {
+			q.full++
+		}
+	}
+	q.n += k
+	q.reserved = 0
+	q.mu.Unlock()
+	select {
+	case q.notify <- struct{}{}:
+	default:
+	}
 }
 
 // Head is the sequence number of the oldest record held (the next one to
@@ -155,8 +210,8 @@ func (q *Queue) Ack(upto uint64) {
 func (q *Queue) release(from, upto uint64) {
 	c := uint64(len(q.buf))
 	for s := from; s < upto && q.full > 0; s++ {
-		if r := &q.buf[s%c]; r.Full != nil {
-			r.Full = nil
+		if r := &q.buf[s%c]; r.Meta != nil && r.Meta.Full != nil {
+			r.Meta = nil
 			q.full--
 		}
 	}

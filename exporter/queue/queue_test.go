@@ -144,3 +144,82 @@ func TestRecordsAcrossTheRingsEnd(t *testing.T) {
 }
 
 func ports2(fs []flow.Flow) []uint16 { return ports(fs) }
+
+// TestReserveCommit writes records straight into the ring: a reservation
+// stops at the ring's end and at the free room, only what is committed
+// is held, and a consumer peeking and acknowledging at the same time
+// sees every committed record once, in order (run with -race).
+func TestReserveCommit(t *testing.T) {
+	q := New(5)
+	q.PushRecords(make([]record.Record, 3))
+	q.Ack(2) // head at 2: one held, at slot 2
+	r := q.Reserve(10)
+	if len(r) != 2 { // slots 3 and 4, then the ring's end
+		t.Fatalf("reserved %d at the ring's end, want 2", len(r))
+	}
+	r[0].SrcPort, r[1].SrcPort = 10, 11
+	q.Commit(1)
+	if q.Len() != 2 {
+		t.Fatalf("%d held after committing one of two", q.Len())
+	}
+	r = q.Reserve(10)
+	if len(r) != 1 { // slot 4 was reserved and not committed: given again
+		t.Fatalf("reserved %d, want 1 (slot 4, then the ring's end)", len(r))
+	}
+	r[0].SrcPort = 12
+	q.Commit(1)
+	r = q.Reserve(10) // slots 0 and 1: free since the Ack
+	if len(r) != 2 {
+		t.Fatalf("reserved %d after the wrap, want 2", len(r))
+	}
+	r[0].SrcPort, r[1].SrcPort = 13, 14
+	q.Commit(2)
+	if r = q.Reserve(1); len(r) != 0 || q.Len() != 5 {
+		t.Fatalf("a full queue reserved %d, holds %d", len(r), q.Len())
+	}
+	_, got := q.Peek(0, nil, 10)
+	var ports []uint16
+	for _, r := range got[1:] {
+		ports = append(ports, r.SrcPort)
+	}
+	if !eq(ports, []uint16{10, 12, 13, 14}) {
+		t.Fatalf("held %v", ports)
+	}
+
+	// One producer, one consumer.
+	q = New(64)
+	const total = 20_000
+	done := make(chan []uint16)
+	go func() {
+		var seen []uint16
+		var buf []record.Record
+		next := uint64(0)
+		for len(seen) < total {
+			if !q.Wait(context.Background(), next) {
+				return
+			}
+			var first uint64
+			first, buf = q.Peek(next, buf[:0], 16)
+			for _, r := range buf {
+				seen = append(seen, r.SrcPort)
+			}
+			next = first + uint64(len(buf))
+			q.Ack(next)
+		}
+		done <- seen
+	}()
+	for n := 0; n < total; {
+		r := q.Reserve(min(7, total-n))
+		for i := range r {
+			r[i] = record.Record{SrcPort: uint16(n + i)}
+		}
+		q.Commit(len(r))
+		n += len(r)
+	}
+	seen := <-done
+	for i, p := range seen {
+		if p != uint16(i) {
+			t.Fatalf("record %d is %d", i, p)
+		}
+	}
+}
