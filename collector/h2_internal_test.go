@@ -425,3 +425,70 @@ func TestH2GoAwayOnStop(t *testing.T) {
 		t.Error("the connection stayed open")
 	}
 }
+
+// openStreams counts the streams the server holds open on its
+// connections.
+func openStreams(h *h2Server) int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	n := 0
+	for c := range h.conns {
+		c.mu.Lock()
+		n += len(c.streams)
+		c.mu.Unlock()
+	}
+	return n
+}
+
+// TestH2StreamErrorEndsStream: a stream the server resets for a frame
+// the framer refuses (here a WINDOW_UPDATE of 0, a stream error) is over
+// for the server too: its goroutine ends and its slot is free, rather
+// than waiting forever for octets the client will not send.
+func TestH2StreamErrorEndsStream(t *testing.T) {
+	addr, h, _ := startH2(t, make(chan flow.Batch, 1), 1)
+	c := dialH2(t, addr)
+	c.open(1)
+	if err := c.fr.WriteRawFrame(http2.FrameWindowUpdate, 0, 1, make([]byte, 4)); err != nil {
+		t.Fatal(err)
+	}
+	r := c.next(true, func(f http2.Frame) bool { _, ok := f.(*http2.RSTStreamFrame); return ok }).(*http2.RSTStreamFrame)
+	if r.StreamID != 1 || r.ErrCode != http2.ErrCodeProtocol {
+		t.Fatalf("stream %d reset with %v, want 1 with PROTOCOL_ERROR", r.StreamID, r.ErrCode)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for openStreams(h) > 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the server still holds the stream it reset")
+		}
+		time.Sleep(5 * time.Millisecond) // polling the server's state, not a synchronisation
+	}
+}
+
+// TestH2FrameSizeLimit: a frame larger than SETTINGS_MAX_FRAME_SIZE
+// (16384, which the server does not raise) is a FRAME_SIZE_ERROR
+// (RFC 9113 4.2), not read into a buffer the connection keeps.
+func TestH2FrameSizeLimit(t *testing.T) {
+	addr, _, _ := startH2(t, make(chan flow.Batch, 1), 4)
+	c := dialH2(t, addr)
+	if err := c.fr.WriteRawFrame(0xfe, 0, 0, make([]byte, 1<<20)); err != nil {
+		t.Fatal(err)
+	}
+	c.fr.WritePing(false, [8]byte{'a', 'f', 't', 'e', 'r'})
+	for {
+		f, err := c.fr.ReadFrame()
+		if err != nil {
+			return // closed: fine
+		}
+		switch f := f.(type) {
+		case *http2.PingFrame:
+			if f.IsAck() && f.Data == [8]byte{'a', 'f', 't', 'e', 'r'} {
+				t.Fatal("a 1 MiB frame was read and ignored; want FRAME_SIZE_ERROR")
+			}
+		case *http2.GoAwayFrame:
+			if f.ErrCode != http2.ErrCodeFrameSize {
+				t.Errorf("GOAWAY %v, want FRAME_SIZE_ERROR", f.ErrCode)
+			}
+			return
+		}
+	}
+}
