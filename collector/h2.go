@@ -706,7 +706,11 @@ func (c *h2Conn) streamDone(s *h2Stream) {
 	last := c.closing && len(c.streams) == 0
 	c.mu.Unlock()
 	if last {
+		// Under wmu: a stream that respond has already forgotten may be
+		// writing its response still; it goes out first.
+		c.wmu.Lock()
 		c.nc.Close()
+		c.wmu.Unlock()
 	}
 }
 
