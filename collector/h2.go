@@ -111,15 +111,23 @@ func (h *h2Server) shutdown(timeout time.Duration) bool {
 		conns = append(conns, c)
 	}
 	h.mu.Unlock()
+	// Each in a goroutine: a connection's writer may be stuck on a
+	// client that reads nothing (until the write timeout, longer than
+	// the stop's); the timeout below bounds the stop, and closing the
+	// connections ends such a write.
+	var goAways sync.WaitGroup
+	defer goAways.Wait()
 	for _, c := range conns {
-		c.goAway()
+		goAways.Go(c.goAway)
 	}
 	stopped := make(chan struct{})
 	go func() { h.wg.Wait(); close(stopped) }()
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
 	select {
 	case <-stopped:
 		return true
-	case <-time.After(timeout):
+	case <-timer.C:
 	}
 	h.closeAll()
 	<-stopped

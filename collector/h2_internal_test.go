@@ -492,3 +492,53 @@ func TestH2FrameSizeLimit(t *testing.T) {
 		}
 	}
 }
+
+// TestH2ShutdownBoundedByStuckWriter: a client that reads nothing and
+// has filled the server's socket buffer holds the connection's writer
+// until the write timeout; shutdown is still bounded by its own timeout.
+func TestH2ShutdownBoundedByStuckWriter(t *testing.T) {
+	addr, h, _ := startH2(t, make(chan flow.Batch, 1), 4)
+	h.writeTimeout = 20 * time.Second
+	c := dialH2(t, addr)
+	if tc, ok := c.nc.(*net.TCPConn); ok {
+		tc.SetReadBuffer(4096)
+	}
+	// Pings until the server stops reading (its reader is stuck writing
+	// their answers): then the client's writes block, none of a ping
+	// going out within a second, twice running.
+	ping := make([]byte, 0, 17*1024)
+	for range 1024 {
+		ping = append(ping, 0, 0, 8, byte(http2.FramePing), 0, 0, 0, 0, 0, 1, 2, 3, 4, 5, 6, 7, 8)
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	stalls, off := 0, 0
+	for stalls < 2 {
+		if time.Now().After(deadline) {
+			t.Fatal("the server kept reading")
+		}
+		c.nc.SetWriteDeadline(time.Now().Add(time.Second))
+		n, err := c.nc.Write(ping[off:])
+		off = (off + n) % len(ping)
+		switch {
+		case err == nil:
+			stalls = 0
+		case n > 0:
+			stalls = 0
+			var ne net.Error
+			if !errors.As(err, &ne) || !ne.Timeout() {
+				t.Fatal(err)
+			}
+		default:
+			var ne net.Error
+			if !errors.As(err, &ne) || !ne.Timeout() {
+				t.Fatal(err)
+			}
+			stalls++
+		}
+	}
+	start := time.Now()
+	h.shutdown(200 * time.Millisecond)
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("shutdown with a 200ms timeout took %v", d)
+	}
+}
