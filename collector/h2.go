@@ -589,6 +589,9 @@ func (c *h2Conn) onData(f *http2.DataFrame) http2.ErrCode {
 		c.refuseStream(s.id, http2.ErrCodeFlowControl)
 		s.endByConn()
 		s.rEnded = true
+		c.wmu.Lock()
+		c.sendCond.Broadcast() // a response waiting for window gives up
+		c.wmu.Unlock()
 		return http2.ErrCodeNo
 	}
 	data := f.Data()
