@@ -278,6 +278,9 @@ func (c *h2Conn) serve() {
 				c.h.log.Debug("HTTP/2 stream error", "peer", c.peer.String(), "stream", se.StreamID, "err", err)
 				c.refuseStream(se.StreamID, se.Code)
 				c.onStreamError(se.StreamID)
+				if c.br.Buffered() == 0 {
+					c.wakeDirty() // as after any frame
+				}
 				continue
 			}
 			if errors.Is(err, http2.ErrFrameTooLarge) {

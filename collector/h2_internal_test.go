@@ -542,3 +542,41 @@ func TestH2ShutdownBoundedByStuckWriter(t *testing.T) {
 		t.Errorf("shutdown with a 200ms timeout took %v", d)
 	}
 }
+
+// TestH2StreamErrorWakesStreams: a frame refused with a stream error,
+// last in a read, does not keep the streams that got data before it
+// in the same read from being woken.
+func TestH2StreamErrorWakesStreams(t *testing.T) {
+	out := make(chan flow.Batch, 1)
+	addr, _, _ := startH2(t, out, 4)
+	c := dialH2(t, addr)
+	c.open(1)
+	// One write: stream 1's request and its end, then a WINDOW_UPDATE
+	// of 0 on stream 3 (a stream error).
+	var b bytes.Buffer
+	fw := http2.NewFramer(&b, nil)
+	if err := fw.WriteData(1, true, request(3)); err != nil {
+		t.Fatal(err)
+	}
+	if err := fw.WriteRawFrame(http2.FrameWindowUpdate, 0, 3, make([]byte, 4)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.nc.Write(b.Bytes()); err != nil {
+		t.Fatal(err)
+	}
+	c.nc.SetReadDeadline(time.Now().Add(10 * time.Second))
+	for {
+		f, err := c.fr.ReadFrame()
+		if err != nil {
+			t.Fatalf("no answer on stream 1: %v", err)
+		}
+		if h, ok := f.(*http2.MetaHeadersFrame); ok && h.StreamID == 1 && h.StreamEnded() {
+			break
+		}
+	}
+	select {
+	case <-out:
+	case <-time.After(10 * time.Second):
+		t.Fatal("stream 1's record was not handed on")
+	}
+}
