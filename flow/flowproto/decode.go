@@ -28,11 +28,11 @@ func RequestFlows(req []byte, dst [][]byte) ([][]byte, error) {
 	return dst, err
 }
 
-// RequestFlowsUpTo is RequestFlows appending at most max spans (none
-// fewer when max < 0): n counts every Flow of req. A request of many tiny
+// RequestFlowsUpTo is RequestFlows appending at most limit spans (all
+// of them when limit < 0): n counts every Flow of req. A request of many tiny
 // Flows (an empty one is 2 octets) then costs no span for each of those
 // beyond what the caller accepts.
-func RequestFlowsUpTo(req []byte, dst [][]byte, max int) (_ [][]byte, n int, err error) {
+func RequestFlowsUpTo(req []byte, dst [][]byte, limit int) (_ [][]byte, n int, err error) {
 	for len(req) > 0 {
 		num, typ, k := protowire.ConsumeTag(req)
 		if k < 0 {
@@ -44,7 +44,7 @@ func RequestFlowsUpTo(req []byte, dst [][]byte, max int) (_ [][]byte, n int, err
 			if k < 0 {
 				return dst, n, fmt.Errorf("%w: export request: flow: %w", ErrMalformed, protowire.ParseError(k))
 			}
-			if max < 0 || n < max {
+			if limit < 0 || n < limit {
 				dst = append(dst, v)
 			}
 			n++
