@@ -420,14 +420,18 @@ func (e *exportService) receive(sctx context.Context, st *h2Stream, exporter net
 				return nil, false // the rest is on its way
 			}
 			messages.Inc()
-			spans, err = flowproto.RequestFlows(msg, spans[:0])
+			// Spans only up to the limit: a 4 MiB request of empty
+			// Flows would otherwise cost 2 million spans (48 MiB).
+			var count int
+			spans, count, err = flowproto.RequestFlowsUpTo(msg, spans[:0], o.GRPC.MaxFlows)
 			if err != nil {
 				return status.Errorf(codes.Internal, "grpc: failed to unmarshal the received message: %v", err), false
 			}
-			if len(spans) > o.GRPC.MaxFlows {
-				tooMany.Add(float64(len(spans)))
-				log.Warn("ending gRPC export stream: too many flows in one request", "flows", len(spans), "limit", o.GRPC.MaxFlows)
-				return status.Errorf(codes.ResourceExhausted, "%d flows in one request, more than %d", len(spans), o.GRPC.MaxFlows), true
+			if count > o.GRPC.MaxFlows {
+				clear(spans)
+				tooMany.Add(float64(count))
+				log.Warn("ending gRPC export stream: too many flows in one request", "flows", count, "limit", o.GRPC.MaxFlows)
+				return status.Errorf(codes.ResourceExhausted, "%d flows in one request, more than %d", count, o.GRPC.MaxFlows), true
 			}
 			mark := len(pending)
 			var unknown, invalidHere int

@@ -24,13 +24,12 @@ import (
 )
 
 const (
-	// grpcReadBuffer is how much of a stream's body one read takes: a
-	// few hundred one-Flow messages.
-	grpcReadBuffer = 64 << 10
 	// HTTP/2 flow-control windows: what an exporter may send ahead of
-	// the collector's reading, per stream and per connection. With the
-	// read buffers, a connection holds at most about 1.3 MiB. (256 KiB
-	// windows cost a fifth of the throughput with 100 Flows per request.)
+	// the collector's reading, per stream and per connection: a
+	// connection holds at most the connection's window of octets not
+	// yet taken, and each stream what it took (up to maxTake chunks)
+	// plus one message put together (MaxMessageSize). (256 KiB windows
+	// cost a fifth of the throughput with 100 Flows per request.)
 	grpcStreamWindow = 1 << 20
 	grpcConnWindow   = 1 << 20
 )

@@ -111,15 +111,23 @@ func (h *h2Server) shutdown(timeout time.Duration) bool {
 		conns = append(conns, c)
 	}
 	h.mu.Unlock()
+	// Each in a goroutine: a connection's writer may be stuck on a
+	// client that reads nothing (until the write timeout, longer than
+	// the stop's); the timeout below bounds the stop, and closing the
+	// connections ends such a write.
+	var goAways sync.WaitGroup
+	defer goAways.Wait()
 	for _, c := range conns {
-		c.goAway()
+		goAways.Go(c.goAway)
 	}
 	stopped := make(chan struct{})
 	go func() { h.wg.Wait(); close(stopped) }()
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
 	select {
 	case <-stopped:
 		return true
-	case <-time.After(timeout):
+	case <-timer.C:
 	}
 	h.closeAll()
 	<-stopped
@@ -225,6 +233,9 @@ func newH2Conn(h *h2Server, nc net.Conn) *h2Conn {
 	c.fr.SetReuseFrames()
 	c.fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
 	c.fr.MaxHeaderListSize = h2MaxHeaderList
+	// The server leaves SETTINGS_MAX_FRAME_SIZE at its default: a larger
+	// frame is an error, not a buffer of up to 16 MiB the framer keeps.
+	c.fr.SetMaxReadFrameSize(h2ChunkSize)
 	c.bw = bufio.NewWriterSize(nc, 4096)
 	c.fw = http2.NewFramer(c.bw, nil)
 	c.henc = hpack.NewEncoder(&c.hbuf)
@@ -266,7 +277,16 @@ func (c *h2Conn) serve() {
 				// sent: that stream only.
 				c.h.log.Debug("HTTP/2 stream error", "peer", c.peer.String(), "stream", se.StreamID, "err", err)
 				c.refuseStream(se.StreamID, se.Code)
+				c.onStreamError(se.StreamID)
+				if c.br.Buffered() == 0 {
+					c.wakeDirty() // as after any frame
+				}
 				continue
+			}
+			if errors.Is(err, http2.ErrFrameTooLarge) {
+				c.h.log.Debug("HTTP/2 connection error", "peer", c.peer.String(), "err", err)
+				c.fail(http2.ErrCodeFrameSize)
+				return
 			}
 			var ce http2.ConnectionError
 			if errors.As(err, &ce) {
@@ -572,6 +592,9 @@ func (c *h2Conn) onData(f *http2.DataFrame) http2.ErrCode {
 		c.refuseStream(s.id, http2.ErrCodeFlowControl)
 		s.endByConn()
 		s.rEnded = true
+		c.wmu.Lock()
+		c.sendCond.Broadcast() // a response waiting for window gives up
+		c.wmu.Unlock()
 		return http2.ErrCodeNo
 	}
 	data := f.Data()
@@ -609,6 +632,27 @@ func (c *h2Conn) onData(f *http2.DataFrame) http2.ErrCode {
 		c.dirty = append(c.dirty, s)
 	}
 	return http2.ErrCodeNo
+}
+
+// onStreamError ends, for the server too, a stream just reset for a
+// frame the framer refused: the client sends it nothing more, so its
+// goroutine must not wait for more. A stream not yet opened (refused
+// HEADERS) is counted as opened, so that DATA in flight for it is
+// ignored rather than taken for DATA on an idle stream.
+func (c *h2Conn) onStreamError(id uint32) {
+	c.mu.Lock()
+	s := c.streams[id]
+	if s == nil && id%2 == 1 && id > c.maxID {
+		c.maxID = id
+	}
+	c.mu.Unlock()
+	if s != nil {
+		s.rEnded = true
+		s.endByConn()
+		c.wmu.Lock()
+		c.sendCond.Broadcast() // a response waiting for window gives up
+		c.wmu.Unlock()
+	}
 }
 
 // endRemote records the end of the client's side of s.
@@ -676,7 +720,11 @@ func (c *h2Conn) streamDone(s *h2Stream) {
 	last := c.closing && len(c.streams) == 0
 	c.mu.Unlock()
 	if last {
+		// Under wmu: a stream that respond has already forgotten may be
+		// writing its response still; it goes out first.
+		c.wmu.Lock()
 		c.nc.Close()
+		c.wmu.Unlock()
 	}
 }
 

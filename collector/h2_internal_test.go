@@ -425,3 +425,158 @@ func TestH2GoAwayOnStop(t *testing.T) {
 		t.Error("the connection stayed open")
 	}
 }
+
+// openStreams counts the streams the server holds open on its
+// connections.
+func openStreams(h *h2Server) int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	n := 0
+	for c := range h.conns {
+		c.mu.Lock()
+		n += len(c.streams)
+		c.mu.Unlock()
+	}
+	return n
+}
+
+// TestH2StreamErrorEndsStream: a stream the server resets for a frame
+// the framer refuses (here a WINDOW_UPDATE of 0, a stream error) is over
+// for the server too: its goroutine ends and its slot is free, rather
+// than waiting forever for octets the client will not send.
+func TestH2StreamErrorEndsStream(t *testing.T) {
+	addr, h, _ := startH2(t, make(chan flow.Batch, 1), 1)
+	c := dialH2(t, addr)
+	c.open(1)
+	if err := c.fr.WriteRawFrame(http2.FrameWindowUpdate, 0, 1, make([]byte, 4)); err != nil {
+		t.Fatal(err)
+	}
+	r := c.next(true, func(f http2.Frame) bool { _, ok := f.(*http2.RSTStreamFrame); return ok }).(*http2.RSTStreamFrame)
+	if r.StreamID != 1 || r.ErrCode != http2.ErrCodeProtocol {
+		t.Fatalf("stream %d reset with %v, want 1 with PROTOCOL_ERROR", r.StreamID, r.ErrCode)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for openStreams(h) > 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the server still holds the stream it reset")
+		}
+		time.Sleep(5 * time.Millisecond) // polling the server's state, not a synchronisation
+	}
+}
+
+// TestH2FrameSizeLimit: a frame larger than SETTINGS_MAX_FRAME_SIZE
+// (16384, which the server does not raise) is a FRAME_SIZE_ERROR
+// (RFC 9113 4.2), not read into a buffer the connection keeps.
+func TestH2FrameSizeLimit(t *testing.T) {
+	addr, _, _ := startH2(t, make(chan flow.Batch, 1), 4)
+	c := dialH2(t, addr)
+	if err := c.fr.WriteRawFrame(0xfe, 0, 0, make([]byte, 1<<20)); err != nil {
+		t.Fatal(err)
+	}
+	c.fr.WritePing(false, [8]byte{'a', 'f', 't', 'e', 'r'})
+	for {
+		f, err := c.fr.ReadFrame()
+		if err != nil {
+			return // closed: fine
+		}
+		switch f := f.(type) {
+		case *http2.PingFrame:
+			if f.IsAck() && f.Data == [8]byte{'a', 'f', 't', 'e', 'r'} {
+				t.Fatal("a 1 MiB frame was read and ignored; want FRAME_SIZE_ERROR")
+			}
+		case *http2.GoAwayFrame:
+			if f.ErrCode != http2.ErrCodeFrameSize {
+				t.Errorf("GOAWAY %v, want FRAME_SIZE_ERROR", f.ErrCode)
+			}
+			return
+		}
+	}
+}
+
+// TestH2ShutdownBoundedByStuckWriter: a client that reads nothing and
+// has filled the server's socket buffer holds the connection's writer
+// until the write timeout; shutdown is still bounded by its own timeout.
+func TestH2ShutdownBoundedByStuckWriter(t *testing.T) {
+	addr, h, _ := startH2(t, make(chan flow.Batch, 1), 4)
+	h.writeTimeout = 20 * time.Second
+	c := dialH2(t, addr)
+	if tc, ok := c.nc.(*net.TCPConn); ok {
+		tc.SetReadBuffer(4096)
+	}
+	// Pings until the server stops reading (its reader is stuck writing
+	// their answers): then the client's writes block, none of a ping
+	// going out within a second, twice running.
+	ping := make([]byte, 0, 17*1024)
+	for range 1024 {
+		ping = append(ping, 0, 0, 8, byte(http2.FramePing), 0, 0, 0, 0, 0, 1, 2, 3, 4, 5, 6, 7, 8)
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	stalls, off := 0, 0
+	for stalls < 2 {
+		if time.Now().After(deadline) {
+			t.Fatal("the server kept reading")
+		}
+		c.nc.SetWriteDeadline(time.Now().Add(time.Second))
+		n, err := c.nc.Write(ping[off:])
+		off = (off + n) % len(ping)
+		switch {
+		case err == nil:
+			stalls = 0
+		case n > 0:
+			stalls = 0
+			var ne net.Error
+			if !errors.As(err, &ne) || !ne.Timeout() {
+				t.Fatal(err)
+			}
+		default:
+			var ne net.Error
+			if !errors.As(err, &ne) || !ne.Timeout() {
+				t.Fatal(err)
+			}
+			stalls++
+		}
+	}
+	start := time.Now()
+	h.shutdown(200 * time.Millisecond)
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("shutdown with a 200ms timeout took %v", d)
+	}
+}
+
+// TestH2StreamErrorWakesStreams: a frame refused with a stream error,
+// last in a read, does not keep the streams that got data before it
+// in the same read from being woken.
+func TestH2StreamErrorWakesStreams(t *testing.T) {
+	out := make(chan flow.Batch, 1)
+	addr, _, _ := startH2(t, out, 4)
+	c := dialH2(t, addr)
+	c.open(1)
+	// One write: stream 1's request and its end, then a WINDOW_UPDATE
+	// of 0 on stream 3 (a stream error).
+	var b bytes.Buffer
+	fw := http2.NewFramer(&b, nil)
+	if err := fw.WriteData(1, true, request(3)); err != nil {
+		t.Fatal(err)
+	}
+	if err := fw.WriteRawFrame(http2.FrameWindowUpdate, 0, 3, make([]byte, 4)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.nc.Write(b.Bytes()); err != nil {
+		t.Fatal(err)
+	}
+	c.nc.SetReadDeadline(time.Now().Add(10 * time.Second))
+	for {
+		f, err := c.fr.ReadFrame()
+		if err != nil {
+			t.Fatalf("no answer on stream 1: %v", err)
+		}
+		if h, ok := f.(*http2.MetaHeadersFrame); ok && h.StreamID == 1 && h.StreamEnded() {
+			break
+		}
+	}
+	select {
+	case <-out:
+	case <-time.After(10 * time.Second):
+		t.Fatal("stream 1's record was not handed on")
+	}
+}

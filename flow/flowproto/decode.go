@@ -24,28 +24,40 @@ var ErrMalformed = errors.New("flowproto: malformed Protobuf")
 // whose outer structure is malformed is an error wrapping ErrMalformed;
 // the Flows themselves are checked by Decoder.Decode.
 func RequestFlows(req []byte, dst [][]byte) ([][]byte, error) {
+	dst, _, err := RequestFlowsUpTo(req, dst, -1)
+	return dst, err
+}
+
+// RequestFlowsUpTo is RequestFlows appending at most limit spans (all
+// of them when limit < 0): n counts every Flow of req. A request of many tiny
+// Flows (an empty one is 2 octets) then costs no span for each of those
+// beyond what the caller accepts.
+func RequestFlowsUpTo(req []byte, dst [][]byte, limit int) (_ [][]byte, n int, err error) {
 	for len(req) > 0 {
-		num, typ, n := protowire.ConsumeTag(req)
-		if n < 0 {
-			return dst, fmt.Errorf("%w: export request: %w", ErrMalformed, protowire.ParseError(n))
+		num, typ, k := protowire.ConsumeTag(req)
+		if k < 0 {
+			return dst, n, fmt.Errorf("%w: export request: %w", ErrMalformed, protowire.ParseError(k))
 		}
-		req = req[n:]
+		req = req[k:]
 		if num == 1 && typ == protowire.BytesType {
-			v, n := protowire.ConsumeBytes(req)
-			if n < 0 {
-				return dst, fmt.Errorf("%w: export request: flow: %w", ErrMalformed, protowire.ParseError(n))
+			v, k := protowire.ConsumeBytes(req)
+			if k < 0 {
+				return dst, n, fmt.Errorf("%w: export request: flow: %w", ErrMalformed, protowire.ParseError(k))
 			}
-			dst = append(dst, v)
-			req = req[n:]
+			if limit < 0 || n < limit {
+				dst = append(dst, v)
+			}
+			n++
+			req = req[k:]
 			continue
 		}
-		n = protowire.ConsumeFieldValue(num, typ, req)
-		if n < 0 {
-			return dst, fmt.Errorf("%w: export request: field %d: %w", ErrMalformed, num, protowire.ParseError(n))
+		k = protowire.ConsumeFieldValue(num, typ, req)
+		if k < 0 {
+			return dst, n, fmt.Errorf("%w: export request: field %d: %w", ErrMalformed, num, protowire.ParseError(k))
 		}
-		req = req[n:]
+		req = req[k:]
 	}
-	return dst, nil
+	return dst, n, nil
 }
 
 // Decoder turns encoded Flow messages into flow.Flow straight from the

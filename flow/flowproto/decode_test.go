@@ -272,3 +272,20 @@ func BenchmarkDecode(b *testing.B) {
 		}
 	})
 }
+
+// TestRequestFlowsUpTo: beyond max, Flows are counted, not spanned, so
+// that a request of many tiny Flows costs no span each.
+func TestRequestFlowsUpTo(t *testing.T) {
+	var req []byte
+	for range 1000 {
+		req = append(req, 0x0a, 0x00) // an empty Flow
+	}
+	spans, n, err := flowproto.RequestFlowsUpTo(req, nil, 10)
+	if err != nil || n != 1000 || len(spans) != 10 || cap(spans) > 16 {
+		t.Fatalf("%d spans (cap %d), %d flows, %v; want 10 spans, 1000 flows", len(spans), cap(spans), n, err)
+	}
+	all, err := flowproto.RequestFlows(req, nil)
+	if err != nil || len(all) != 1000 {
+		t.Fatalf("RequestFlows: %d spans, %v", len(all), err)
+	}
+}
