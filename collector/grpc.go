@@ -533,7 +533,16 @@ func (e *exportService) receive(sctx context.Context, st *h2Stream, exporter net
 		case <-sctx.Done():
 			// The client reset the stream, went away or reached its
 			// deadline: what it sent whole still goes on.
-			for take() > 0 {
+			// Only what the client's stream window lets in is drained:
+			// the stream is no longer credited, so a client past its
+			// deadline cannot keep it going.
+			drain := func() int64 {
+				var k int64
+				k, ended, reset = st.take(&body)
+				c.credit(nil, nil, k)
+				return k
+			}
+			for {
 				for {
 					if err, counted := decode(); err != nil {
 						return finish(err, counted)
@@ -545,6 +554,9 @@ func (e *exportService) receive(sctx context.Context, st *h2Stream, exporter net
 						unavailable.n, unavailable.bad = n, bad
 						return unavailable
 					}
+				}
+				if drain() == 0 {
+					break
 				}
 			}
 			return finish(status.FromContextError(sctx.Err()).Err(), false)

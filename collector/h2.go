@@ -809,7 +809,9 @@ func (s *h2Stream) take(r *bodyReader) (n int64, ended, reset bool) {
 	s.in = s.in[:rest]
 	n += s.pad
 	s.pad = 0
-	ended, reset = s.ended && rest == 0, s.reset
+	// The end and a reset are seen once everything before them is
+	// taken: whole messages a client sent before resetting still go on.
+	ended, reset = s.ended && rest == 0, s.reset && rest == 0
 	s.mu.Unlock()
 	if rest > 0 {
 		s.signal() // the rest, once these are read
