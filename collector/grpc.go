@@ -123,6 +123,7 @@ func (s *Server) newH2Server(svc *exportService, handlers *handlerCount, log *sl
 		handle:         svc.serve,
 		admit:          handlers.enter,
 		done:           handlers.leave,
+		protocolError:  o.Metrics.DecodeErrors.WithLabelValues("grpc").Inc,
 		prefaceTimeout: o.HandshakeTimeout,
 		writeTimeout:   grpcWriteTimeout,
 		// Keeps a dead peer from holding its streams forever, as

@@ -57,6 +57,9 @@ type h2Server struct {
 	// Unavailable, the collector is stopping); done after it ended.
 	admit func() bool
 	done  func()
+	// protocolError, if set, counts a connection closed for breaking
+	// the protocol.
+	protocolError func()
 	// Timings: the client's preface and SETTINGS, a write's bound, and
 	// the keepalive (a ping after pingIdle without a frame; the
 	// connection closed when nothing arrives pingTimeout after it).
@@ -381,6 +384,9 @@ func (c *h2Conn) writeLocked(w func() error) error {
 
 // fail ends the connection with GOAWAY and code.
 func (c *h2Conn) fail(code http2.ErrCode) {
+	if f := c.h.protocolError; f != nil {
+		f()
+	}
 	c.mu.Lock()
 	last := c.maxID
 	c.mu.Unlock()

@@ -475,7 +475,18 @@ func TestH2StreamErrorEndsStream(t *testing.T) {
 // (16384, which the server does not raise) is a FRAME_SIZE_ERROR
 // (RFC 9113 4.2), not read into a buffer the connection keeps.
 func TestH2FrameSizeLimit(t *testing.T) {
-	addr, _, _ := startH2(t, make(chan flow.Batch, 1), 4)
+	addr, _, s := startH2(t, make(chan flow.Batch, 1), 4)
+	// However the client sees the end, the connection is counted as
+	// closed for a protocol error.
+	defer func() {
+		deadline := time.Now().Add(10 * time.Second)
+		for testutil.ToFloat64(s.o.Metrics.DecodeErrors.WithLabelValues("grpc")) != 1 {
+			if time.Now().After(deadline) {
+				t.Fatalf("decode errors %v, want 1", testutil.ToFloat64(s.o.Metrics.DecodeErrors.WithLabelValues("grpc")))
+			}
+			time.Sleep(5 * time.Millisecond) // polling a counter, not a synchronisation
+		}
+	}()
 	c := dialH2(t, addr)
 	// The server may close the connection before the frame is all
 	// written: a failed write is one of the answers wanted.
