@@ -56,12 +56,19 @@ func (e *Exporter) describe(c *source.Conn, start time.Time) connMeta {
 // whichever Node owns it (no other Node sees the connection: the packets
 // were dropped before the destination committed them). The record refers
 // to the verdict; Attr says which of its parts it carries.
+//
+// It is called for every record the store makes: the part without an
+// Attributor is kept small enough to be inlined into the store's call.
 func (e *Exporter) fill(r *record.Record, m *connMeta) {
 	r.Meta, r.FlowType = m.rec, m.flowType // as podmeta.Resolver.Fill
-	a := e.o.Attributor
-	if a == nil {
-		return
+	if e.o.Attributor != nil {
+		e.fillVerdict(r, m)
 	}
+}
+
+// fillVerdict is fill's attribution part.
+func (e *Exporter) fillVerdict(r *record.Record, m *connMeta) {
+	a := e.o.Attributor
 	if m.attr == nil || m.attr.Gen != a.Generation() {
 		m.attr = a.Verdict(context.Background(), attrKey(r))
 		if m.attr == nil {

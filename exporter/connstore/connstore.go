@@ -96,39 +96,30 @@ type Stats struct {
 }
 
 // key is a connection's 5-tuple in a fixed-size, pointer-free form of
-// five words, so that hashing it is one pass over 40 octets and comparing
-// it (eq) five word compares, with no call. The addresses are their
-// 16-octet (IPv4-mapped) forms, big-endian, in two words each; ports
-// holds the source and destination ports, the protocol and the family
-// bits (bit 0: src is IPv4, bit 1: dst is IPv4, as opposed to their
-// IPv4-mapped IPv6 form), so the record gets the address back as the
-// source gave it.
+// 40 octets, so that hashing it is one pass over them and comparing it
+// (eq) five word compares, with no call. The addresses are their 16-octet
+// (IPv4-mapped) forms, as netip.Addr.As16 gives them and record.Addr
+// holds them (so that a record's address is a copy); ports holds the
+// source and destination ports, the protocol and the family bits (bit 0:
+// src is IPv4, bit 1: dst is IPv4, as opposed to their IPv4-mapped IPv6
+// form), so the record gets the address back as the source gave it.
 type key struct {
-	srcHi, srcLo, dstHi, dstLo uint64
-	ports                      uint64 // srcPort<<48 | dstPort<<32 | proto<<8 | four
+	src, dst [16]byte
+	ports    uint64 // srcPort<<48 | dstPort<<32 | proto<<8 | four
 }
 
+// eq compares the keys word by word (the byte order of a word does not
+// matter to equality; little-endian loads are plain loads here).
 func (k *key) eq(o *key) bool {
-	return (k.srcHi^o.srcHi)|(k.srcLo^o.srcLo)|(k.dstHi^o.dstHi)|(k.dstLo^o.dstLo)|(k.ports^o.ports) == 0
+	le := binary.LittleEndian
+	return (le.Uint64(k.src[:8])^le.Uint64(o.src[:8]))|(le.Uint64(k.src[8:])^le.Uint64(o.src[8:]))|
+		(le.Uint64(k.dst[:8])^le.Uint64(o.dst[:8]))|(le.Uint64(k.dst[8:])^le.Uint64(o.dst[8:]))|
+		(k.ports^o.ports) == 0
 }
 
-func (k *key) srcAddr() record.Addr { return addrOf(k.srcHi, k.srcLo, k.ports&1 != 0) }
-func (k *key) dstAddr() record.Addr { return addrOf(k.dstHi, k.dstLo, k.ports&2 != 0) }
-func (k *key) srcPort() uint16      { return uint16(k.ports >> 48) }
-func (k *key) dstPort() uint16      { return uint16(k.ports >> 32) }
-func (k *key) proto() uint8         { return uint8(k.ports >> 8) }
-
-func addrOf(hi, lo uint64, four bool) record.Addr {
-	var b [16]byte
-	binary.BigEndian.PutUint64(b[:8], hi)
-	binary.BigEndian.PutUint64(b[8:], lo)
-	return record.AddrFrom16(b, four)
-}
-
-func words(a netip.Addr) (hi, lo uint64) {
-	b := a.As16()
-	return binary.BigEndian.Uint64(b[:8]), binary.BigEndian.Uint64(b[8:])
-}
+func (k *key) srcPort() uint16 { return uint16(k.ports >> 48) }
+func (k *key) dstPort() uint16 { return uint16(k.ports >> 32) }
+func (k *key) proto() uint8    { return uint8(k.ports >> 8) }
 
 // entry flags.
 const (
@@ -157,14 +148,17 @@ type entry[M any] struct {
 
 // Store is the connection store.
 type Store[M any] struct {
-	o      Options[M]
-	index  map[key]uint32
-	slab   []entry[M]
-	free   []uint32
-	gen    uint32
-	stats  Stats
-	active int64
-	idle   int64
+	o     Options[M]
+	index map[key]uint32
+	slab  []entry[M]
+	free  []uint32
+	gen   uint32
+	stats Stats
+	// live counts the entries the snapshot in progress has seen (each
+	// once), tombs the tombstones among them.
+	live, tombs int
+	active      int64
+	idle        int64
 	// out collects the records of the Update in progress; those from
 	// emitted on are not emitted yet.
 	out     []record.Record
@@ -199,19 +193,21 @@ func New[M any](o Options[M]) (*Store[M], error) {
 // Stats returns the counters.
 func (s *Store[M]) Stats() Stats { return s.stats }
 
-func keyOf(c *source.Conn) key {
-	src, dst := c.OrigSrc.Addr(), c.ReplySrc.Addr()
-	var k key
-	k.srcHi, k.srcLo = words(src)
-	k.dstHi, k.dstLo = words(dst)
-	k.ports = uint64(c.OrigSrc.Port())<<48 | uint64(c.ReplySrc.Port())<<32 | uint64(c.Proto)<<8
+// set makes k c's key.
+func (k *key) set(c *source.Conn) {
+	// Naming netip here keeps its import, without which the compiler
+	// does not inline AddrPort's methods (two calls per address).
+	var src, dst netip.Addr = c.OrigSrc.Addr(), c.ReplySrc.Addr()
+	k.src = src.As16()
+	k.dst = dst.As16()
+	p := uint64(c.OrigSrc.Port())<<48 | uint64(c.ReplySrc.Port())<<32 | uint64(c.Proto)<<8
 	if src.Is4() {
-		k.ports |= 1
+		p |= 1
 	}
 	if dst.Is4() {
-		k.ports |= 2
+		p |= 2
 	}
-	return k
+	k.ports = p
 }
 
 // Update applies one snapshot of the connection table taken at now, then
@@ -248,20 +244,22 @@ func (s *Store[M]) apply(now time.Time, conns []source.Conn) {
 	}
 	ns := now.UnixNano()
 	seen := 0
+	s.live, s.tombs = 0, 0
 	// A dump lists the table in much the same order every time, and the
 	// slab holds entries in the order they were first seen: the entry
 	// after the last one found is tried first, and only a miss (a new,
 	// gone or moved connection) costs a look-up in the index. A hit needs
 	// no Keep either, as Keep depends on the tuple alone.
 	next := 0
+	var k key
 	for i := range conns {
 		c := &conns[i]
-		k := keyOf(c)
+		k.set(c)
 		if next < len(s.slab) {
 			if e := &s.slab[next]; e.seen != 0 && e.key.eq(&k) {
 				seen++
 				next++
-				s.touch(e, c, k, ns)
+				s.touch(e, c, ns)
 				continue
 			}
 		}
@@ -271,7 +269,7 @@ func (s *Store[M]) apply(now time.Time, conns []source.Conn) {
 		seen++
 		if idx, ok := s.index[k]; ok {
 			next = int(idx) + 1
-			s.touch(&s.slab[idx], c, k, ns)
+			s.touch(&s.slab[idx], c, ns)
 			continue
 		}
 		if len(s.index) >= s.o.MaxConnections {
@@ -287,26 +285,31 @@ func (s *Store[M]) apply(now time.Time, conns []source.Conn) {
 			idx = uint32(len(s.slab) - 1)
 		}
 		s.index[k] = idx
-		s.init(&s.slab[idx], c, k, ns)
+		e := &s.slab[idx]
+		s.init(e, c, &k, ns)
+		s.live++
+		s.due(e, ns)
 		next = int(idx) + 1
 	}
 	s.stats.Seen = seen
-	s.sweep(ns)
+	if s.live < len(s.index) {
+		s.sweep(ns)
+	}
+	s.stats.Connections = len(s.index)
+	s.stats.Ended = s.tombs
 }
 
-// slot is the place of the next record, zeroed.
-func (s *Store[M]) slot() *record.Record {
+// newSlot is the place of the next record when it is the first of a
+// run (UpdateEmit) or one more in the batch (Update); export takes the
+// others in the run itself. The place is as it was left: export writes
+// every field.
+func (s *Store[M]) newSlot() *record.Record {
 	if !s.direct {
 		s.out = append(s.out, record.Record{})
 		return &s.out[len(s.out)-1]
 	}
-	if s.buf == nil {
-		s.buf, s.nbuf = s.o.Buffer(s.o.EmitEvery), 0
-	}
-	r := &s.buf[s.nbuf]
-	s.nbuf++
-	*r = record.Record{}
-	return r
+	s.buf, s.nbuf = s.o.Buffer(s.o.EmitEvery), 1
+	return &s.buf[0]
 }
 
 // flush hands the records written in buf to Options.Emit.
@@ -327,8 +330,9 @@ func (s *Store[M]) emit() {
 	s.emitted = len(s.out)
 }
 
-// touch applies a snapshot's c to its entry e.
-func (s *Store[M]) touch(e *entry[M], c *source.Conn, k key, ns int64) {
+// touch applies a snapshot's c to its entry e (of c's key) and exports
+// what is due.
+func (s *Store[M]) touch(e *entry[M], c *source.Conn, ns int64) {
 	if e.seen == s.gen {
 		// The same tuple twice in one dump (zones): the first wins,
 		// whatever the second's ID. Checked before the ID, or each would
@@ -336,24 +340,46 @@ func (s *Store[M]) touch(e *entry[M], c *source.Conn, k key, ns int64) {
 		// connections, two identical ones if both were new).
 		return
 	}
+	s.live++
 	if e.id != c.ID && e.id != 0 && c.ID != 0 {
 		// The tuple names a new conntrack entry: the old connection
 		// ended with its last counters.
 		if e.flags&fDone == 0 {
 			s.export(e, ReasonEnd)
 		}
-		s.init(e, c, k, ns)
+		k := e.key
+		s.init(e, c, &k, ns)
+		s.due(e, ns)
 		return
 	}
-	s.update(e, c, ns)
+	e.seen = s.gen
+	if e.flags&fDone != 0 {
+		s.tombs++
+		return // a tombstone: nothing more is exported
+	}
+	e.lastSeen = ns
+	cur := [4]uint64{c.Packets, c.Bytes, c.ReversePackets, c.ReverseBytes}
+	if cur != e.cur || c.TCPState != e.tcpState {
+		e.cur, e.tcpState = cur, c.TCPState
+		e.flags |= fChanged
+		e.idleAt = ns + s.idle
+		if e.flags&fQueued == 0 {
+			e.flags |= fQueued
+			e.activeAt = ns + s.active
+		}
+	}
+	if ended(c) {
+		e.flags |= fEnded
+	}
+	s.due(e, ns)
 }
 
-func (s *Store[M]) init(e *entry[M], c *source.Conn, k key, ns int64) {
+func (s *Store[M]) init(e *entry[M], c *source.Conn, k *key, ns int64) {
 	start := ns
 	if !c.Start.IsZero() && c.Start.UnixNano() <= ns {
 		start = c.Start.UnixNano()
 	}
-	*e = entry[M]{key: k, id: c.ID, seen: s.gen, start: start, lastSeen: ns, flags: fChanged | fQueued,
+	*e = entry[M]{key: *k, id: c.ID, seen: s.gen, start: start, lastSeen: ns, flags: fChanged | fQueued,
 		activeAt: ns + s.active, idleAt: ns + s.idle, tcpState: c.TCPState,
 		cur: [4]uint64{c.Packets, c.Bytes, c.ReversePackets, c.ReverseBytes}}
 	if ended(c) {
@@ -371,90 +397,80 @@ func ended(c *source.Conn) bool {
 	return c.Dying
 }
 
-func (s *Store[M]) update(e *entry[M], c *source.Conn, ns int64) {
-	e.seen = s.gen
-	if e.flags&fDone != 0 {
-		return // a tombstone: nothing more is exported
-	}
-	e.lastSeen = ns
-	cur := [4]uint64{c.Packets, c.Bytes, c.ReversePackets, c.ReverseBytes}
-	if cur != e.cur || c.TCPState != e.tcpState {
-		e.cur, e.tcpState = cur, c.TCPState
-		e.flags |= fChanged
-		e.idleAt = ns + s.idle
-		if e.flags&fQueued == 0 {
-			e.flags |= fQueued
-			e.activeAt = ns + s.active
+// due exports what is due of an entry the snapshot has seen, once it
+// has been applied: its state then depends on the entry and the time
+// alone, so deciding while the entry is in cache, rather than in a
+// second pass over the whole store, gives the same records.
+func (s *Store[M]) due(e *entry[M], ns int64) {
+	switch {
+	case e.flags&fDone != 0:
+		s.tombs++
+	case e.flags&fEnded != 0:
+		s.export(e, ReasonEnd)
+		e.flags |= fDone
+		s.tombs++
+	case e.flags&fQueued == 0:
+	case ns >= e.idleAt:
+		// Quiet for the idle timeout: a last record, then wait for new
+		// packets. One that changed since its last export still reports
+		// them as active, as the reference does.
+		r := ReasonIdle
+		if e.flags&fChanged != 0 {
+			r = ReasonActive
 		}
-	}
-	if ended(c) {
-		e.flags |= fEnded
+		s.export(e, r)
+		e.flags &^= fQueued
+	case ns >= e.activeAt:
+		if e.flags&fChanged != 0 {
+			s.export(e, ReasonActive)
+		}
+		e.activeAt = ns + s.active
 	}
 }
 
-// sweep removes the entries the snapshot no longer had and exports what is
-// due.
+// sweep removes the entries the snapshot no longer had, with an
+// END_OF_FLOW record for those not ended yet. apply calls it only when
+// some entry was not seen: every entry held is in the index, so when the
+// snapshot saw as many distinct entries as the index holds, none is gone.
 func (s *Store[M]) sweep(ns int64) {
-	tomb := 0
 	for i := range s.slab {
 		e := &s.slab[i]
-		if e.seen == 0 {
+		if e.seen == 0 || e.seen == s.gen {
 			continue
 		}
-		if e.seen != s.gen {
-			// Gone from the table: it ended, whatever its state said.
-			if e.flags&fDone == 0 {
-				e.lastSeen = ns
-				s.export(e, ReasonEnd)
-			}
-			delete(s.index, e.key)
-			*e = entry[M]{}
-			s.free = append(s.free, uint32(i))
-			continue
-		}
-		switch {
-		case e.flags&fDone != 0:
-			tomb++
-		case e.flags&fEnded != 0:
+		// Gone from the table: it ended, whatever its state said.
+		if e.flags&fDone == 0 {
+			e.lastSeen = ns
 			s.export(e, ReasonEnd)
-			e.flags |= fDone
-			tomb++
-		case e.flags&fQueued == 0:
-		case ns >= e.idleAt:
-			// Quiet for the idle timeout: a last record, then wait for
-			// new packets. One that changed since its last export still
-			// reports them as active, as the reference does.
-			r := ReasonIdle
-			if e.flags&fChanged != 0 {
-				r = ReasonActive
-			}
-			s.export(e, r)
-			e.flags &^= fQueued
-		case ns >= e.activeAt:
-			if e.flags&fChanged != 0 {
-				s.export(e, ReasonActive)
-			}
-			e.activeAt = ns + s.active
 		}
+		delete(s.index, e.key)
+		*e = entry[M]{}
+		s.free = append(s.free, uint32(i))
 	}
-	s.stats.Connections = len(s.index)
-	s.stats.Ended = tomb
 }
 
-// export appends e's record to s.out.
+// export writes e's record into the next slot, every field of it (the
+// slot may hold an older record), and hands the run on when it is full.
 func (s *Store[M]) export(e *entry[M], reason uint8) {
-	r := s.slot()
-	r.Start, r.End, r.EndReason = e.start, e.lastSeen, reason
-	r.Src, r.SrcPort, r.Dst, r.DstPort, r.Proto = e.key.srcAddr(), e.key.srcPort(), e.key.dstAddr(), e.key.dstPort(), e.key.proto()
-	r.TCPState = e.tcpState
+	var r *record.Record
+	if s.direct && s.nbuf < len(s.buf) {
+		r = &s.buf[s.nbuf]
+		s.nbuf++
+	} else {
+		r = s.newSlot()
+	}
+	k := &e.key
+	r.Start, r.End = e.start, e.lastSeen
 	c := &r.Counts
 	c[record.PacketTotal], c[record.OctetTotal] = e.cur[0], e.cur[1]
+	c[record.PacketDelta], c[record.OctetDelta] = delta(e.cur[0], e.prev[0]), delta(e.cur[1], e.prev[1])
 	c[record.ReversePacketTotal], c[record.ReverseOctetTotal] = e.cur[2], e.cur[3]
-	for j, d := range [4]int{record.PacketDelta, record.OctetDelta, record.ReversePacketDelta, record.ReverseOctetDelta} {
-		if e.cur[j] > e.prev[j] {
-			c[d] = e.cur[j] - e.prev[j]
-		}
-	}
+	c[record.ReversePacketDelta], c[record.ReverseOctetDelta] = delta(e.cur[2], e.prev[2]), delta(e.cur[3], e.prev[3])
+	r.Src.Set16(&k.src, k.ports&1 != 0)
+	r.Dst.Set16(&k.dst, k.ports&2 != 0)
+	r.SrcPort, r.DstPort, r.Proto = k.srcPort(), k.dstPort(), k.proto()
+	r.EndReason, r.TCPState, r.FlowType, r.Attr = reason, e.tcpState, 0, 0
+	r.Meta, r.Verdict = nil, nil
 	if s.o.Fill != nil {
 		s.o.Fill(r, &e.meta)
 	}
@@ -469,4 +485,13 @@ func (s *Store[M]) export(e *entry[M], reason uint8) {
 	case len(s.out)-s.emitted >= s.o.EmitEvery:
 		s.emit()
 	}
+}
+
+// delta is a counter's increase since its last export, 0 when it went
+// backwards.
+func delta(cur, prev uint64) uint64 {
+	if cur > prev {
+		return cur - prev
+	}
+	return 0
 }

@@ -3,12 +3,14 @@ package connstore
 import (
 	"fmt"
 	"net/netip"
+	"reflect"
 	"slices"
 	"testing"
 	"time"
 	"unsafe"
 
 	"sluice/enrich"
+	"sluice/exporter/attribution"
 	"sluice/exporter/record"
 	"sluice/exporter/source"
 	"sluice/flow"
@@ -373,5 +375,88 @@ func TestUpdateEmitAsUpdate(t *testing.T) {
 		if !slices.Equal(emitted, out) {
 			t.Fatalf("step %d: UpdateEmit made %d records, Update %d, or others", step, len(emitted), len(out))
 		}
+	}
+}
+
+// TestUpdateEmitOverwritesOldRecords: export does not clear a slot
+// before writing it, so every field of a record must be written. Buffer
+// gives slots holding an old record with every field set; the records
+// made must be Update's, field for field.
+func TestUpdateEmitOverwritesOldRecords(t *testing.T) {
+	old := record.Record{Start: 1, End: 2, Counts: [8]uint64{1, 2, 3, 4, 5, 6, 7, 8},
+		Src: record.AddrFrom(netip.MustParseAddr("fd00::9")), Dst: record.AddrFrom(netip.MustParseAddr("fd00::8")),
+		SrcPort: 9, DstPort: 9, Proto: 99, EndReason: 9, TCPState: 9, FlowType: 9, Attr: 9,
+		Meta: &record.Meta{Node: "old"}, Verdict: &attribution.Verdict{EgressName: "old"}}
+	v := reflect.ValueOf(old)
+	for i := range v.NumField() {
+		if v.Field(i).IsZero() {
+			t.Fatalf("the old record leaves %s zero: set it", v.Type().Field(i).Name)
+		}
+	}
+	var emitted []record.Record
+	direct, err := New(Options[string]{ActiveTimeout: time.Second,
+		Buffer: func(n int) []record.Record {
+			b := make([]record.Record, min(n, 3))
+			for i := range b {
+				b[i] = old
+			}
+			return b
+		},
+		Emit: func(recs []record.Record) []record.Record {
+			emitted = append(emitted, recs...)
+			return recs
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	batch, err := New(Options[string]{ActiveTimeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	conns := []source.Conn{
+		tcp(1, "10.0.1.2:40000", "10.0.2.3:80", 1, 100, 0, 0, source.TCPEstablished),
+		tcp(2, "[fd00::2]:40000", "[fd00::3]:80", 1, 100, 1, 60, source.TCPEstablished),
+		{ID: 3, Proto: source.ProtoUDP, OrigSrc: ap("10.0.1.2:5353"), ReplySrc: ap("10.0.2.9:53"), Packets: 1, Bytes: 60},
+		tcp(4, "10.0.1.4:40000", "[::ffff:10.0.2.3]:80", 5, 500, 4, 300, source.TCPEstablished),
+	}
+	var out []record.Record
+	for step := range 3 {
+		at := t0.Add(time.Duration(step) * time.Second)
+		for i := range conns {
+			conns[i].Packets++
+		}
+		emitted = emitted[:0]
+		direct.UpdateEmit(at, conns)
+		out = batch.Update(at, conns, out[:0])
+		if step > 0 && len(out) != len(conns) {
+			t.Fatalf("step %d: %d records", step, len(out))
+		}
+		if !slices.Equal(emitted, out) {
+			t.Fatalf("step %d: over old records\n%+v\nwant\n%+v", step, emitted, out)
+		}
+	}
+}
+
+// TestGoneWhileAnotherArrives: the store looks for gone entries only
+// when the snapshot saw fewer than it holds; a connection that leaves in
+// the poll another arrives in must still end.
+func TestGoneWhileAnotherArrives(t *testing.T) {
+	r := newRun(t, Options[string]{})
+	a := tcp(1, "10.0.1.2:40000", "10.0.2.3:80", 5, 500, 4, 300, source.TCPEstablished)
+	b := tcp(2, "10.0.1.2:40001", "10.0.2.3:80", 5, 500, 4, 300, source.TCPEstablished)
+	c := tcp(3, "10.0.1.2:40002", "10.0.2.3:80", 5, 500, 4, 300, source.TCPEstablished)
+	r.expect(0, r.poll(0, a, b))
+	got := r.poll(time.Second, a, c, c) // b gone, c new (listed twice)
+	r.expect(time.Second, got, ReasonEnd)
+	if got[0].SourcePort != 40001 || !got[0].EndTime.Equal(t0.Add(time.Second)) {
+		t.Fatalf("end record %+v, want b's at 1 s", got[0])
+	}
+	if st := r.s.Stats(); st.Connections != 2 || st.Seen != 3 {
+		t.Fatalf("stats %+v, want 2 held, 3 seen", st)
+	}
+	// Nothing gone: the next poll exports nothing and forgets nothing.
+	r.expect(2*time.Second, r.poll(2*time.Second, c, a))
+	if st := r.s.Stats(); st.Connections != 2 {
+		t.Fatalf("stats %+v", st)
 	}
 }

@@ -124,6 +124,15 @@ func AddrFrom16(b [16]byte, four bool) Addr {
 	return Addr{b16: b, kind: 6}
 }
 
+// Set16 makes a the address AddrFrom16(*b, four), in place.
+func (a *Addr) Set16(b *[16]byte, four bool) {
+	a.b16 = *b
+	a.kind = 6
+	if four {
+		a.kind = 4
+	}
+}
+
 // Addr is the address as a netip.Addr.
 func (a Addr) Addr() netip.Addr {
 	switch a.kind {

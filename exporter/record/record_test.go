@@ -93,3 +93,20 @@ func TestRecordSize(t *testing.T) {
 		t.Errorf("a Record is %d octets", n)
 	}
 }
+
+// TestSet16 checks that Set16 makes the address AddrFrom16 does, over
+// an address of the other family.
+func TestSet16(t *testing.T) {
+	for _, s := range []string{"10.1.2.3", "::ffff:10.1.2.3", "fd00::1", "::"} {
+		a := netip.MustParseAddr(s)
+		b := a.As16()
+		four := a.Is4()
+		for _, over := range []Addr{{}, AddrFrom(netip.MustParseAddr("fd00::9")), AddrFrom(netip.MustParseAddr("192.168.0.1"))} {
+			got := over
+			got.Set16(&b, four)
+			if got != AddrFrom16(b, four) || got.Addr() != a {
+				t.Errorf("Set16(%s) over %v: %v", s, over.Addr(), got.Addr())
+			}
+		}
+	}
+}
