@@ -591,6 +591,34 @@ func (a RecordBuilder) Encoded(n int, octets []byte) RecordBuilder {
 	return a
 }
 
+// Reserve returns the octets of the next n fields, octets long, for the
+// caller to write their values into as RFC 7011 §7 encodes them (fixed
+// lengths big-endian, a length prefix before each variable-length value),
+// and the builder past them: for writers that know a template's layout
+// and write a stretch of a record at once, variable-length fields
+// included. Only the room is checked; the caller vouches for the octets.
+// If there is no room for them (or there are fewer than n fields, or the
+// builder failed before), Reserve returns no octets and the builder
+// unchanged, so that the caller can write the fields one by one and get
+// the error that write gives.
+func (a RecordBuilder) Reserve(n, octets int) ([]byte, RecordBuilder) {
+	e := a.e
+	if n < 0 || a.i+n > len(e.ops) || octets < 0 || octets > maxMessageLen {
+		return nil, a
+	}
+	room := recordSlack
+	if a.i+n < len(e.ops) {
+		room = int(e.ops[a.i+n].room)
+	}
+	if a.n+octets+room > len(e.b) {
+		return nil, a
+	}
+	p := e.b[a.n : a.n+octets : a.n+octets]
+	a.i += n
+	a.n += octets
+	return p, a
+}
+
 // String writes a string field; see Bytes for the length rules.
 func (a RecordBuilder) String(s string) RecordBuilder {
 	e := a.e

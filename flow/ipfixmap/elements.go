@@ -20,6 +20,9 @@ type Element struct {
 	Family int
 	get    func(r *ipfix.Record, i int, f *flow.Flow, in *Interner) bool
 	put    func(b ipfix.RecordBuilder, f *flow.Flow) ipfix.RecordBuilder
+	// val is where the Exporter's write plan finds the value put writes
+	// (see writeplan.go); its kind is valNone when only put can.
+	val valRef
 }
 
 // Name is the element's name.
@@ -57,7 +60,7 @@ func NewTable(reg *ipfix.Registry) (*Table, error) {
 		if !ok {
 			return nil, &missingElementError{d.name}
 		}
-		e := &Element{IE: ie, Field: d.field, Family: d.family, get: d.get, put: d.put}
+		e := &Element{IE: ie, Field: d.field, Family: d.family, get: d.get, put: d.put, val: d.val}
 		t.byKey[ipfix.ElementKey{EnterpriseID: ie.EnterpriseID, ID: ie.ID}] = e
 		t.byName[d.name] = e
 	}
@@ -76,14 +79,15 @@ type descriptor struct {
 	family int
 	get    func(r *ipfix.Record, i int, f *flow.Flow, in *Interner) bool
 	put    func(b ipfix.RecordBuilder, f *flow.Flow) ipfix.RecordBuilder
+	val    valRef
 }
 
 // Descriptor builders, one per value kind. Each get stores the value and
 // reports whether the field counts as present; each put writes the value,
-// zero when unset, as Antrea does.
+// zero when unset, as Antrea does; val says the same to the write plan.
 
 func u8d(name string, field flow.Field, p func(*flow.Flow) *uint8) descriptor {
-	return descriptor{name: name, field: field,
+	return descriptor{name: name, field: field, val: valRef{valUint, 1, wcode(field)},
 		get: func(r *ipfix.Record, i int, f *flow.Flow, _ *Interner) bool {
 			v, err := r.Uint(i)
 			*p(f) = uint8(v)
@@ -94,7 +98,7 @@ func u8d(name string, field flow.Field, p func(*flow.Flow) *uint8) descriptor {
 }
 
 func u16d(name string, field flow.Field, p func(*flow.Flow) *uint16) descriptor {
-	return descriptor{name: name, field: field,
+	return descriptor{name: name, field: field, val: valRef{valUint, 2, wcode(field)},
 		get: func(r *ipfix.Record, i int, f *flow.Flow, _ *Interner) bool {
 			v, err := r.Uint(i)
 			*p(f) = uint16(v)
@@ -105,7 +109,7 @@ func u16d(name string, field flow.Field, p func(*flow.Flow) *uint16) descriptor 
 }
 
 func u64d(name string, field flow.Field, p func(*flow.Flow) *uint64) descriptor {
-	return descriptor{name: name, field: field,
+	return descriptor{name: name, field: field, val: valRef{valUint, 8, wcode(field)},
 		get: func(r *ipfix.Record, i int, f *flow.Flow, _ *Interner) bool {
 			v, err := r.Uint(i)
 			*p(f) = v
@@ -116,7 +120,7 @@ func u64d(name string, field flow.Field, p func(*flow.Flow) *uint64) descriptor 
 }
 
 func strd(name string, field flow.Field, p func(*flow.Flow) *string) descriptor {
-	return descriptor{name: name, field: field,
+	return descriptor{name: name, field: field, val: valRef{valString, 0, wcode(field)},
 		get: func(r *ipfix.Record, i int, f *flow.Flow, in *Interner) bool {
 			b, err := r.StringBytes(i)
 			*p(f) = in.Field(i, b)
@@ -127,7 +131,7 @@ func strd(name string, field flow.Field, p func(*flow.Flow) *string) descriptor 
 }
 
 func timed(name string, field flow.Field, p func(*flow.Flow) *time.Time) descriptor {
-	return descriptor{name: name, field: field,
+	return descriptor{name: name, field: field, val: valRef{valTime, 0, wcode(field)},
 		get: func(r *ipfix.Record, i int, f *flow.Flow, _ *Interner) bool {
 			v, err := r.Time(i)
 			*p(f) = v
@@ -147,7 +151,11 @@ func timed(name string, field flow.Field, p func(*flow.Flow) *time.Time) descrip
 // all-zero address reads as unset: Antrea sends 0.0.0.0 or :: for "no
 // Service" or "no SNAT" in these fixed-size fields.
 func addrd(name string, field flow.Field, family int, zeroUnset bool, p func(*flow.Flow) *netip.Addr) descriptor {
-	return descriptor{name: name, field: field, family: family,
+	val := valRef{valAddr4, 0, addrCode(field, family)}
+	if family == 6 {
+		val.kind = valAddr6
+	}
+	return descriptor{name: name, field: field, family: family, val: val,
 		get: func(r *ipfix.Record, i int, f *flow.Flow, _ *Interner) bool {
 			v, err := r.Addr(i)
 			// An IPv4-mapped address is an IPv4 address: kept as one,
@@ -174,7 +182,7 @@ func addrd(name string, field flow.Field, family int, zeroUnset bool, p func(*fl
 }
 
 func uidd(name string, field flow.Field, p func(*flow.Flow) *flow.UID) descriptor {
-	return descriptor{name: name, field: field,
+	return descriptor{name: name, field: field, val: valRef{valUID, 0, wcode(field)},
 		get: func(r *ipfix.Record, i int, f *flow.Flow, _ *Interner) bool {
 			b := r.Bytes(i)
 			if len(b) != 16 {
@@ -240,7 +248,7 @@ func descriptors() []descriptor {
 		strd("sourcePodLabels", flow.SourcePodLabels, func(f *F) *string { return &f.SourcePodLabels }),
 		strd("destinationPodLabels", flow.DestinationPodLabels, func(f *F) *string { return &f.DestinationPodLabels }),
 		strd("egressName", flow.EgressName, func(f *F) *string { return &f.EgressName }),
-		{name: "egressIP", field: flow.EgressIP, get: getEgressIP, put: putEgressIP},
+		{name: "egressIP", field: flow.EgressIP, get: getEgressIP, put: putEgressIP, val: valRef{valEgressIP, 0, wcode(flow.EgressIP)}},
 		strd("appProtocolName", flow.AppProtocolName, func(f *F) *string { return &f.AppProtocolName }),
 		strd("httpVals", flow.HTTPVals, func(f *F) *string { return &f.HTTPVals }),
 		strd("egressNodeName", flow.EgressNodeName, func(f *F) *string { return &f.EgressNodeName }),
@@ -262,44 +270,46 @@ func descriptors() []descriptor {
 		u8d("flowDirection", flow.FlowDirection, func(f *F) *uint8 { return &f.FlowDirection }),
 
 		// Export only: Aggregate mode's per-node view (zero when absent).
-		aggU64("packetTotalCountFromSourceNode", func(a *flow.Aggregation) uint64 { return a.StatsFromSource.PacketTotalCount }),
-		aggU64("octetTotalCountFromSourceNode", func(a *flow.Aggregation) uint64 { return a.StatsFromSource.OctetTotalCount }),
-		aggU64("packetDeltaCountFromSourceNode", func(a *flow.Aggregation) uint64 { return a.StatsFromSource.PacketDeltaCount }),
-		aggU64("octetDeltaCountFromSourceNode", func(a *flow.Aggregation) uint64 { return a.StatsFromSource.OctetDeltaCount }),
-		aggU64("reversePacketTotalCountFromSourceNode", func(a *flow.Aggregation) uint64 { return a.ReverseStatsFromSource.PacketTotalCount }),
-		aggU64("reverseOctetTotalCountFromSourceNode", func(a *flow.Aggregation) uint64 { return a.ReverseStatsFromSource.OctetTotalCount }),
-		aggU64("reversePacketDeltaCountFromSourceNode", func(a *flow.Aggregation) uint64 { return a.ReverseStatsFromSource.PacketDeltaCount }),
-		aggU64("reverseOctetDeltaCountFromSourceNode", func(a *flow.Aggregation) uint64 { return a.ReverseStatsFromSource.OctetDeltaCount }),
-		aggU64("packetTotalCountFromDestinationNode", func(a *flow.Aggregation) uint64 { return a.StatsFromDestination.PacketTotalCount }),
-		aggU64("octetTotalCountFromDestinationNode", func(a *flow.Aggregation) uint64 { return a.StatsFromDestination.OctetTotalCount }),
-		aggU64("packetDeltaCountFromDestinationNode", func(a *flow.Aggregation) uint64 { return a.StatsFromDestination.PacketDeltaCount }),
-		aggU64("octetDeltaCountFromDestinationNode", func(a *flow.Aggregation) uint64 { return a.StatsFromDestination.OctetDeltaCount }),
-		aggU64("reversePacketTotalCountFromDestinationNode", func(a *flow.Aggregation) uint64 { return a.ReverseStatsFromDestination.PacketTotalCount }),
-		aggU64("reverseOctetTotalCountFromDestinationNode", func(a *flow.Aggregation) uint64 { return a.ReverseStatsFromDestination.OctetTotalCount }),
-		aggU64("reversePacketDeltaCountFromDestinationNode", func(a *flow.Aggregation) uint64 { return a.ReverseStatsFromDestination.PacketDeltaCount }),
-		aggU64("reverseOctetDeltaCountFromDestinationNode", func(a *flow.Aggregation) uint64 { return a.ReverseStatsFromDestination.OctetDeltaCount }),
-		aggU64("throughput", func(a *flow.Aggregation) uint64 { return a.Throughput }),
-		aggU64("reverseThroughput", func(a *flow.Aggregation) uint64 { return a.ReverseThroughput }),
-		aggU64("throughputFromSourceNode", func(a *flow.Aggregation) uint64 { return a.ThroughputFromSource }),
-		aggU64("throughputFromDestinationNode", func(a *flow.Aggregation) uint64 { return a.ThroughputFromDestination }),
-		aggU64("reverseThroughputFromSourceNode", func(a *flow.Aggregation) uint64 { return a.ReverseThroughputFromSource }),
-		aggU64("reverseThroughputFromDestinationNode", func(a *flow.Aggregation) uint64 { return a.ReverseThroughputFromDestination }),
-		aggTime("flowEndSecondsFromSourceNode", func(a *flow.Aggregation) time.Time { return a.EndFromSource }),
-		aggTime("flowEndSecondsFromDestinationNode", func(a *flow.Aggregation) time.Time { return a.EndFromDestination }),
+		aggU64("packetTotalCountFromSourceNode", cAggPacketTotalFromSource, func(a *flow.Aggregation) uint64 { return a.StatsFromSource.PacketTotalCount }),
+		aggU64("octetTotalCountFromSourceNode", cAggOctetTotalFromSource, func(a *flow.Aggregation) uint64 { return a.StatsFromSource.OctetTotalCount }),
+		aggU64("packetDeltaCountFromSourceNode", cAggPacketDeltaFromSource, func(a *flow.Aggregation) uint64 { return a.StatsFromSource.PacketDeltaCount }),
+		aggU64("octetDeltaCountFromSourceNode", cAggOctetDeltaFromSource, func(a *flow.Aggregation) uint64 { return a.StatsFromSource.OctetDeltaCount }),
+		aggU64("reversePacketTotalCountFromSourceNode", cAggReversePacketTotalFromSource, func(a *flow.Aggregation) uint64 { return a.ReverseStatsFromSource.PacketTotalCount }),
+		aggU64("reverseOctetTotalCountFromSourceNode", cAggReverseOctetTotalFromSource, func(a *flow.Aggregation) uint64 { return a.ReverseStatsFromSource.OctetTotalCount }),
+		aggU64("reversePacketDeltaCountFromSourceNode", cAggReversePacketDeltaFromSource, func(a *flow.Aggregation) uint64 { return a.ReverseStatsFromSource.PacketDeltaCount }),
+		aggU64("reverseOctetDeltaCountFromSourceNode", cAggReverseOctetDeltaFromSource, func(a *flow.Aggregation) uint64 { return a.ReverseStatsFromSource.OctetDeltaCount }),
+		aggU64("packetTotalCountFromDestinationNode", cAggPacketTotalFromDestination, func(a *flow.Aggregation) uint64 { return a.StatsFromDestination.PacketTotalCount }),
+		aggU64("octetTotalCountFromDestinationNode", cAggOctetTotalFromDestination, func(a *flow.Aggregation) uint64 { return a.StatsFromDestination.OctetTotalCount }),
+		aggU64("packetDeltaCountFromDestinationNode", cAggPacketDeltaFromDestination, func(a *flow.Aggregation) uint64 { return a.StatsFromDestination.PacketDeltaCount }),
+		aggU64("octetDeltaCountFromDestinationNode", cAggOctetDeltaFromDestination, func(a *flow.Aggregation) uint64 { return a.StatsFromDestination.OctetDeltaCount }),
+		aggU64("reversePacketTotalCountFromDestinationNode", cAggReversePacketTotalFromDestination, func(a *flow.Aggregation) uint64 { return a.ReverseStatsFromDestination.PacketTotalCount }),
+		aggU64("reverseOctetTotalCountFromDestinationNode", cAggReverseOctetTotalFromDestination, func(a *flow.Aggregation) uint64 { return a.ReverseStatsFromDestination.OctetTotalCount }),
+		aggU64("reversePacketDeltaCountFromDestinationNode", cAggReversePacketDeltaFromDestination, func(a *flow.Aggregation) uint64 { return a.ReverseStatsFromDestination.PacketDeltaCount }),
+		aggU64("reverseOctetDeltaCountFromDestinationNode", cAggReverseOctetDeltaFromDestination, func(a *flow.Aggregation) uint64 { return a.ReverseStatsFromDestination.OctetDeltaCount }),
+		aggU64("throughput", cAggThroughput, func(a *flow.Aggregation) uint64 { return a.Throughput }),
+		aggU64("reverseThroughput", cAggReverseThroughput, func(a *flow.Aggregation) uint64 { return a.ReverseThroughput }),
+		aggU64("throughputFromSourceNode", cAggThroughputFromSource, func(a *flow.Aggregation) uint64 { return a.ThroughputFromSource }),
+		aggU64("throughputFromDestinationNode", cAggThroughputFromDestination, func(a *flow.Aggregation) uint64 { return a.ThroughputFromDestination }),
+		aggU64("reverseThroughputFromSourceNode", cAggReverseThroughputFromSource, func(a *flow.Aggregation) uint64 { return a.ReverseThroughputFromSource }),
+		aggU64("reverseThroughputFromDestinationNode", cAggReverseThroughputFromDestination, func(a *flow.Aggregation) uint64 { return a.ReverseThroughputFromDestination }),
+		aggTime("flowEndSecondsFromSourceNode", cAggEndFromSource, func(a *flow.Aggregation) time.Time { return a.EndFromSource }),
+		aggTime("flowEndSecondsFromDestinationNode", cAggEndFromDestination, func(a *flow.Aggregation) time.Time { return a.EndFromDestination }),
 
 		// Export only: what a proxy says about where a record came from.
 		// Received, they are known but not mapped.
-		{name: "originalObservationDomainId", put: func(b ipfix.RecordBuilder, f *F) ipfix.RecordBuilder {
+		{name: "originalObservationDomainId", val: valRef{valUint, 4, cOriginDomain}, put: func(b ipfix.RecordBuilder, f *F) ipfix.RecordBuilder {
 			return b.Uint(uint64(f.Origin.ObservationDomainID))
 		}},
-		{name: "originalExporterIPv4Address", put: func(b ipfix.RecordBuilder, f *F) ipfix.RecordBuilder { return b.Addr(familyOr(f.Origin.Exporter, 4)) }},
-		{name: "originalExporterIPv6Address", put: func(b ipfix.RecordBuilder, f *F) ipfix.RecordBuilder { return b.Addr(familyOr(f.Origin.Exporter, 6)) }},
+		{name: "originalExporterIPv4Address", val: valRef{valAddr4, 0, cOriginExporter4},
+			put: func(b ipfix.RecordBuilder, f *F) ipfix.RecordBuilder { return b.Addr(familyOr(f.Origin.Exporter, 4)) }},
+		{name: "originalExporterIPv6Address", val: valRef{valAddr6Only, 0, cOriginExporter6},
+			put: func(b ipfix.RecordBuilder, f *F) ipfix.RecordBuilder { return b.Addr(familyOr(f.Origin.Exporter, 6)) }},
 	}
 }
 
 // aggU64 and aggTime export a field of the Aggregation, zero without one.
-func aggU64(name string, v func(*flow.Aggregation) uint64) descriptor {
-	return descriptor{name: name, put: func(b ipfix.RecordBuilder, f *flow.Flow) ipfix.RecordBuilder {
+func aggU64(name string, code wcode, v func(*flow.Aggregation) uint64) descriptor {
+	return descriptor{name: name, val: valRef{valUint, 8, code}, put: func(b ipfix.RecordBuilder, f *flow.Flow) ipfix.RecordBuilder {
 		if f.Aggregation == nil {
 			return b.Uint(0)
 		}
@@ -307,8 +317,8 @@ func aggU64(name string, v func(*flow.Aggregation) uint64) descriptor {
 	}}
 }
 
-func aggTime(name string, v func(*flow.Aggregation) time.Time) descriptor {
-	return descriptor{name: name, put: func(b ipfix.RecordBuilder, f *flow.Flow) ipfix.RecordBuilder {
+func aggTime(name string, code wcode, v func(*flow.Aggregation) time.Time) descriptor {
+	return descriptor{name: name, val: valRef{valTime, 0, code}, put: func(b ipfix.RecordBuilder, f *flow.Flow) ipfix.RecordBuilder {
 		t := time.Unix(0, 0)
 		if f.Aggregation != nil && !v(f.Aggregation).IsZero() {
 			t = v(f.Aggregation)

@@ -26,9 +26,15 @@ type Exporter struct {
 	legacy    []*Element
 	templates map[string]*ipfix.Template
 	order     []*ipfix.Template
-	nextID    uint16
-	sig       []byte
-	scratch   []*Element
+	// family is the family index of each template of order, whose IDs
+	// run from firstID; plans writes the base template of each family.
+	family  []uint8
+	plans   [2]*writePlan
+	planned uint64 // records whose base fields the plans wrote
+	firstID uint16
+	nextID  uint16
+	sig     []byte
+	scratch []*Element
 	// Dropped counts unknown elements left out: already in the base
 	// template, or beyond MaxPassThroughTemplates.
 	Dropped uint64
@@ -42,7 +48,7 @@ func NewExporter(table *Table, opts ExportOptions, passThrough bool, firstTempla
 		firstTemplateID = ipfix.MinDataSetID
 	}
 	e := &Exporter{baseKeys: map[ipfix.ElementKey]bool{}, passThrough: passThrough,
-		templates: map[string]*ipfix.Template{}, nextID: firstTemplateID}
+		templates: map[string]*ipfix.Template{}, firstID: firstTemplateID, nextID: firstTemplateID}
 	for fi, family := range []int{4, 6} {
 		els, err := table.Elements(ExportElements(family, opts))
 		if err != nil {
@@ -57,9 +63,11 @@ func NewExporter(table *Table, opts ExportOptions, passThrough bool, firstTempla
 				return nil, err
 			}
 		}
-		if _, err := e.template(fi, nil, nil); err != nil {
+		t, err := e.template(fi, nil, nil)
+		if err != nil {
 			return nil, err
 		}
+		e.plans[fi] = newWritePlan(els, t)
 	}
 	return e, nil
 }
@@ -152,6 +160,7 @@ func (e *Exporter) template(fi int, legacy []*Element, extra []flow.Element) (*i
 	e.nextID++
 	e.templates[string(e.sig)] = t
 	e.order = append(e.order, t)
+	e.family = append(e.family, uint8(fi))
 	return t, nil
 }
 
@@ -162,7 +171,15 @@ func (e *Exporter) Write(b ipfix.RecordBuilder, t *ipfix.Template, f *flow.Flow)
 	if f.IsIPv6() {
 		fi = 1
 	}
-	b = PutValues(b, e.base[fi], f)
+	ok := false
+	if p := e.plan(t, fi); p != nil {
+		if b, ok = p.write(b, f); ok {
+			e.planned++
+		}
+	}
+	if !ok {
+		b = PutValues(b, e.base[fi], f)
+	}
 	if len(t.Fields) > len(e.base[fi]) {
 		b = PutValues(b, e.carried(f), f)
 		for _, x := range f.Unknown {
@@ -172,6 +189,18 @@ func (e *Exporter) Write(b ipfix.RecordBuilder, t *ipfix.Template, f *flow.Flow)
 		}
 	}
 	return b.End()
+}
+
+// plan returns the write plan for the base fields of t, a template of
+// family index fi, or nil if t is not one of e's templates of that family
+// (then the elements' put writes them, and the builder reports any
+// mismatch as it always did).
+func (e *Exporter) plan(t *ipfix.Template, fi int) *writePlan {
+	k := int(t.ID) - int(e.firstID)
+	if k < 0 || k >= len(e.order) || e.order[k] != t || int(e.family[k]) != fi {
+		return nil
+	}
+	return e.plans[fi]
 }
 
 // Elements resolves element names to mapped elements, in order.
