@@ -235,7 +235,7 @@ func (d *Decoder) fast(b []byte, f *flow.Flow) bool {
 					return false
 				}
 				f.EndReason = uint8(v)
-				setIf(f, flow.EndReason, v != 0)
+				setIf(f, flow.EndReason, f.EndReason != 0) // an int32 on the wire: its upper octets are not the value
 			case 12: // flow_direction
 				if !enumOK(v) {
 					return false
