@@ -158,6 +158,20 @@ func newWritePlan(els []*Element, t *ipfix.Template) *writePlan {
 	if len(p.strings) > maxStrings {
 		p.ok = false
 	}
+	if p.ok {
+		// A code write or fill has no case for (an element added to the
+		// table without one) leaves the template to put, rather than
+		// failing at export: try every code once on an empty record.
+		var empty flow.Flow
+		for _, c := range p.strings {
+			if _, known := stringValue(&empty, c); !known {
+				p.ok = false
+			}
+		}
+		if p.ok && !fill(make([]byte, p.fixed+len(p.strings)), &empty, p.ops, make([]string, len(p.strings))) {
+			p.ok = false
+		}
+	}
 	return p
 }
 
@@ -204,57 +218,9 @@ func (p *writePlan) write(b ipfix.RecordBuilder, f *flow.Flow) (ipfix.RecordBuil
 	var ss [maxStrings]string
 	n := p.fixed
 	for i, c := range p.strings {
-		var s string
-		switch flow.Field(c) {
-		case flow.TCPState:
-			s = f.TCPState
-		case flow.SourcePodNamespace:
-			s = f.SourcePodNamespace
-		case flow.SourcePodName:
-			s = f.SourcePodName
-		case flow.SourcePodLabels:
-			s = f.SourcePodLabels
-		case flow.SourceNodeName:
-			s = f.SourceNodeName
-		case flow.DestinationPodNamespace:
-			s = f.DestinationPodNamespace
-		case flow.DestinationPodName:
-			s = f.DestinationPodName
-		case flow.DestinationPodLabels:
-			s = f.DestinationPodLabels
-		case flow.DestinationNodeName:
-			s = f.DestinationNodeName
-		case flow.DestinationServicePortName:
-			s = f.DestinationServicePortName
-		case flow.IngressPolicyNamespace:
-			s = f.Ingress.Namespace
-		case flow.IngressPolicyName:
-			s = f.Ingress.Name
-		case flow.IngressPolicyRuleName:
-			s = f.Ingress.RuleName
-		case flow.EgressPolicyNamespace:
-			s = f.Egress.Namespace
-		case flow.EgressPolicyName:
-			s = f.Egress.Name
-		case flow.EgressPolicyRuleName:
-			s = f.Egress.RuleName
-		case flow.EgressName:
-			s = f.EgressName
-		case flow.EgressIP:
-			// As putEgressIP writes it.
-			if f.EgressIP.IsValid() {
-				s = f.EgressIP.String()
-			}
-		case flow.EgressNodeName:
-			s = f.EgressNodeName
-		case flow.AppProtocolName:
-			s = f.AppProtocolName
-		case flow.HTTPVals:
-			s = f.HTTPVals
-		case flow.ClusterID:
-			s = f.ClusterID
-		default:
-			panic("ipfixmap: write plan: no string value for code")
+		s, known := stringValue(f, c)
+		if !known {
+			return b, false
 		}
 		if len(s) >= 255 {
 			return b, false // a 3-octet length prefix: rare, left to put
@@ -266,8 +232,65 @@ func (p *writePlan) write(b ipfix.RecordBuilder, f *flow.Flow) (ipfix.RecordBuil
 	if q == nil {
 		return b, false
 	}
-	fill(q, f, p.ops, ss[:len(p.strings)])
+	fill(q, f, p.ops, ss[:len(p.strings)]) // true: newWritePlan tried its codes
 	return b, true
+}
+
+// stringValue is f's value of the string field c, as its element's put
+// writes it, and whether c names one.
+func stringValue(f *flow.Flow, c wcode) (s string, known bool) {
+	switch flow.Field(c) {
+	case flow.TCPState:
+		s = f.TCPState
+	case flow.SourcePodNamespace:
+		s = f.SourcePodNamespace
+	case flow.SourcePodName:
+		s = f.SourcePodName
+	case flow.SourcePodLabels:
+		s = f.SourcePodLabels
+	case flow.SourceNodeName:
+		s = f.SourceNodeName
+	case flow.DestinationPodNamespace:
+		s = f.DestinationPodNamespace
+	case flow.DestinationPodName:
+		s = f.DestinationPodName
+	case flow.DestinationPodLabels:
+		s = f.DestinationPodLabels
+	case flow.DestinationNodeName:
+		s = f.DestinationNodeName
+	case flow.DestinationServicePortName:
+		s = f.DestinationServicePortName
+	case flow.IngressPolicyNamespace:
+		s = f.Ingress.Namespace
+	case flow.IngressPolicyName:
+		s = f.Ingress.Name
+	case flow.IngressPolicyRuleName:
+		s = f.Ingress.RuleName
+	case flow.EgressPolicyNamespace:
+		s = f.Egress.Namespace
+	case flow.EgressPolicyName:
+		s = f.Egress.Name
+	case flow.EgressPolicyRuleName:
+		s = f.Egress.RuleName
+	case flow.EgressName:
+		s = f.EgressName
+	case flow.EgressIP:
+		// As putEgressIP writes it.
+		if f.EgressIP.IsValid() {
+			s = f.EgressIP.String()
+		}
+	case flow.EgressNodeName:
+		s = f.EgressNodeName
+	case flow.AppProtocolName:
+		s = f.AppProtocolName
+	case flow.HTTPVals:
+		s = f.HTTPVals
+	case flow.ClusterID:
+		s = f.ClusterID
+	default:
+		return "", false
+	}
+	return s, true
 }
 
 // noAggregation stands for a record's missing Aggregation: its values are
@@ -275,8 +298,10 @@ func (p *writePlan) write(b ipfix.RecordBuilder, f *flow.Flow) (ipfix.RecordBuil
 var noAggregation flow.Aggregation
 
 // fill writes f's values of the plan's fields into q, their octets; ss
-// are the values of the string fields, in order.
-func fill(q []byte, f *flow.Flow, ops []planOp, ss []string) {
+// are the values of the string fields, in order. It reports false for a
+// code it has no case for (newWritePlan tries each plan once, so a plan
+// in use never meets one).
+func fill(q []byte, f *flow.Flow, ops []planOp, ss []string) bool {
 	a := f.Aggregation
 	if a == nil {
 		a = &noAggregation
@@ -436,11 +461,11 @@ func fill(q []byte, f *flow.Flow, ops []planOp, ss []string) {
 		case cAggEndFromDestination:
 			be.PutUint32(o, seconds(a.EndFromDestination))
 		default:
-			// planKind gives opFixed to no other code.
-			panic("ipfixmap: write plan: no fixed-length value for code")
+			return false
 		}
 		c += int(op.len)
 	}
+	return true
 }
 
 // seconds is t in a dateTimeSeconds field: the zero Time as the epoch.
