@@ -346,14 +346,7 @@ func TestRecordBuilderEndTwice(t *testing.T) {
 // it decodes as the same values written field by field; and that the
 // two refuse what they cannot write.
 func TestRecordBuilderFixedAndEncoded(t *testing.T) {
-	reg := ipfix.DefaultRegistry()
-	ie := func(name string) ipfix.Field {
-		e, ok := reg.ByName(name)
-		if !ok {
-			t.Fatalf("no element %s", name)
-		}
-		return ipfix.Field{IE: e}
-	}
+	ie := func(name string) ipfix.Field { return defaultField(t, name) }
 	tmpl, err := ipfix.NewTemplate(300, []ipfix.Field{ie("sourceTransportPort"), ie("packetTotalCount"), ie("interfaceName"), ie("protocolIdentifier")})
 	if err != nil {
 		t.Fatal(err)
@@ -397,4 +390,15 @@ func TestRecordBuilderFixedAndEncoded(t *testing.T) {
 	if err := enc.Begin(1, tmpl).Uint(1).Uint(2).Encoded(3, octets).End(); err == nil {
 		t.Fatal("Encoded past the template's end was accepted")
 	}
+}
+
+// defaultField is the template field of the default registry's element
+// name, at its default length.
+func defaultField(t *testing.T, name string) ipfix.Field {
+	t.Helper()
+	e, ok := ipfix.DefaultRegistry().ByName(name)
+	if !ok {
+		t.Fatalf("no element %s", name)
+	}
+	return ipfix.Field{IE: e}
 }

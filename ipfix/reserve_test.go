@@ -13,14 +13,7 @@ import (
 // written field by field; and that Reserve gives nothing, leaving the
 // builder as it was, when it cannot.
 func TestRecordBuilderReserve(t *testing.T) {
-	reg := ipfix.DefaultRegistry()
-	ie := func(name string) ipfix.Field {
-		e, ok := reg.ByName(name)
-		if !ok {
-			t.Fatalf("no element %s", name)
-		}
-		return ipfix.Field{IE: e}
-	}
+	ie := func(name string) ipfix.Field { return defaultField(t, name) }
 	tmpl, err := ipfix.NewTemplate(300, []ipfix.Field{ie("sourceTransportPort"), ie("interfaceName"), ie("protocolIdentifier")})
 	if err != nil {
 		t.Fatal(err)
