@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net/netip"
 	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 	"unsafe"
@@ -17,6 +18,7 @@ import (
 	"sluice/exporter/record"
 	"sluice/exporter/source"
 	"sluice/flow"
+	"sluice/internal/testkit"
 	"sluice/traceflow/cluster"
 	"sluice/traceflow/pipeline"
 )
@@ -256,5 +258,60 @@ func TestDeniedRateLimit(t *testing.T) {
 func TestConnMetaSize(t *testing.T) {
 	if n := unsafe.Sizeof(connMeta{}); n > 24 {
 		t.Errorf("connMeta is %d octets", n)
+	}
+}
+
+// TestPollCatchesUpTheModel: a poll does not judge connections by a model
+// behind the cluster state it has heard of. The loader would wait an hour
+// before loading the change (its interval); the poll right after the
+// change has it loaded first, so the record carries the new policy.
+func TestPollCatchesUpTheModel(t *testing.T) {
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	var cur atomic.Pointer[attribution.Source]
+	var changes atomic.Uint64
+	set := func(s attribution.Source) { cur.Store(&s) }
+	set(fixtureSource())
+	a := attribution.New(attribution.Options{Log: log})
+	l := attribution.NewLoader(a, func(ctx context.Context) ([]cluster.Object, error) { return (*cur.Load())(ctx) },
+		pipeline.DefaultConfig())
+	l.TrackChanges(changes.Load)
+	ctx, cancel := context.WithCancel(context.Background())
+	changed := make(chan struct{}, 1)
+	done := make(chan struct{})
+	go func() { l.Follow(ctx, changed, time.Hour); close(done) }()
+	defer func() { cancel(); <-done }()
+	changed <- struct{}{}
+	testkit.WaitFor(t, "the first model", func() bool { return a.Generation() == 1 })
+
+	// client → db, unanswered: without a policy, no rule; with db
+	// isolated, the isolating policy's Drop (reported by the source Node).
+	src := &fixedSource{conns: []source.Conn{conn(1, source.ProtoTCP, "10.10.1.5:40002", "10.10.2.7:5432", false)}}
+	e, err := New(Options{Node: "k8s-node-1", PodCIDRs: []netip.Prefix{netip.MustParsePrefix("10.10.1.0/24")},
+		ClusterCIDRs: []netip.Prefix{netip.MustParsePrefix("10.10.0.0/16")}, Source: src, Transport: idleTransport{},
+		Attributor: a, ActiveTimeout: time.Second, PollInterval: time.Second, Log: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Unix(1_800_000_000, 0)
+	if _, recs := e.Poll(ctx, t0, nil, nil); len(recs) != 0 {
+		t.Fatalf("%d records at first sight", len(recs))
+	}
+	set(fixtureSource("k8s-ingress-isolate.yaml"))
+	changes.Add(1)
+	changed <- struct{}{}
+	src.conns[0].Packets++
+	_, recs := e.Poll(ctx, t0.Add(2*time.Second), nil, nil)
+	fl := record.Flows(nil, recs)
+	want := pol(1, "default", "db-deny-all", "", flow.ActionDrop)
+	if len(fl) != 1 || fl[0].Ingress != want {
+		t.Fatalf("records %+v; want one naming %+v (model generation %d)", fl, want, a.Generation())
+	}
+	if st := a.Stats(); st.CatchUps != 1 || st.CatchUpTimeouts != 0 {
+		t.Errorf("stats %+v, want one catch-up, no timeout", st)
+	}
+	for _, name := range []string{"sluice_exporter_attribution_catch_ups_total", "sluice_exporter_attribution_catch_up_timeouts_total"} {
+		if n, err := testutil.GatherAndCount(e.Registry(), name); n != 1 || err != nil {
+			t.Errorf("%s: %d series, %v", name, n, err)
+		}
 	}
 }

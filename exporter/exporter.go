@@ -40,6 +40,12 @@ const (
 	// DrainTimeout bounds how long a stopping exporter keeps sending what
 	// it has buffered.
 	DrainTimeout = 5 * time.Second
+	// CatchUpWait bounds how long a poll waits for the policy model to
+	// take in cluster changes it has not loaded yet (see
+	// attribution.Attributor.CatchUp); past it, the poll goes on with the
+	// model it has, and sluice_exporter_attribution_catch_up_timeouts_total
+	// counts it.
+	CatchUpWait = time.Second
 )
 
 // Transport sends the queued records to the aggregator, acknowledging them
@@ -317,6 +323,12 @@ func (e *Exporter) poll(ctx context.Context, now time.Time, conns []source.Conn,
 		return conns
 	}
 	e.pollTime = now
+	if a := e.o.Attributor; a != nil {
+		// The model must hold the cluster state the Pod metadata is
+		// about to be read from: a new Pod's first connections may be
+		// gone by the next poll, with the verdict given now.
+		a.CatchUp(ctx, CatchUpWait)
+	}
 	if batch != nil {
 		*batch = e.store.Update(now, conns, *batch)
 	} else {

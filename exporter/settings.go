@@ -351,6 +351,7 @@ func (s *Settings) openAttribution(ctx context.Context, wg *sync.WaitGroup, shar
 		return attribution.WatchStats{Events: st.Events, Errors: st.WatchErrors, Objects: st.Objects}
 	})
 	l := attribution.NewLoader(a, attribution.WatchSource(w), pipeline.DefaultConfig())
+	l.TrackChanges(w.Changes) // each poll catches the model up first (Exporter.poll)
 	wg.Go(func() {
 		if err := w.Run(ctx); err != nil && ctx.Err() == nil {
 			log.Error("no policy attribution: cannot watch the cluster state", "err", err)

@@ -21,6 +21,7 @@ import (
 	"net/netip"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"sluice/flow"
 	"sluice/traceflow/crd"
@@ -82,6 +83,9 @@ type Stats struct {
 	// LoadErrors counts the Loader's loads that failed (the source could
 	// not be read, or its state not modelled); the previous model stayed.
 	LoadErrors uint64
+	// CatchUps counts the loads CatchUp asked for (the model was behind
+	// the cluster state); CatchUpTimeouts those not done within its wait.
+	CatchUps, CatchUpTimeouts uint64
 	// Watch is the live cluster's watch (zero without one).
 	Watch WatchStats
 }
@@ -125,7 +129,9 @@ type Attributor struct {
 
 	hits, computed, errs, evicted atomic.Uint64
 	loadErrors                    atomic.Uint64
+	catchUps, catchUpTimeouts     atomic.Uint64
 	watch                         atomic.Pointer[func() WatchStats]
+	loader                        atomic.Pointer[Loader]
 }
 
 // SetWatchStats says where Stats reads the live cluster watch's counters.
@@ -157,6 +163,31 @@ func (a *Attributor) SetModel(m *pipeline.Model) {
 	a.mu.Unlock()
 }
 
+// CatchUp makes the model current before connections are judged: when
+// the Loader's source changed after its last load (a Pod, a policy, a
+// label the model does not hold yet), it has the Loader load at once,
+// instead of at its next interval, and waits for that load for at most
+// max. Without it, a connection that starts and ends between a change and
+// the next load (a new Pod's first requests) is judged by the model
+// before the change, and keeps that verdict. It returns at once when the
+// model is current, or when the Attributor's Loader does not track its
+// source's changes (TrackChanges) or does not Follow.
+func (a *Attributor) CatchUp(ctx context.Context, max time.Duration) {
+	l := a.loader.Load()
+	if l == nil || !l.behind() {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, max)
+	defer cancel()
+	asked, done := l.catchUp(ctx)
+	if asked {
+		a.catchUps.Add(1)
+		if !done {
+			a.catchUpTimeouts.Add(1)
+		}
+	}
+}
+
 // Generation is the current model's generation, 0 before the first.
 func (a *Attributor) Generation() uint64 {
 	if c := a.cur.Load(); c != nil {
@@ -171,7 +202,8 @@ func (a *Attributor) Stats() Stats {
 	n := len(a.cache)
 	a.mu.Unlock()
 	s := Stats{Generation: a.Generation(), Hits: a.hits.Load(), Computed: a.computed.Load(), Errors: a.errs.Load(),
-		Evicted: a.evicted.Load(), Entries: n, LoadErrors: a.loadErrors.Load()}
+		Evicted: a.evicted.Load(), Entries: n, LoadErrors: a.loadErrors.Load(),
+		CatchUps: a.catchUps.Load(), CatchUpTimeouts: a.catchUpTimeouts.Load()}
 	if f := a.watch.Load(); f != nil {
 		s.Watch = (*f)()
 	}

@@ -146,3 +146,83 @@ func TestFollow(t *testing.T) {
 		t.Errorf("client → db with db isolated: %+v", v)
 	}
 }
+
+// TestCatchUp: with the source's change count tracked, CatchUp has a
+// Follow that would wait its whole interval (an hour here) load at once,
+// and returns once the new model is in place; with nothing changed it
+// asks for nothing; a load slower than its wait is a counted timeout,
+// and that load still lands.
+func TestCatchUp(t *testing.T) {
+	base, isolate := fixture(t), fixture(t, "k8s-ingress-isolate.yaml")
+	var cur atomic.Pointer[Source]
+	var calls, changes atomic.Uint64
+	gate := make(chan struct{}) // closed: loads do not block
+	close(gate)
+	var gateMu sync.Mutex
+	set := func(s Source) { cur.Store(&s) }
+	set(base)
+	src := func(ctx context.Context) ([]cluster.Object, error) {
+		gateMu.Lock()
+		g := gate
+		gateMu.Unlock()
+		<-g
+		calls.Add(1)
+		return (*cur.Load())(ctx)
+	}
+	a := New(Options{Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+
+	// Without TrackChanges (a file source), CatchUp returns at once even
+	// though nothing follows.
+	NewLoader(a, src, pipeline.DefaultConfig())
+	a.CatchUp(ctx, time.Hour)
+
+	l := NewLoader(a, src, pipeline.DefaultConfig())
+	l.TrackChanges(changes.Load)
+	changed := make(chan struct{}, 1)
+	done := make(chan struct{})
+	go func() { l.Follow(ctx, changed, time.Hour); close(done) }()
+	defer func() { cancel(); <-done }()
+
+	changed <- struct{}{} // the first load is not held back by the interval
+	testkit.WaitFor(t, "the first model", func() bool { return a.Generation() == 1 })
+	n := calls.Load()
+	a.CatchUp(ctx, time.Hour)
+	if calls.Load() != n || a.Stats().CatchUps != 0 {
+		t.Fatalf("CatchUp with nothing changed: %d loads (was %d), stats %+v", calls.Load(), n, a.Stats())
+	}
+
+	// db isolated. Follow takes the signal and would wait an hour.
+	k := key("10.10.1.5", "10.10.2.7", 5432)
+	set(isolate)
+	changes.Add(1)
+	changed <- struct{}{}
+	a.CatchUp(ctx, time.Minute)
+	if v := a.Verdict(ctx, k); a.Generation() != 2 || v == nil || !v.Denied || v.Ingress.Name != "db-deny-all" {
+		t.Fatalf("after CatchUp: generation %d, verdict %+v; want 2, denied by db-deny-all", a.Generation(), v)
+	}
+	if st := a.Stats(); st.CatchUps != 1 || st.CatchUpTimeouts != 0 {
+		t.Errorf("stats %+v, want one catch-up, no timeout", st)
+	}
+	// Caught up: the next CatchUp asks for nothing.
+	n = calls.Load()
+	a.CatchUp(ctx, time.Hour)
+	if calls.Load() != n || a.Stats().CatchUps != 1 {
+		t.Errorf("CatchUp after catching up: %d loads (was %d), stats %+v", calls.Load(), n, a.Stats())
+	}
+
+	// A load that takes longer than the wait: counted, and it lands later.
+	gateMu.Lock()
+	gate = make(chan struct{})
+	g := gate
+	gateMu.Unlock()
+	set(base)
+	changes.Add(1)
+	a.CatchUp(ctx, 10*time.Millisecond)
+	if st := a.Stats(); st.CatchUps != 2 || st.CatchUpTimeouts != 1 || a.Generation() != 2 {
+		t.Errorf("a slow load: stats %+v, generation %d; want two catch-ups, one timeout, generation 2", st, a.Generation())
+	}
+	close(g)
+	testkit.WaitFor(t, "the slow load", func() bool { return a.Generation() == 3 })
+}

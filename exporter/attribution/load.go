@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"sluice/traceflow/cluster"
@@ -43,6 +44,16 @@ type Loader struct {
 	src  Source
 	cfg  pipeline.Config
 	hash [sha256.Size]byte
+
+	// changes is the source's change count (see TrackChanges); nil when
+	// the source is not followed that way.
+	changes func() uint64
+	// loaded is the change count read before the objects of the last
+	// load that succeeded: the model holds every change up to it.
+	loaded atomic.Uint64
+	// kick asks Follow for a load now; the channel sent is closed when
+	// that load is done.
+	kick chan chan struct{}
 }
 
 // NewLoader returns a Loader for a (one Loader per Attributor); cfg is
@@ -50,13 +61,32 @@ type Loader struct {
 // its Tag is replaced by Tag.
 func NewLoader(a *Attributor, src Source, cfg pipeline.Config) *Loader {
 	cfg.Tag = Tag
-	return &Loader{a: a, src: src, cfg: cfg}
+	l := &Loader{a: a, src: src, cfg: cfg, kick: make(chan chan struct{})}
+	a.loader.Store(l)
+	return l
+}
+
+// TrackChanges gives the Loader its source's change count (a
+// kube.Watcher's Changes): counted after the change is readable, never
+// decreasing. With it, the Attributor's CatchUp can tell whether the
+// model is behind the source and have Follow load at once. Call it before
+// the first Load.
+func (l *Loader) TrackChanges(changes func() uint64) { l.changes = changes }
+
+// behind reports whether the source changed after the last load that
+// succeeded.
+func (l *Loader) behind() bool {
+	return l.changes != nil && l.changes() != l.loaded.Load()
 }
 
 // Load reads the source once and, when its objects changed, builds the
 // model and gives it to the Attributor (a new generation). On error the
 // previous model stays in use.
 func (l *Loader) Load(ctx context.Context) (changed bool, err error) {
+	var seen uint64
+	if l.changes != nil {
+		seen = l.changes() // before reading: what changes after is not in this load
+	}
 	objs, err := l.src(ctx)
 	if err != nil {
 		l.a.loadErrors.Add(1)
@@ -72,6 +102,7 @@ func (l *Loader) Load(ctx context.Context) (changed bool, err error) {
 	var sum [sha256.Size]byte
 	h.Sum(sum[:0])
 	if sum == l.hash && l.a.Generation() != 0 {
+		l.loaded.Store(seen)
 		return false, nil
 	}
 	st, probs := cluster.Build(objs)
@@ -86,6 +117,7 @@ func (l *Loader) Load(ctx context.Context) (changed bool, err error) {
 	}
 	l.hash = sum
 	l.a.SetModel(m)
+	l.loaded.Store(seen)
 	l.a.o.Log.Info("policy attribution model loaded", "generation", l.a.Generation(), "pods", len(st.Pods),
 		"network_policies", len(st.NetworkPolicies), "antrea_policies", len(st.AntreaPolicies), "egresses", len(st.Egresses))
 	return true, nil
@@ -109,30 +141,41 @@ func (l *Loader) Run(ctx context.Context, interval time.Duration) {
 }
 
 // Follow loads at each signal of changed (a kube.Watcher's Changed), at
-// most once per minInterval (changes meanwhile are loaded together), until
-// ctx ends; failures are logged (a warning while the cluster state is not
-// listed yet is logged once) and the previous model stays in use. A load
-// whose objects did not change starts no generation.
+// most once per minInterval (changes meanwhile are loaded together), and
+// at once when CatchUp asks, until ctx ends; failures are logged (a
+// warning while the cluster state is not listed yet is logged once) and
+// the previous model stays in use. A load whose objects did not change
+// starts no generation.
 func (l *Loader) Follow(ctx context.Context, changed <-chan struct{}, minInterval time.Duration) {
 	var last time.Time
 	lastErr := ""
 	for {
+		var asked chan struct{} // a CatchUp waiting for this load
 		select {
 		case <-ctx.Done():
 			return
 		case <-changed:
+		case asked = <-l.kick:
 		}
-		if wait := minInterval - time.Since(last); wait > 0 {
+		if wait := minInterval - time.Since(last); wait > 0 && asked == nil {
 			t := time.NewTimer(wait)
 			select {
 			case <-ctx.Done():
 				t.Stop()
 				return
 			case <-t.C:
+			case asked = <-l.kick:
+				t.Stop()
 			}
 		}
 		last = time.Now()
-		_, err := l.Load(ctx)
+		var err error
+		if asked == nil || l.behind() { // a load since the ask may have caught up already
+			_, err = l.Load(ctx)
+		}
+		if asked != nil {
+			close(asked)
+		}
 		switch {
 		case err != nil && ctx.Err() == nil && err.Error() != lastErr:
 			l.a.o.Log.Warn("cannot load the policy attribution model; keeping the previous one", "err", err)
@@ -140,5 +183,26 @@ func (l *Loader) Follow(ctx context.Context, changed <-chan struct{}, minInterva
 		case err == nil && lastErr != "":
 			lastErr = ""
 		}
+	}
+}
+
+// catchUp has Follow load at once when the source changed after the last
+// load, and waits for that load, at most until ctx ends. It reports
+// whether it asked, and whether the load finished in time.
+func (l *Loader) catchUp(ctx context.Context) (asked, done bool) {
+	if !l.behind() {
+		return false, false
+	}
+	ch := make(chan struct{})
+	select {
+	case l.kick <- ch:
+	case <-ctx.Done():
+		return true, false
+	}
+	select {
+	case <-ch:
+		return true, true
+	case <-ctx.Done():
+		return true, false
 	}
 }

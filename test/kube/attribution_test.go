@@ -166,3 +166,91 @@ func TestExporterAttributionWatch(t *testing.T) {
 		t.Fatalf("%v: last verdict %+v, generation %d (was %d)\nlog:\n%s", err, v, a.Generation(), gen, logs.String())
 	}
 }
+
+// TestAttributionCatchUp: with the real API server and informers, a
+// change in the watcher's cache is in the model once CatchUp returns,
+// although the Loader's interval (an hour here) would hold it back: what
+// each exporter poll does first, so that a new Pod's or policy's first
+// connections are not judged by the model from before it.
+func TestAttributionCatchUp(t *testing.T) {
+	c := cluster(t)
+	ctx := testContext(t, 3*time.Minute)
+	admin, err := c.AdminClient()
+	if err != nil {
+		t.Fatal(err)
+	}
+	adminDyn, err := dynamic.NewForConfig(c.Admin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tidyForModel(t, ctx, c)
+	createFixture(t, ctx, adminDyn)
+	client, dyn, err := kube.Clients(c.Admin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	logs := &lockedBuffer{}
+	log := slog.New(slog.NewTextHandler(logs, nil))
+	w := kube.NewWatcher(client, dyn, kube.WatchOptions{Logger: log})
+	a := attribution.New(attribution.Options{Log: log})
+	l := attribution.NewLoader(a, attribution.WatchSource(w), pipeline.DefaultConfig())
+	l.TrackChanges(w.Changes)
+	wctx, stop := context.WithCancel(ctx)
+	done := make(chan struct{}, 2)
+	go func() { _ = w.Run(wctx); done <- struct{}{} }()
+	go func() { l.Follow(wctx, w.Changed(), time.Hour); done <- struct{}{} }()
+	t.Cleanup(func() { stop(); <-done; <-done })
+
+	// The first signal is loaded at once, before every list is done; the
+	// lists' ends are changes, which CatchUp loads.
+	if err := poll(ctx, "the first model", func() (bool, error) {
+		a.CatchUp(ctx, 10*time.Second)
+		return a.Generation() > 0, nil
+	}); err != nil {
+		t.Fatalf("%v\nlog:\n%s", err, logs.String())
+	}
+	key := attribution.Key{Src: netip.MustParseAddr("10.10.1.5"), Dst: netip.MustParseAddr("10.10.2.7"), Proto: 6, DstPort: 5432}
+	if v := a.Verdict(ctx, key); v == nil || v.Denied {
+		t.Fatalf("client → db before any policy: %+v, want allowed", v)
+	}
+	gen, before := a.Generation(), w.Changes()
+
+	np := &networkingv1.NetworkPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "db-catch-up"},
+		Spec: networkingv1.NetworkPolicySpec{PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{"app": "db"}},
+			PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress}}}
+	if _, err := admin.NetworkingV1().NetworkPolicies("default").Create(ctx, np, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		err := admin.NetworkingV1().NetworkPolicies("default").Delete(context.Background(), np.Name, metav1.DeleteOptions{})
+		if err != nil && !apierrors.IsNotFound(err) {
+			t.Error(err)
+		}
+	})
+	// The policy is in the cache and a change was counted since (the
+	// count follows the cache).
+	if err := poll(ctx, "the policy in the watcher's cache", func() (bool, error) {
+		objs, _, err := w.Objects()
+		if err != nil {
+			return false, nil
+		}
+		for _, o := range objs {
+			if o.Kind == "NetworkPolicy" && o.Namespace == "default" && o.Name == np.Name {
+				return w.Changes() > before, nil
+			}
+		}
+		return false, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	// One CatchUp, then the verdict, without waiting for anything else.
+	a.CatchUp(ctx, 30*time.Second)
+	v := a.Verdict(ctx, key)
+	want := flow.Policy{Type: attribution.PolicyTypeK8s, Namespace: "default", Name: np.Name, RuleAction: flow.ActionDrop}
+	if a.Generation() <= gen || v == nil || !v.Denied || v.Ingress != want {
+		t.Fatalf("after CatchUp: generation %d (was %d), verdict %+v; want denied by %s\nlog:\n%s", a.Generation(), gen, v, np.Name, logs.String())
+	}
+	if st := a.Stats(); st.CatchUps == 0 || st.CatchUpTimeouts != 0 {
+		t.Errorf("stats %+v, want catch-ups and no timeout", st)
+	}
+}

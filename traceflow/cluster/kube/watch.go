@@ -109,6 +109,9 @@ type Watcher struct {
 	running  atomic.Bool
 	events   atomic.Uint64
 	errCount atomic.Uint64
+	// changes counts signals: each follows a change of what Objects
+	// answers (see Changes).
+	changes atomic.Uint64
 }
 
 // watchKind is one watched resource.
@@ -204,7 +207,13 @@ func (w *Watcher) WaitObjects(ctx context.Context) ([]cluster.Object, cluster.Pr
 // after the caches changed or a resource finished its first list.
 func (w *Watcher) Changed() <-chan struct{} { return w.changed }
 
+// Changes counts the changes signalled so far. It is counted after the
+// informer's cache took the change: a reader that reads Changes and then
+// Objects has every change up to the count it read.
+func (w *Watcher) Changes() uint64 { return w.changes.Load() }
+
 func (w *Watcher) signal() {
+	w.changes.Add(1)
 	select {
 	case w.changed <- struct{}{}:
 	default:
