@@ -79,8 +79,21 @@ func (e *Exporter) fillVerdict(r *record.Record, m *connMeta) {
 	srcLocal, dstLocal := m.srcLocal, m.dstLocal
 	denied := v.Denied && r.Counts[record.ReversePacketTotal] == 0
 	if v.Denied && !denied && !m.disagreed {
-		m.disagreed = true
-		e.m.disagreements.Inc()
+		// The model denies an answered connection. It may lack a change
+		// that came after this poll caught it up (a Pod that started
+		// meanwhile): once a poll, catch up again and ask anew.
+		if !e.lateCatchUp && a.Behind() {
+			e.lateCatchUp = true
+			a.CatchUp(context.Background(), e.o.CatchUpWait)
+			if nv := a.Verdict(context.Background(), attrKey(r)); nv != nil {
+				m.attr, v = nv, nv
+				denied = v.Denied && r.Counts[record.ReversePacketTotal] == 0
+			}
+		}
+		if v.Denied && !denied {
+			m.disagreed = true
+			e.m.disagreements.Inc()
+		}
 	}
 	deny := func(p *flow.Policy) bool { return p.RuleAction == flow.ActionDrop || p.RuleAction == flow.ActionReject }
 	var bits uint8

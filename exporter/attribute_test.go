@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net/netip"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"sluice/enrich"
 	"sluice/exporter/attribution"
 	"sluice/exporter/queue"
 	"sluice/exporter/record"
@@ -288,7 +290,7 @@ func TestPollCatchesUpTheModel(t *testing.T) {
 	src := &fixedSource{conns: []source.Conn{conn(1, source.ProtoTCP, "10.10.1.5:40002", "10.10.2.7:5432", false)}}
 	e, err := New(Options{Node: "k8s-node-1", PodCIDRs: []netip.Prefix{netip.MustParsePrefix("10.10.1.0/24")},
 		ClusterCIDRs: []netip.Prefix{netip.MustParsePrefix("10.10.0.0/16")}, Source: src, Transport: idleTransport{},
-		Attributor: a, ActiveTimeout: time.Second, PollInterval: time.Second, Log: log})
+		Attributor: a, ActiveTimeout: time.Second, PollInterval: time.Second, CatchUpWait: time.Minute, Log: log})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -313,5 +315,74 @@ func TestPollCatchesUpTheModel(t *testing.T) {
 		if n, err := testutil.GatherAndCount(e.Registry(), name); n != 1 || err != nil {
 			t.Errorf("%s: %d series, %v", name, n, err)
 		}
+	}
+}
+
+// lookupHook is a Pod store whose first lookup runs hook: a cluster change
+// that reaches the informers after the poll caught the model up, and
+// before the poll names the connection's Pods.
+type lookupHook struct {
+	enrich.Store
+	once sync.Once
+	hook func()
+}
+
+func (s *lookupHook) PodByIP(ip netip.Addr, at time.Time) (*enrich.Pod, bool) {
+	s.once.Do(s.hook)
+	return s.Store.PodByIP(ip, at)
+}
+
+// TestLateChangeCaughtUp: a change that arrives after the poll's catch-up
+// and makes the model deny a connection that was answered (here db's
+// isolation goes: the model still isolates db) is caught up once more
+// before the connection's only record is written, so the model and the
+// datapath agree and the record names no stale rule.
+func TestLateChangeCaughtUp(t *testing.T) {
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	var cur atomic.Pointer[attribution.Source]
+	var changes atomic.Uint64
+	set := func(s attribution.Source) { cur.Store(&s) }
+	set(fixtureSource("k8s-ingress-isolate.yaml"))
+	a := attribution.New(attribution.Options{Log: log})
+	l := attribution.NewLoader(a, func(ctx context.Context) ([]cluster.Object, error) { return (*cur.Load())(ctx) },
+		pipeline.DefaultConfig())
+	l.TrackChanges(changes.Load)
+	ctx, cancel := context.WithCancel(context.Background())
+	changed := make(chan struct{}, 1)
+	done := make(chan struct{})
+	go func() { l.Follow(ctx, changed, time.Hour); close(done) }()
+	defer func() { cancel(); <-done }()
+	changed <- struct{}{}
+	testkit.WaitFor(t, "the first model", func() bool { return a.Generation() == 1 })
+
+	// client → db, answered and over (TIME_WAIT): its one record is
+	// written at first sight.
+	c := conn(1, source.ProtoTCP, "10.10.1.5:40002", "10.10.2.7:5432", true)
+	c.TCPState = source.TCPTimeWait
+	store := &lookupHook{Store: enrich.NewStatic(nil, nil, nil), hook: func() {
+		set(fixtureSource())
+		changes.Add(1)
+		select {
+		case changed <- struct{}{}:
+		default:
+		}
+	}}
+	e, err := New(Options{Node: "k8s-node-1", PodCIDRs: []netip.Prefix{netip.MustParsePrefix("10.10.1.0/24")},
+		ClusterCIDRs: []netip.Prefix{netip.MustParsePrefix("10.10.0.0/16")}, Source: &fixedSource{conns: []source.Conn{c}},
+		Store: store, Transport: idleTransport{}, Attributor: a, ActiveTimeout: time.Second, PollInterval: time.Second,
+		CatchUpWait: time.Minute, Log: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, recs := e.Poll(ctx, time.Unix(1_800_000_000, 0), nil, nil)
+	fl := record.Flows(nil, recs)
+	if len(fl) != 1 || fl[0].Ingress != (flow.Policy{}) || fl[0].Egress != (flow.Policy{}) {
+		t.Fatalf("records %+v; want one, naming no policy", fl)
+	}
+	if d := testutil.ToFloat64(e.m.disagreements); d != 0 || a.Generation() != 2 {
+		t.Errorf("disagreements %v, generation %d; want 0 and the model without db's isolation (2)", d, a.Generation())
+	}
+	if st := a.Stats(); st.CatchUps != 1 || st.CatchUpTimeouts != 0 {
+		t.Errorf("stats %+v, want one catch-up (the late one), no timeout", st)
 	}
 }

@@ -40,8 +40,8 @@ const (
 	// DrainTimeout bounds how long a stopping exporter keeps sending what
 	// it has buffered.
 	DrainTimeout = 5 * time.Second
-	// CatchUpWait bounds how long a poll waits for the policy model to
-	// take in cluster changes it has not loaded yet (see
+	// CatchUpWait bounds, by default, how long a poll waits for the
+	// policy model to take in cluster changes it has not loaded yet (see
 	// attribution.Attributor.CatchUp); past it, the poll goes on with the
 	// model it has, and sluice_exporter_attribution_catch_up_timeouts_total
 	// counts it.
@@ -73,6 +73,9 @@ type Options struct {
 	// records queued (DefaultDeniedRate, DefaultDeniedBurst if 0).
 	Attributor              *attribution.Attributor
 	DeniedRate, DeniedBurst float64
+	// CatchUpWait bounds each wait for the Attributor's model to take in
+	// cluster changes it has not loaded yet (CatchUpWait if 0).
+	CatchUpWait time.Duration
 	// Collector is the aggregator's address; Profile the agent element
 	// set sent over IPFIX (gRPC sends every field it has); TLS the client
 	// configuration for the tls protocol, and for grpc, where it must hold
@@ -115,6 +118,9 @@ type Exporter struct {
 	apiLn     net.Listener
 	// pollTime is the time of the poll in progress.
 	pollTime time.Time
+	// lateCatchUp: the poll in progress has caught the model up once
+	// already for a connection it judged (fillVerdict).
+	lateCatchUp bool
 	// reserved is the run of the queue's ring the store is writing in
 	// (UpdateEmit), nil when it writes in scratch instead (the queue is
 	// full, or nearly).
@@ -137,6 +143,9 @@ func New(o Options) (*Exporter, error) {
 	}
 	if o.PollInterval == 0 {
 		o.PollInterval = DefaultPollInterval
+	}
+	if o.CatchUpWait <= 0 {
+		o.CatchUpWait = CatchUpWait
 	}
 	if o.PollInterval < MinPollInterval {
 		return nil, fmt.Errorf("exporter: the poll interval %v is under the minimum %v", o.PollInterval, MinPollInterval)
@@ -322,12 +331,12 @@ func (e *Exporter) poll(ctx context.Context, now time.Time, conns []source.Conn,
 		}
 		return conns
 	}
-	e.pollTime = now
+	e.pollTime, e.lateCatchUp = now, false
 	if a := e.o.Attributor; a != nil {
 		// The model must hold the cluster state the Pod metadata is
 		// about to be read from: a new Pod's first connections may be
 		// gone by the next poll, with the verdict given now.
-		a.CatchUp(ctx, CatchUpWait)
+		a.CatchUp(ctx, e.o.CatchUpWait)
 	}
 	if batch != nil {
 		*batch = e.store.Update(now, conns, *batch)

@@ -95,7 +95,7 @@ func newMetrics(reg prometheus.Registerer, q *queue.Queue, a *attribution.Attrib
 				func(s attribution.Stats) float64 { return float64(s.Generation) }, false),
 			stat("sluice_exporter_attribution_load_errors_total", "Loads of the policy model that failed (state not readable or not modelled); the previous model stayed.",
 				func(s attribution.Stats) float64 { return float64(s.LoadErrors) }, true),
-			stat("sluice_exporter_attribution_catch_ups_total", "Polls that had the policy model loaded first, because the cluster state had changed since its last load.",
+			stat("sluice_exporter_attribution_catch_ups_total", "Waits for a load of the policy model (successful or not) because the cluster state had changed since its last load: at a poll's start, or for a connection the model denied though it was answered.",
 				func(s attribution.Stats) float64 { return float64(s.CatchUps) }, true),
 			stat("sluice_exporter_attribution_catch_up_timeouts_total", "Of those, the loads not done within the poll's wait (the poll went on with the previous model).",
 				func(s attribution.Stats) float64 { return float64(s.CatchUpTimeouts) }, true),

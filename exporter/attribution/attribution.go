@@ -164,14 +164,14 @@ func (a *Attributor) SetModel(m *pipeline.Model) {
 }
 
 // CatchUp makes the model current before connections are judged: when
-// the Loader's source changed after its last load (a Pod, a policy, a
-// label the model does not hold yet), it has the Loader load at once,
-// instead of at its next interval, and waits for that load for at most
-// max. Without it, a connection that starts and ends between a change and
-// the next load (a new Pod's first requests) is judged by the model
-// before the change, and keeps that verdict. It returns at once when the
-// model is current, or when the Attributor's Loader does not track its
-// source's changes (TrackChanges) or does not Follow.
+// the cluster state changed after the Loader's last load began (a Pod, a
+// policy, a label the model does not hold yet), it has the Loader's
+// Follow load at once, instead of at its next interval, and waits for
+// that load for at most max. Without it, a connection that starts and
+// ends between a change and the next load (a new Pod's first requests)
+// is judged by the model from before the change, and keeps that verdict.
+// It returns at once when the model is current, or when no Loader that
+// tracks its source's changes (TrackChanges) is following (Follow).
 func (a *Attributor) CatchUp(ctx context.Context, max time.Duration) {
 	l := a.loader.Load()
 	if l == nil || !l.behind() {
@@ -179,13 +179,16 @@ func (a *Attributor) CatchUp(ctx context.Context, max time.Duration) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, max)
 	defer cancel()
-	asked, done := l.catchUp(ctx)
-	if asked {
-		a.catchUps.Add(1)
-		if !done {
-			a.catchUpTimeouts.Add(1)
-		}
+	a.catchUps.Add(1)
+	if !l.catchUp(ctx) {
+		a.catchUpTimeouts.Add(1)
 	}
+}
+
+// Behind reports whether CatchUp would ask for a load.
+func (a *Attributor) Behind() bool {
+	l := a.loader.Load()
+	return l != nil && l.behind()
 }
 
 // Generation is the current model's generation, 0 before the first.

@@ -150,21 +150,28 @@ func TestFollow(t *testing.T) {
 // TestCatchUp: with the source's change count tracked, CatchUp has a
 // Follow that would wait its whole interval (an hour here) load at once,
 // and returns once the new model is in place; with nothing changed it
-// asks for nothing; a load slower than its wait is a counted timeout,
-// and that load still lands.
+// asks for nothing; a load that fails is not asked for again until the
+// next change; a load slower than the wait is a counted timeout, and
+// lands later; without a Follow running, CatchUp does not wait.
 func TestCatchUp(t *testing.T) {
 	base, isolate := fixture(t), fixture(t, "k8s-ingress-isolate.yaml")
+	failing := Source(func(context.Context) ([]cluster.Object, error) { return nil, errors.New("listing pods: forbidden") })
 	var cur atomic.Pointer[Source]
 	var calls, changes atomic.Uint64
+	var gateMu sync.Mutex
 	gate := make(chan struct{}) // closed: loads do not block
 	close(gate)
-	var gateMu sync.Mutex
+	entered := make(chan struct{}, 1)
 	set := func(s Source) { cur.Store(&s) }
 	set(base)
 	src := func(ctx context.Context) ([]cluster.Object, error) {
 		gateMu.Lock()
 		g := gate
 		gateMu.Unlock()
+		select {
+		case entered <- struct{}{}:
+		default:
+		}
 		<-g
 		calls.Add(1)
 		return (*cur.Load())(ctx)
@@ -172,21 +179,25 @@ func TestCatchUp(t *testing.T) {
 	a := New(Options{Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-
-	// Without TrackChanges (a file source), CatchUp returns at once even
-	// though nothing follows.
-	NewLoader(a, src, pipeline.DefaultConfig())
-	a.CatchUp(ctx, time.Hour)
-
 	l := NewLoader(a, src, pipeline.DefaultConfig())
 	l.TrackChanges(changes.Load)
+
+	// Behind, but nothing follows: CatchUp neither waits nor counts.
+	changes.Add(1)
+	a.CatchUp(ctx, time.Minute)
+	if st := a.Stats(); st.CatchUps != 0 || a.Behind() {
+		t.Fatalf("CatchUp without a Follow: stats %+v, behind %v", st, a.Behind())
+	}
+
 	changed := make(chan struct{}, 1)
 	done := make(chan struct{})
 	go func() { l.Follow(ctx, changed, time.Hour); close(done) }()
 	defer func() { cancel(); <-done }()
-
 	changed <- struct{}{} // the first load is not held back by the interval
 	testkit.WaitFor(t, "the first model", func() bool { return a.Generation() == 1 })
+	if a.Behind() {
+		t.Fatal("behind after loading every change")
+	}
 	n := calls.Load()
 	a.CatchUp(ctx, time.Hour)
 	if calls.Load() != n || a.Stats().CatchUps != 0 {
@@ -212,17 +223,37 @@ func TestCatchUp(t *testing.T) {
 		t.Errorf("CatchUp after catching up: %d loads (was %d), stats %+v", calls.Load(), n, a.Stats())
 	}
 
-	// A load that takes longer than the wait: counted, and it lands later.
+	// A source that fails: one load for the change, not one per CatchUp.
+	set(failing)
+	changes.Add(1)
+	a.CatchUp(ctx, time.Minute)
+	a.CatchUp(ctx, time.Minute)
+	if st := a.Stats(); calls.Load() != n+1 || st.LoadErrors != 1 || st.CatchUps != 2 || a.Generation() != 2 {
+		t.Errorf("a failing source: %d loads (was %d), stats %+v, generation %d; want one failed load", calls.Load(), n, st, a.Generation())
+	}
+
+	// A load slower than the wait: a CatchUp that waits long starts it
+	// (it is in the source), then one that waits 10 ms times out.
 	gateMu.Lock()
 	gate = make(chan struct{})
 	g := gate
 	gateMu.Unlock()
+	select {
+	case <-entered: // left by an earlier load
+	default:
+	}
 	set(base)
 	changes.Add(1)
+	long := make(chan struct{})
+	go func() { a.CatchUp(ctx, time.Minute); close(long) }()
+	<-entered
 	a.CatchUp(ctx, 10*time.Millisecond)
-	if st := a.Stats(); st.CatchUps != 2 || st.CatchUpTimeouts != 1 || a.Generation() != 2 {
-		t.Errorf("a slow load: stats %+v, generation %d; want two catch-ups, one timeout, generation 2", st, a.Generation())
+	if st := a.Stats(); st.CatchUps != 4 || st.CatchUpTimeouts != 1 || a.Generation() != 2 {
+		t.Errorf("a slow load: stats %+v, generation %d; want four catch-ups, one timeout, generation 2", st, a.Generation())
 	}
 	close(g)
-	testkit.WaitFor(t, "the slow load", func() bool { return a.Generation() == 3 })
+	<-long
+	if a.Generation() != 3 || a.Stats().CatchUpTimeouts != 1 {
+		t.Errorf("after the slow load: generation %d, stats %+v; want 3, one timeout", a.Generation(), a.Stats())
+	}
 }

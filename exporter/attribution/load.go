@@ -48,9 +48,10 @@ type Loader struct {
 	// changes is the source's change count (see TrackChanges); nil when
 	// the source is not followed that way.
 	changes func() uint64
-	// loaded is the change count read before the objects of the last
-	// load that succeeded: the model holds every change up to it.
-	loaded atomic.Uint64
+	// tried is the change count read before the objects of the last load,
+	// whatever its outcome: the model holds every change up to it, or the
+	// load failed on them (retried at the next change, not at every poll).
+	tried atomic.Uint64
 	// kick asks Follow for a load now; the channel sent is closed when
 	// that load is done.
 	kick chan chan struct{}
@@ -61,31 +62,30 @@ type Loader struct {
 // its Tag is replaced by Tag.
 func NewLoader(a *Attributor, src Source, cfg pipeline.Config) *Loader {
 	cfg.Tag = Tag
-	l := &Loader{a: a, src: src, cfg: cfg, kick: make(chan chan struct{})}
-	a.loader.Store(l)
-	return l
+	return &Loader{a: a, src: src, cfg: cfg, kick: make(chan chan struct{})}
 }
 
 // TrackChanges gives the Loader its source's change count (a
 // kube.Watcher's Changes): counted after the change is readable, never
-// decreasing. With it, the Attributor's CatchUp can tell whether the
-// model is behind the source and have Follow load at once. Call it before
-// the first Load.
+// decreasing. With it, while Follow runs, the Attributor's CatchUp can
+// tell whether the model is behind the source and have Follow load at
+// once. Call it before Load and Follow.
 func (l *Loader) TrackChanges(changes func() uint64) { l.changes = changes }
 
-// behind reports whether the source changed after the last load that
-// succeeded.
+// behind reports whether the source changed after the last load began.
 func (l *Loader) behind() bool {
-	return l.changes != nil && l.changes() != l.loaded.Load()
+	return l.changes != nil && l.changes() != l.tried.Load()
 }
 
 // Load reads the source once and, when its objects changed, builds the
 // model and gives it to the Attributor (a new generation). On error the
 // previous model stays in use.
 func (l *Loader) Load(ctx context.Context) (changed bool, err error) {
-	var seen uint64
 	if l.changes != nil {
-		seen = l.changes() // before reading: what changes after is not in this load
+		// Read before the objects: what changes after is not in this
+		// load. Stored after it, so that a CatchUp meanwhile waits.
+		seen := l.changes()
+		defer l.tried.Store(seen)
 	}
 	objs, err := l.src(ctx)
 	if err != nil {
@@ -102,7 +102,6 @@ func (l *Loader) Load(ctx context.Context) (changed bool, err error) {
 	var sum [sha256.Size]byte
 	h.Sum(sum[:0])
 	if sum == l.hash && l.a.Generation() != 0 {
-		l.loaded.Store(seen)
 		return false, nil
 	}
 	st, probs := cluster.Build(objs)
@@ -117,7 +116,6 @@ func (l *Loader) Load(ctx context.Context) (changed bool, err error) {
 	}
 	l.hash = sum
 	l.a.SetModel(m)
-	l.loaded.Store(seen)
 	l.a.o.Log.Info("policy attribution model loaded", "generation", l.a.Generation(), "pods", len(st.Pods),
 		"network_policies", len(st.NetworkPolicies), "antrea_policies", len(st.AntreaPolicies), "egresses", len(st.Egresses))
 	return true, nil
@@ -142,11 +140,14 @@ func (l *Loader) Run(ctx context.Context, interval time.Duration) {
 
 // Follow loads at each signal of changed (a kube.Watcher's Changed), at
 // most once per minInterval (changes meanwhile are loaded together), and
-// at once when CatchUp asks, until ctx ends; failures are logged (a
-// warning while the cluster state is not listed yet is logged once) and
-// the previous model stays in use. A load whose objects did not change
-// starts no generation.
+// at once when the Attributor's CatchUp asks, until ctx ends; failures are
+// logged (a warning while the cluster state is not listed yet is logged
+// once) and the previous model stays in use. A load whose objects did not
+// change starts no generation. CatchUp asks the Loader whose Follow
+// started last, while it runs.
 func (l *Loader) Follow(ctx context.Context, changed <-chan struct{}, minInterval time.Duration) {
+	l.a.loader.Store(l)
+	defer l.a.loader.CompareAndSwap(l, nil)
 	var last time.Time
 	lastErr := ""
 	for {
@@ -175,6 +176,15 @@ func (l *Loader) Follow(ctx context.Context, changed <-chan struct{}, minInterva
 		}
 		if asked != nil {
 			close(asked)
+			if !l.behind() {
+				// The signal of a change this load took in is no
+				// reason for another (a later change counts first,
+				// then signals: it is not lost).
+				select {
+				case <-changed:
+				default:
+				}
+			}
 		}
 		switch {
 		case err != nil && ctx.Err() == nil && err.Error() != lastErr:
@@ -186,23 +196,19 @@ func (l *Loader) Follow(ctx context.Context, changed <-chan struct{}, minInterva
 	}
 }
 
-// catchUp has Follow load at once when the source changed after the last
-// load, and waits for that load, at most until ctx ends. It reports
-// whether it asked, and whether the load finished in time.
-func (l *Loader) catchUp(ctx context.Context) (asked, done bool) {
-	if !l.behind() {
-		return false, false
-	}
+// catchUp has Follow load at once and waits for that load, at most
+// until ctx ends. It reports whether the load finished in time.
+func (l *Loader) catchUp(ctx context.Context) bool {
 	ch := make(chan struct{})
 	select {
 	case l.kick <- ch:
 	case <-ctx.Done():
-		return true, false
+		return false
 	}
 	select {
 	case <-ch:
-		return true, true
+		return true
 	case <-ctx.Done():
-		return true, false
+		return false
 	}
 }

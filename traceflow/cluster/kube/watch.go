@@ -16,6 +16,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	networkingv1 "k8s.io/api/networking/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -207,9 +208,10 @@ func (w *Watcher) WaitObjects(ctx context.Context) ([]cluster.Object, cluster.Pr
 // after the caches changed or a resource finished its first list.
 func (w *Watcher) Changed() <-chan struct{} { return w.changed }
 
-// Changes counts the changes signalled so far. It is counted after the
-// informer's cache took the change: a reader that reads Changes and then
-// Objects has every change up to the count it read.
+// Changes counts the changes signalled so far (an update that changed
+// nothing Objects answers is none). It is counted after the informer's
+// cache took the change: a reader that reads Changes and then Objects
+// has every change up to the count it read.
 func (w *Watcher) Changes() uint64 { return w.changes.Load() }
 
 func (w *Watcher) signal() {
@@ -456,8 +458,13 @@ func (w *Watcher) register(k *watchKind) error {
 		}
 	}
 	reg, err := k.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(any) { w.events.Add(1); w.signal() },
-		UpdateFunc: func(any, any) { w.events.Add(1); w.signal() },
+		AddFunc: func(any) { w.events.Add(1); w.signal() },
+		UpdateFunc: func(old, cur any) {
+			if !sameContent(old, cur) {
+				w.signal()
+			}
+			w.events.Add(1) // after: a counted event has been signalled or not
+		},
 		DeleteFunc: func(any) { w.events.Add(1); w.signal() },
 	})
 	if err != nil {
@@ -465,6 +472,33 @@ func (w *Watcher) register(k *watchKind) error {
 	}
 	k.reg = reg
 	return nil
+}
+
+// sameContent reports whether an update changed nothing but the cached
+// object's resourceVersion and generation, which Objects leaves out: the
+// status churn the trim removed (Pod conditions, Node heartbeats) or a
+// resync. Such an update is no change to signal: a consumer that reloads
+// at each signal would find the same objects.
+func sameContent(old, cur any) bool {
+	o, ok1 := old.(runtime.Object)
+	c, ok2 := cur.(runtime.Object)
+	if !ok1 || !ok2 {
+		return false
+	}
+	mo, err1 := meta.Accessor(o)
+	mc, err2 := meta.Accessor(c)
+	if err1 != nil || err2 != nil {
+		return false
+	}
+	if mo.GetResourceVersion() != mc.GetResourceVersion() || mo.GetGeneration() != mc.GetGeneration() {
+		o = o.DeepCopyObject() // the cache's objects are read-only
+		if mo, err1 = meta.Accessor(o); err1 != nil {
+			return false
+		}
+		mo.SetResourceVersion(mc.GetResourceVersion())
+		mo.SetGeneration(mc.GetGeneration())
+	}
+	return equality.Semantic.DeepEqual(o, c)
 }
 
 // Objects returns the cached objects, in a fixed order (by resource, then

@@ -91,10 +91,11 @@ func TestWatchLikeLoad(t *testing.T) {
 		t.Fatalf("Objects twice without a change differ (err %v)", err)
 	}
 
-	// A Pod's conditions change: an event, and the same encoding.
+	// A Pod's conditions change: an event, and the same encoding; no
+	// change counted or signalled.
 	ctx := context.Background()
 	drain(w)
-	events := w.Stats().Events
+	events, changes := w.Stats().Events, w.Changes()
 	p, err := client.CoreV1().Pods("default").Get(ctx, "client", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -108,6 +109,34 @@ func TestWatchLikeLoad(t *testing.T) {
 	after, _, err := w.Objects()
 	if err != nil || !sameObjects(live, after) {
 		t.Errorf("a Pod's conditions changed the watched objects (err %v)", err)
+	}
+	if w.Changes() != changes {
+		t.Errorf("a Pod's conditions counted as a change: %d changes, was %d", w.Changes(), changes)
+	}
+	select {
+	case <-w.Changed():
+		t.Error("a Pod's conditions signalled a change")
+	default:
+	}
+
+	// Its labels change: a change, signalled.
+	p, err = client.CoreV1().Pods("default").Get(ctx, "client", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Labels["tier"] = "late"
+	p.ResourceVersion = "1000"
+	if _, err := client.CoreV1().Pods("default").Update(ctx, p, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	testkit.WaitFor(t, "the label change counted", func() bool { return w.Changes() > changes })
+	select {
+	case <-w.Changed():
+	case <-time.After(time.Minute):
+		t.Fatal("no change signalled for a Pod's labels")
+	}
+	if after, _, err := w.Objects(); err != nil || sameObjects(live, after) {
+		t.Errorf("the watched objects did not change with a Pod's labels (err %v)", err)
 	}
 
 	// A new NetworkPolicy: signalled, and in the objects.
