@@ -55,6 +55,8 @@ type Loader struct {
 	// kick asks Follow for a load now; the channel sent is closed when
 	// that load is done.
 	kick chan chan struct{}
+	// followDone is closed when the running Follow returns.
+	followDone atomic.Pointer[chan struct{}]
 }
 
 // NewLoader returns a Loader for a (one Loader per Attributor); cfg is
@@ -146,18 +148,25 @@ func (l *Loader) Run(ctx context.Context, interval time.Duration) {
 // change starts no generation. CatchUp asks the Loader whose Follow
 // started last, while it runs.
 func (l *Loader) Follow(ctx context.Context, changed <-chan struct{}, minInterval time.Duration) {
+	done := make(chan struct{})
+	l.followDone.Store(&done)
 	l.a.loader.Store(l)
+	defer close(done) // after the Attributor forgets l: a CatchUp that still asks returns
 	defer l.a.loader.CompareAndSwap(l, nil)
 	var last time.Time
 	lastErr := ""
+	pending := false // a change signal was taken without loading it
 	for {
 		var asked chan struct{} // a CatchUp waiting for this load
-		select {
-		case <-ctx.Done():
-			return
-		case <-changed:
-		case asked = <-l.kick:
+		if !pending {
+			select {
+			case <-ctx.Done():
+				return
+			case <-changed:
+			case asked = <-l.kick:
+			}
 		}
+		pending = false
 		if wait := minInterval - time.Since(last); wait > 0 && asked == nil {
 			t := time.NewTimer(wait)
 			select {
@@ -176,14 +185,14 @@ func (l *Loader) Follow(ctx context.Context, changed <-chan struct{}, minInterva
 		}
 		if asked != nil {
 			close(asked)
-			if !l.behind() {
-				// The signal of a change this load took in is no
-				// reason for another (a later change counts first,
-				// then signals: it is not lost).
-				select {
-				case <-changed:
-				default:
-				}
+			// The signal of a change this load took in is no reason for
+			// another load. Taken first, then the count checked: a change
+			// counted after the load began is loaded at the next turn,
+			// its signal taken or not.
+			select {
+			case <-changed:
+				pending = l.behind()
+			default:
 			}
 		}
 		switch {
@@ -199,10 +208,13 @@ func (l *Loader) Follow(ctx context.Context, changed <-chan struct{}, minInterva
 // catchUp has Follow load at once and waits for that load, at most
 // until ctx ends. It reports whether the load finished in time.
 func (l *Loader) catchUp(ctx context.Context) bool {
+	done := *l.followDone.Load() // set before Follow published l
 	ch := make(chan struct{})
 	select {
 	case l.kick <- ch:
 	case <-ctx.Done():
+		return false
+	case <-done:
 		return false
 	}
 	select {

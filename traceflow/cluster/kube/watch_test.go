@@ -94,6 +94,12 @@ func TestWatchLikeLoad(t *testing.T) {
 	// A Pod's conditions change: an event, and the same encoding; no
 	// change counted or signalled.
 	ctx := context.Background()
+	// Every object's add and every resource's first list are counted
+	// (the latter by goroutines that may run after Objects succeeds).
+	w.mu.Lock()
+	nkinds := len(w.kinds)
+	w.mu.Unlock()
+	testkit.WaitFor(t, "the first lists' changes counted", func() bool { return w.Changes() == uint64(len(files)+nkinds) })
 	drain(w)
 	events, changes := w.Stats().Events, w.Changes()
 	p, err := client.CoreV1().Pods("default").Get(ctx, "client", metav1.GetOptions{})
