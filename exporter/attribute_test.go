@@ -263,16 +263,16 @@ func TestConnMetaSize(t *testing.T) {
 	}
 }
 
-// TestPollCatchesUpTheModel: a poll does not judge connections by a model
-// behind the cluster state it has heard of. The loader would wait an hour
-// before loading the change (its interval); the poll right after the
-// change has it loaded first, so the record carries the new policy.
-func TestPollCatchesUpTheModel(t *testing.T) {
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+// followedModel is an Attributor whose Loader follows first as a watch
+// would, with an hour between loads, until the test ends: loaded once
+// when it returns. change replaces the source's objects, counts the
+// change and signals it, as a kube.Watcher does; only a CatchUp has it
+// loaded within the hour.
+func followedModel(t *testing.T, log *slog.Logger, first attribution.Source) (*attribution.Attributor, func(attribution.Source)) {
+	t.Helper()
 	var cur atomic.Pointer[attribution.Source]
 	var changes atomic.Uint64
-	set := func(s attribution.Source) { cur.Store(&s) }
-	set(fixtureSource())
+	cur.Store(&first)
 	a := attribution.New(attribution.Options{Log: log})
 	l := attribution.NewLoader(a, func(ctx context.Context) ([]cluster.Object, error) { return (*cur.Load())(ctx) },
 		pipeline.DefaultConfig())
@@ -281,9 +281,27 @@ func TestPollCatchesUpTheModel(t *testing.T) {
 	changed := make(chan struct{}, 1)
 	done := make(chan struct{})
 	go func() { l.Follow(ctx, changed, time.Hour); close(done) }()
-	defer func() { cancel(); <-done }()
+	t.Cleanup(func() { cancel(); <-done })
 	changed <- struct{}{}
 	testkit.WaitFor(t, "the first model", func() bool { return a.Generation() == 1 })
+	return a, func(s attribution.Source) {
+		cur.Store(&s)
+		changes.Add(1)
+		select {
+		case changed <- struct{}{}:
+		default: // one is pending already
+		}
+	}
+}
+
+// TestPollCatchesUpTheModel: a poll does not judge connections by a model
+// behind the cluster state it has heard of. The loader would wait an hour
+// before loading the change (its interval); the poll right after the
+// change has it loaded first, so the record carries the new policy.
+func TestPollCatchesUpTheModel(t *testing.T) {
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	ctx := context.Background()
+	a, change := followedModel(t, log, fixtureSource())
 
 	// client → db, unanswered: without a policy, no rule; with db
 	// isolated, the isolating policy's Drop (reported by the source Node).
@@ -298,9 +316,7 @@ func TestPollCatchesUpTheModel(t *testing.T) {
 	if _, recs := e.Poll(ctx, t0, nil, nil); len(recs) != 0 {
 		t.Fatalf("%d records at first sight", len(recs))
 	}
-	set(fixtureSource("k8s-ingress-isolate.yaml"))
-	changes.Add(1)
-	changed <- struct{}{}
+	change(fixtureSource("k8s-ingress-isolate.yaml"))
 	src.conns[0].Packets++
 	_, recs := e.Poll(ctx, t0.Add(2*time.Second), nil, nil)
 	fl := record.Flows(nil, recs)
@@ -339,34 +355,14 @@ func (s *lookupHook) PodByIP(ip netip.Addr, at time.Time) (*enrich.Pod, bool) {
 // datapath agree and the record names no stale rule.
 func TestLateChangeCaughtUp(t *testing.T) {
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	var cur atomic.Pointer[attribution.Source]
-	var changes atomic.Uint64
-	set := func(s attribution.Source) { cur.Store(&s) }
-	set(fixtureSource("k8s-ingress-isolate.yaml"))
-	a := attribution.New(attribution.Options{Log: log})
-	l := attribution.NewLoader(a, func(ctx context.Context) ([]cluster.Object, error) { return (*cur.Load())(ctx) },
-		pipeline.DefaultConfig())
-	l.TrackChanges(changes.Load)
-	ctx, cancel := context.WithCancel(context.Background())
-	changed := make(chan struct{}, 1)
-	done := make(chan struct{})
-	go func() { l.Follow(ctx, changed, time.Hour); close(done) }()
-	defer func() { cancel(); <-done }()
-	changed <- struct{}{}
-	testkit.WaitFor(t, "the first model", func() bool { return a.Generation() == 1 })
+	ctx := context.Background()
+	a, change := followedModel(t, log, fixtureSource("k8s-ingress-isolate.yaml"))
 
 	// client → db, answered and over (TIME_WAIT): its one record is
 	// written at first sight.
 	c := conn(1, source.ProtoTCP, "10.10.1.5:40002", "10.10.2.7:5432", true)
 	c.TCPState = source.TCPTimeWait
-	store := &lookupHook{Store: enrich.NewStatic(nil, nil, nil), hook: func() {
-		set(fixtureSource())
-		changes.Add(1)
-		select {
-		case changed <- struct{}{}:
-		default:
-		}
-	}}
+	store := &lookupHook{Store: enrich.NewStatic(nil, nil, nil), hook: func() { change(fixtureSource()) }}
 	e, err := New(Options{Node: "k8s-node-1", PodCIDRs: []netip.Prefix{netip.MustParsePrefix("10.10.1.0/24")},
 		ClusterCIDRs: []netip.Prefix{netip.MustParsePrefix("10.10.0.0/16")}, Source: &fixedSource{conns: []source.Conn{c}},
 		Store: store, Transport: idleTransport{}, Attributor: a, ActiveTimeout: time.Second, PollInterval: time.Second,

@@ -13,9 +13,11 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
 
 	"sluice/exporter/attribution"
 	"sluice/flow"
+	"sluice/test/kube/kubetest"
 	tfcluster "sluice/traceflow/cluster"
 	"sluice/traceflow/cluster/kube"
 	"sluice/traceflow/pipeline"
@@ -33,19 +35,10 @@ import (
 func TestExporterAttributionWatch(t *testing.T) {
 	c := cluster(t)
 	ctx := testContext(t, 3*time.Minute)
-	admin, err := c.AdminClient()
-	if err != nil {
-		t.Fatal(err)
-	}
-	adminDyn, err := dynamic.NewForConfig(c.Admin)
-	if err != nil {
-		t.Fatal(err)
-	}
 	// The chart's defaults first: the exporter may read Pods, Nodes and
 	// Services only.
 	installDefaults(t, ctx, c)
-	tidyForModel(t, ctx, c)
-	createFixture(t, ctx, adminDyn)
+	admin := modelFixture(t, ctx, c)
 	sa, err := c.ServiceAccountConfig(ctx, "flow-aggregator", "flow-aggregator-exporter")
 	if err != nil {
 		t.Fatal(err)
@@ -144,19 +137,7 @@ func TestExporterAttributionWatch(t *testing.T) {
 	gen := a.Generation()
 
 	// db is isolated for ingress: the verdict names the policy, Drop.
-	np := &networkingv1.NetworkPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "db-deny-all"},
-		Spec: networkingv1.NetworkPolicySpec{PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{"app": "db"}},
-			PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress}}}
-	if _, err := admin.NetworkingV1().NetworkPolicies("default").Create(ctx, np, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		err := admin.NetworkingV1().NetworkPolicies("default").Delete(context.Background(), "db-deny-all", metav1.DeleteOptions{})
-		if err != nil && !apierrors.IsNotFound(err) {
-			t.Error(err)
-		}
-	})
-	want := flow.Policy{Type: attribution.PolicyTypeK8s, Namespace: "default", Name: "db-deny-all", RuleAction: flow.ActionDrop}
+	want := isolateDB(t, ctx, admin, "db-deny-all")
 	pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	if err := poll(pctx, "the NetworkPolicy in the verdict", func() (bool, error) {
@@ -175,16 +156,7 @@ func TestExporterAttributionWatch(t *testing.T) {
 func TestAttributionCatchUp(t *testing.T) {
 	c := cluster(t)
 	ctx := testContext(t, 3*time.Minute)
-	admin, err := c.AdminClient()
-	if err != nil {
-		t.Fatal(err)
-	}
-	adminDyn, err := dynamic.NewForConfig(c.Admin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tidyForModel(t, ctx, c)
-	createFixture(t, ctx, adminDyn)
+	admin := modelFixture(t, ctx, c)
 	client, dyn, err := kube.Clients(c.Admin)
 	if err != nil {
 		t.Fatal(err)
@@ -215,18 +187,7 @@ func TestAttributionCatchUp(t *testing.T) {
 	}
 	gen, before := a.Generation(), w.Changes()
 
-	np := &networkingv1.NetworkPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "db-catch-up"},
-		Spec: networkingv1.NetworkPolicySpec{PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{"app": "db"}},
-			PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress}}}
-	if _, err := admin.NetworkingV1().NetworkPolicies("default").Create(ctx, np, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		err := admin.NetworkingV1().NetworkPolicies("default").Delete(context.Background(), np.Name, metav1.DeleteOptions{})
-		if err != nil && !apierrors.IsNotFound(err) {
-			t.Error(err)
-		}
-	})
+	want := isolateDB(t, ctx, admin, "db-catch-up")
 	// The policy is in the cache and a change was counted since (the
 	// count follows the cache).
 	if err := poll(ctx, "the policy in the watcher's cache", func() (bool, error) {
@@ -235,7 +196,7 @@ func TestAttributionCatchUp(t *testing.T) {
 			return false, nil
 		}
 		for _, o := range objs {
-			if o.Kind == "NetworkPolicy" && o.Namespace == "default" && o.Name == np.Name {
+			if o.Kind == "NetworkPolicy" && o.Namespace == "default" && o.Name == want.Name {
 				return w.Changes() > before, nil
 			}
 		}
@@ -246,11 +207,48 @@ func TestAttributionCatchUp(t *testing.T) {
 	// One CatchUp, then the verdict, without waiting for anything else.
 	a.CatchUp(ctx, 30*time.Second)
 	v := a.Verdict(ctx, key)
-	want := flow.Policy{Type: attribution.PolicyTypeK8s, Namespace: "default", Name: np.Name, RuleAction: flow.ActionDrop}
 	if a.Generation() <= gen || v == nil || !v.Denied || v.Ingress != want {
-		t.Fatalf("after CatchUp: generation %d (was %d), verdict %+v; want denied by %s\nlog:\n%s", a.Generation(), gen, v, np.Name, logs.String())
+		t.Fatalf("after CatchUp: generation %d (was %d), verdict %+v; want denied by %s\nlog:\n%s", a.Generation(), gen, v, want.Name, logs.String())
 	}
 	if st := a.Stats(); st.CatchUps == 0 || st.CatchUpTimeouts != 0 {
 		t.Errorf("stats %+v, want catch-ups and no timeout", st)
 	}
+}
+
+// modelFixture leaves the cluster as the attribution tests want it: the
+// Traceflow fixture's objects, nothing a model cannot read. It returns an
+// admin client.
+func modelFixture(t *testing.T, ctx context.Context, c *kubetest.Cluster) kubernetes.Interface {
+	t.Helper()
+	admin, err := c.AdminClient()
+	if err != nil {
+		t.Fatal(err)
+	}
+	adminDyn, err := dynamic.NewForConfig(c.Admin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tidyForModel(t, ctx, c)
+	createFixture(t, ctx, adminDyn)
+	return admin
+}
+
+// isolateDB creates, until the test ends, a NetworkPolicy called name
+// that isolates the fixture's db Pod for ingress, and returns the policy
+// a verdict names for a connection it drops.
+func isolateDB(t *testing.T, ctx context.Context, admin kubernetes.Interface, name string) flow.Policy {
+	t.Helper()
+	np := &networkingv1.NetworkPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name},
+		Spec: networkingv1.NetworkPolicySpec{PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{"app": "db"}},
+			PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress}}}
+	if _, err := admin.NetworkingV1().NetworkPolicies("default").Create(ctx, np, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		err := admin.NetworkingV1().NetworkPolicies("default").Delete(context.Background(), name, metav1.DeleteOptions{})
+		if err != nil && !apierrors.IsNotFound(err) {
+			t.Error(err)
+		}
+	})
+	return flow.Policy{Type: attribution.PolicyTypeK8s, Namespace: "default", Name: name, RuleAction: flow.ActionDrop}
 }
