@@ -34,10 +34,12 @@ type Options struct {
 	MaxSessions int
 	// Forwarder, when set, makes the IPFIX sessions' Forwarder: records
 	// it takes are handed on encoded (flow.Batch.Encoded); the others are
-	// normalized as usual. gRPC records are always normalized.
+	// normalized as usual. A gRPC stream has one too when it is a
+	// flow.FlowForwarder: the stream decodes each flow into a record as
+	// always, and hands on encoded what the forwarder takes.
 	Forwarder func() flow.Forwarder
-	// Sample, with Forwarder, is offered the records forwarded as
-	// octets: those it wants are normalized into flow records for it.
+	// Sample, with Forwarder, is offered the records forwarded encoded:
+	// those it wants are given to it as flow records too.
 	Sample flow.Sampler
 	// Records, when set, is where records come from first, and every
 	// batch carries it for the mode to give them back (flow.Batch.Release).

@@ -349,6 +349,23 @@ func (e *exportService) receive(sctx context.Context, st *h2Stream, exporter net
 	)
 	body := bodyReader{pool: &c.h.chunks, max: o.GRPC.MaxMessageSize}
 	defer body.release()
+	// Messages and records are counted in sums, when the stream waits
+	// and when it ends, rather than with two atomic additions a message
+	// (an agent sends one flow a message).
+	var unMessages, unRecords uint64
+	flushCounts := func() {
+		if unMessages > 0 {
+			messages.Add(float64(unMessages))
+			unMessages = 0
+		}
+		if unRecords > 0 {
+			records.Add(float64(unRecords))
+			unRecords = 0
+		}
+	}
+	defer flushCounts()
+	fwd := newStreamForwarder(o, &e.s.arenas)
+	defer fwd.close()
 	defer func() {
 		if o.Records != nil {
 			o.Records.PutAll(free) // the ones not used
@@ -376,13 +393,32 @@ func (e *exportService) receive(sctx context.Context, st *h2Stream, exporter net
 		slab = slab[1:]
 		return f
 	}
-	// handOn hands pending on in batches of at most grpcBatch, waiting
+	// queued is how many records (and encoding errors) wait to be
+	// handed on: flow records, and export records the fast path wrote.
+	queued := func() int { return len(pending) + fwd.queued() }
+	// nextBatch is the next batch to hand on, of at most grpcBatch;
+	// handed drops what it took from the queue once it is handed on.
+	nextBatch := func() flow.Batch {
+		b := flow.Batch{Pool: o.Records}
+		k := min(len(pending), grpcBatch)
+		if k > 0 {
+			b.Flows = pending[:k:k] // the batch's own: pending moves past it
+		}
+		fwd.fill(&b, grpcBatch-k)
+		return b
+	}
+	handed := func(b *flow.Batch) {
+		if pending = pending[len(b.Flows):]; len(pending) == 0 {
+			pending = nil
+		}
+		fwd.handed(b)
+	}
+	// handOn hands the queue on in batches of at most grpcBatch, waiting
 	// for room if block (false: the collector stopped), else only while
 	// there is room.
 	handOn := func(block bool) bool {
-		for len(pending) > 0 {
-			k := min(len(pending), grpcBatch)
-			b := flow.Batch{Flows: pending[:k:k], Pool: o.Records}
+		for queued() > 0 {
+			b := nextBatch()
 			if block {
 				if !send(e.ctx, o.Out, b) {
 					return false
@@ -394,9 +430,7 @@ func (e *exportService) receive(sctx context.Context, st *h2Stream, exporter net
 					return true
 				}
 			}
-			if pending = pending[k:]; len(pending) == 0 {
-				pending = nil
-			}
+			handed(&b)
 		}
 		return true
 	}
@@ -412,7 +446,7 @@ func (e *exportService) receive(sctx context.Context, st *h2Stream, exporter net
 	// does not decode ends the stream with none of its records taken,
 	// as when gRPC decoded it.
 	decode := func() (err error, counted bool) {
-		for len(pending) < grpcBatch {
+		for queued() < grpcBatch {
 			msg, err := body.next()
 			if err != nil {
 				return err, false
@@ -420,7 +454,7 @@ func (e *exportService) receive(sctx context.Context, st *h2Stream, exporter net
 			if msg == nil {
 				return nil, false // the rest is on its way
 			}
-			messages.Inc()
+			unMessages++
 			// Spans only up to the limit: a 4 MiB request of empty
 			// Flows would otherwise cost 2 million spans (48 MiB).
 			var count int
@@ -435,7 +469,12 @@ func (e *exportService) receive(sctx context.Context, st *h2Stream, exporter net
 				return status.Errorf(codes.ResourceExhausted, "%d flows in one request, more than %d", count, o.GRPC.MaxFlows), true
 			}
 			mark := len(pending)
-			var unknown, invalidHere int
+			var fm fwdMark
+			if fwd != nil {
+				fwd.room(len(spans))
+				fm = fwd.mark()
+			}
+			var unknown, invalidHere, forwarded int
 			var firstInvalid error
 			for _, sp := range spans {
 				f := newRecord()
@@ -445,6 +484,9 @@ func (e *exportService) receive(sctx context.Context, st *h2Stream, exporter net
 					// garbage collector takes them back: rare).
 					clear(pending[mark:])
 					pending = pending[:mark]
+					if fwd != nil {
+						fwd.rollback(fm)
+					}
 					return status.Errorf(codes.Internal, "grpc: failed to unmarshal the received message: %v", err), false
 				}
 				if err == nil && !f.SourceIP.IsValid() && !f.DestinationIP.IsValid() {
@@ -461,15 +503,23 @@ func (e *exportService) receive(sctx context.Context, st *h2Stream, exporter net
 				unknown += u
 				f.Origin.Exporter = exporter
 				f.Origin.Transport = "grpc"
+				if fwd != nil && fwd.forward(f) {
+					spare = f // zeroed, for the next flow
+					forwarded++
+					continue
+				}
 				if pending == nil {
 					pending = make([]*flow.Flow, 0, 16)
 				}
 				pending = append(pending, f)
 			}
 			clear(spans) // nor keep the message's buffer
-			if k := len(pending) - mark; k > 0 {
+			if fwd != nil {
+				fwd.offer()
+			}
+			if k := len(pending) - mark + forwarded; k > 0 {
 				n += uint64(k)
-				records.Add(float64(k))
+				unRecords += uint64(k)
 			}
 			if invalidHere > 0 {
 				if bad == 0 {
@@ -488,6 +538,7 @@ func (e *exportService) receive(sctx context.Context, st *h2Stream, exporter net
 	// finish hands on the records of the whole messages received, then
 	// says how the stream ended.
 	finish := func(err error, counted bool) streamEnd {
+		flushCounts()
 		if !handOn(true) {
 			unavailable.n, unavailable.bad = n, bad
 			return unavailable
@@ -500,7 +551,7 @@ func (e *exportService) receive(sctx context.Context, st *h2Stream, exporter net
 			return finish(err, counted)
 		}
 		handOn(false)
-		room := len(pending) < grpcBatch
+		room := queued() < grpcBatch
 		if room && body.ready() {
 			continue // pending was full; it has room again
 		}
@@ -516,19 +567,17 @@ func (e *exportService) receive(sctx context.Context, st *h2Stream, exporter net
 		}
 		var out chan<- flow.Batch
 		var b flow.Batch
-		if len(pending) > 0 {
-			k := min(len(pending), grpcBatch)
-			b, out = flow.Batch{Flows: pending[:k:k], Pool: o.Records}, o.Out
+		if queued() > 0 {
+			b, out = nextBatch(), o.Out
 		}
 		var wake <-chan struct{}
 		if room {
 			wake = st.wake
 		}
+		flushCounts()
 		select {
 		case out <- b:
-			if pending = pending[len(b.Flows):]; len(pending) == 0 {
-				pending = nil
-			}
+			handed(&b)
 		case <-wake:
 			take()
 		case <-sctx.Done():
@@ -548,7 +597,7 @@ func (e *exportService) receive(sctx context.Context, st *h2Stream, exporter net
 					if err, counted := decode(); err != nil {
 						return finish(err, counted)
 					}
-					if len(pending) < grpcBatch && !body.ready() {
+					if queued() < grpcBatch && !body.ready() {
 						break
 					}
 					if !handOn(true) {

@@ -14,6 +14,12 @@ type Batch struct {
 	// Encoded are records a Forwarder already turned into export records
 	// (Proxy mode's fast path); they are not in Flows.
 	Encoded []ipfix.EncodedRecord
+	// Rebuilt is how many of Encoded a FlowForwarder wrote from flow
+	// records (the others were copied from received records), and
+	// EncodeErrs the errors of the flow records it enriched but could not
+	// write (dropped): the mode counts and reports both.
+	Rebuilt    int
+	EncodeErrs []error
 	// Written, when set, asks the mode for a way to wait until the sinks
 	// have written every record handed on before this batch (a gRPC
 	// stream confirms its records only then). The mode sends exactly one
@@ -61,12 +67,42 @@ type Forwarder interface {
 	Forward(r *ipfix.Record, o *Origin, arena []byte, out []ipfix.EncodedRecord) ([]byte, []ipfix.EncodedRecord, bool)
 }
 
-// Discard gives back the arena of a batch's encoded records when the batch
-// is not handed on, so that it is reused rather than collected (under
-// overload, when batches are dropped, allocating is the last thing wanted).
+// A FlowForwarder is a Forwarder that also turns flow records (the gRPC
+// collector's) into export records on the collector's goroutine, while
+// each is still in that core's caches: the fast path for records that
+// arrive decoded into flow records rather than as IPFIX octets.
+type FlowForwarder interface {
+	Forwarder
+	// ForwardFlow enriches f as the mode would, appends it as an export
+	// record to out, with its octets appended to arena, and reports true:
+	// f is then the caller's again, to reuse. A non-nil error says that f
+	// was enriched but could not be written: it is dropped, and the error
+	// goes to the mode in a Batch's EncodeErrs. On false, f is unchanged
+	// and goes the normal way, in a Batch's Flows; arena and out are
+	// returned unchanged.
+	ForwardFlow(f *Flow, arena []byte, out []ipfix.EncodedRecord) ([]byte, []ipfix.EncodedRecord, bool, error)
+}
+
+// Discard gives back the arenas of a batch's encoded records when the
+// batch is not handed on, so that they are reused rather than collected
+// (under overload, when batches are dropped, allocating is the last thing
+// wanted).
 func (b *Batch) Discard() {
-	if len(b.Encoded) > 0 && b.Encoded[0].Arena != nil {
-		b.Encoded[0].Arena.Release(len(b.Encoded))
+	ReleaseEncoded(b.Encoded)
+}
+
+// ReleaseEncoded releases the arenas of records that will not be sent:
+// one Release per run of records in the same arena.
+func ReleaseEncoded(recs []ipfix.EncodedRecord) {
+	for i := 0; i < len(recs); {
+		a, j := recs[i].Arena, i+1
+		for j < len(recs) && recs[j].Arena == a {
+			j++
+		}
+		if a != nil {
+			a.Release(j - i)
+		}
+		i = j
 	}
 }
 

@@ -159,8 +159,12 @@ func (fw *Forwarding) Run(ctx context.Context, in <-chan flow.Batch, out *ring.B
 		if written > 0 {
 			arena.Add(written) // before handing on: the sink releases them
 		}
-		p.copied.Add(float64(len(b.Encoded)))
-		p.rebuilt.Add(float64(len(b.Flows))) // as Run: those that fail to encode too
+		for _, err := range b.EncodeErrs {
+			encodeErr(err)
+		}
+		p.copied.Add(float64(len(b.Encoded) - b.Rebuilt))
+		// As Run: those that fail to encode too.
+		p.rebuilt.Add(float64(len(b.Flows) + b.Rebuilt + len(b.EncodeErrs)))
 		if b.Pool != nil {
 			// Written out as octets: the collectors may decode into
 			// them again.
@@ -240,13 +244,43 @@ type fplan struct {
 }
 
 type forwarder struct {
-	fw       *Forwarding
+	fw *Forwarding
+	// enc builds the flow records ForwardFlow writes (made at its first).
+	enc      *ipfix.Encoder
 	plans    map[*ipfix.Template]*fplan
 	last     *ipfix.Template
 	lastPlan *fplan
 	// egress caches egressIP values as received → as exported: a cluster
 	// has few Egress IPs, and parsing one allocates.
 	egress map[string][]byte
+}
+
+// ForwardFlow implements flow.FlowForwarder: what Run does for a flow
+// record, on the collector's goroutine, for the records written with a
+// base template (all but those with elements to pass through, which may
+// need a template of their own: the Exporter makes those on Run's
+// goroutine only).
+func (f *forwarder) ForwardFlow(r *flow.Flow, arena []byte, out []ipfix.EncodedRecord) ([]byte, []ipfix.EncodedRecord, bool, error) {
+	ex := f.fw.ex
+	t, ok := ex.BaseTemplate(r)
+	if !ok {
+		return arena, out, false, nil
+	}
+	if f.enc == nil {
+		enc, err := ipfix.NewEncoder(ipfix.EncoderOptions{}, func([]byte) error { return nil })
+		if err != nil {
+			return arena, out, false, nil // cannot happen with the defaults; Run writes it
+		}
+		f.enc = enc
+	}
+	f.fw.p.Process(r)
+	data, err := f.enc.EncodeRecord(t, func(rb ipfix.RecordBuilder) error { return ex.WriteBase(rb, t, r) })
+	if err != nil {
+		return arena, out, true, err
+	}
+	start := len(arena)
+	arena = append(arena, data...)
+	return arena, append(out, ipfix.EncodedRecord{Template: t, Data: arena[start:len(arena):len(arena)]}), true, nil
 }
 
 // maxPlans bounds a session's plans; templates replaced over a long

@@ -28,8 +28,11 @@ type Exporter struct {
 	order     []*ipfix.Template
 	// family is the family index of each template of order, whose IDs
 	// run from firstID; plans writes the base template of each family.
-	family  []uint8
-	plans   [2]*writePlan
+	family []uint8
+	plans  [2]*writePlan
+	// baseT are the base templates by family index, set once: what
+	// BaseTemplate hands out without touching templates.
+	baseT   [2]*ipfix.Template
 	planned uint64 // records whose base fields the plans wrote
 	firstID uint16
 	nextID  uint16
@@ -68,6 +71,7 @@ func NewExporter(table *Table, opts ExportOptions, passThrough bool, firstTempla
 			return nil, err
 		}
 		e.plans[fi] = newWritePlan(els, t)
+		e.baseT[fi] = t
 	}
 	return e, nil
 }
@@ -100,6 +104,48 @@ func (e *Exporter) Template(f *flow.Flow) (t *ipfix.Template, isNew bool, err er
 	n := len(e.order)
 	t, err = e.template(fi, legacy, extra)
 	return t, len(e.order) > n, err
+}
+
+// BaseTemplate returns the template Template gives f when that is its
+// family's base template (nothing of f is passed through), and false
+// otherwise. Unlike Template, it is safe for concurrent use with every
+// other method: it reads only what NewExporter set.
+func (e *Exporter) BaseTemplate(f *flow.Flow) (*ipfix.Template, bool) {
+	if e.passThrough {
+		if len(f.Unknown) > 0 {
+			return nil, false
+		}
+		for _, el := range e.legacy {
+			if f.Present.Has(el.Field) {
+				return nil, false
+			}
+		}
+	}
+	if f.IsIPv6() {
+		return e.baseT[1], true
+	}
+	return e.baseT[0], true
+}
+
+// WriteBase is Write for a template from BaseTemplate(f), safe for
+// concurrent use like BaseTemplate: it neither counts nor uses scratch
+// space.
+func (e *Exporter) WriteBase(b ipfix.RecordBuilder, t *ipfix.Template, f *flow.Flow) error {
+	fi := 0
+	if f.IsIPv6() {
+		fi = 1
+	}
+	if t != e.baseT[fi] {
+		return fmt.Errorf("ipfixmap: template %d is not the IPv%d base template", t.ID, 4+2*fi)
+	}
+	ok := false
+	if p := e.plans[fi]; p != nil {
+		b, ok = p.write(b, f)
+	}
+	if !ok {
+		b = PutValues(b, e.base[fi], f)
+	}
+	return b.End()
 }
 
 // carried returns the legacy elements f carries, in a scratch slice.
