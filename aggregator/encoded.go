@@ -14,8 +14,8 @@ import (
 
 // Encoded is Aggregate mode's fast path (mode.Encoder): when the only
 // sink sends IPFIX, each exported record is encoded as the store builds
-// it, in memory it reuses, instead of a flow record allocated per export
-// that the sink encodes later. The records are the same, octet for octet:
+// it, in arenas it reuses once the sink has sent their records, instead of
+// a flow record allocated per export that the sink encodes later. The records are the same, octet for octet:
 // the sink's own exporter writes them (TestAggregateFastPathMatches).
 func (m aggregateMode) Encoded(_ *ipfixmap.Table, ex *ipfixmap.Exporter) (mode.Encoded, error) {
 	// An encoder that never sends: it only builds records (EncodeRecord).
@@ -31,7 +31,17 @@ type aggregateEncoded struct {
 	ex     *ipfixmap.Exporter
 	enc    *ipfix.Encoder
 	sample *exportSample
+	// arenas hold the records' octets. The buffer Run writes to has one
+	// consumer, the IPFIX sink, which releases each record once it has
+	// copied it: the records are written into memory still warm in the
+	// caches, not into a fresh allocation (first touches of new memory
+	// cost most of the copy).
+	arenas ipfix.ArenaPool
 }
+
+// encodedArena is the size of the arenas Run writes into: a few hundred
+// records.
+const encodedArena = 256 << 10
 
 // NewForwarder: records are not forwarded as octets in Aggregate mode
 // (each is correlated first), so sessions have none.
@@ -45,7 +55,23 @@ func (e *aggregateEncoded) Run(ctx context.Context, in <-chan flow.Batch, out *r
 		go e.sample.Run(stop)
 	}
 	pending := make([]ipfix.EncodedRecord, 0, 256)
-	var arena []byte
+	// arena is the one being filled: Run holds a share of it until it
+	// moves on, and adds its records to its count (unadded) before
+	// handing them on.
+	var arena *ipfix.Arena
+	unadded := 0
+	settle := func() {
+		if unadded > 0 {
+			arena.Add(unadded)
+			unadded = 0
+		}
+	}
+	defer func() {
+		if arena != nil {
+			settle()
+			arena.Release(1)
+		}
+	}()
 	put := func(f *flow.Flow) {
 		if e.sample != nil && e.sample.Want() {
 			e.sample.produce(f)
@@ -60,16 +86,23 @@ func (e *aggregateEncoded) Run(ctx context.Context, in <-chan flow.Batch, out *r
 			encodeErr(err)
 			return
 		}
-		// Records point into arena; a full arena is replaced, not
-		// overwritten, so that those handed on stay as they are.
-		if len(arena)+len(data) > cap(arena) {
-			arena = make([]byte, 0, max(64<<10, len(data)))
+		// A full arena is replaced, not overwritten: its records go
+		// back to the pool with it once the sink has sent them all.
+		if arena == nil || cap(arena.Buf)-len(arena.Buf) < len(data) {
+			if arena != nil {
+				settle()
+				arena.Release(1)
+			}
+			arena = e.arenas.Get(max(encodedArena, len(data)))
+			arena.Hold(1)
 		}
-		start := len(arena)
-		arena = append(arena, data...)
-		pending = append(pending, ipfix.EncodedRecord{Template: t, Data: arena[start:len(arena):len(arena)]})
+		start := len(arena.Buf)
+		arena.Buf = append(arena.Buf, data...)
+		pending = append(pending, ipfix.EncodedRecord{Template: t, Data: arena.Buf[start:len(arena.Buf):len(arena.Buf)], Arena: arena})
+		unadded++
 	}
 	e.s.RunEach(ctx, in, aggregate.DefaultTick, put, func(flushing bool) {
+		settle() // before the sink can release them
 		out.Hand(ctx, flushing, pending...)
 		clear(pending)
 		pending = pending[:0]

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -120,6 +121,21 @@ func TestAggregateFastPathMatches(t *testing.T) {
 			t.Fatalf("record %d differs:\nfast   %x\nnormal %x", i, fast[i].Data, want[i])
 		}
 	}
+	// Run has returned, so it holds no share of an arena: each arena goes
+	// back to its pool exactly when the sink releases its last record.
+	left := map[*ipfix.Arena]int{}
+	for _, r := range fast {
+		if r.Arena == nil {
+			t.Fatal("a record without its arena")
+		}
+		left[r.Arena]++
+	}
+	for i, r := range fast {
+		left[r.Arena]--
+		if back := r.Arena.Release(1); back != (left[r.Arena] == 0) {
+			t.Fatalf("record %d: its arena went back %v, %d of its records still held", i, back, left[r.Arena])
+		}
+	}
 	// The sample (5 a second) holds copies, not the store's reused memory.
 	sample, _ := sc.Next(ctx, nil, 1024)
 	if len(sample) != 5 {
@@ -133,4 +149,62 @@ func TestAggregateFastPathMatches(t *testing.T) {
 	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
 		t.Fatal("timed out")
 	}
+}
+
+// TestAggregateFastPathArenaHeldWhileRunning: records the sink releases
+// while the store keeps exporting do not give their arena back to the
+// pool: Run still writes into it (its share), and has counted every
+// record it handed on.
+func TestAggregateFastPathArenaHeldWhileRunning(t *testing.T) {
+	table, err := ipfixmap.NewTable(ipfix.DefaultRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := config.Default()
+	cfg.Mode = config.ModeAggregate
+	ex, err := sink.NewExporter(cfg, table)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var now atomic.Int64
+	now.Store(time.Date(2026, 11, 1, 12, 5, 0, 0, time.UTC).UnixNano())
+	m := aggregateMode{aggregate.New(aggregate.Options{Clock: func() time.Time { return time.Unix(0, now.Load()) },
+		Enricher: enrich.NewEnricher(enrich.EnricherOptions{ClusterID: "c1"})})}
+	e, err := m.Encoded(table, ex)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := make(chan flow.Batch)
+	recs := ring.New[ipfix.EncodedRecord](1024)
+	rc := recs.Consumer()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	done := make(chan struct{})
+	go func() { defer close(done); e.Run(ctx, in, recs, func(err error) { t.Errorf("encoding: %v", err) }) }()
+	const rounds, per = 3, 40
+	for r := range rounds {
+		b := flow.Batch{}
+		for i := range per {
+			f := flowtest.Full(r*per+i, false)
+			f.FlowType = flow.FlowTypeIntraNode
+			b.Flows = append(b.Flows, f)
+		}
+		in <- b
+		// Past the active timeout: the next tick exports them.
+		now.Add(int64(2 * aggregate.DefaultActiveTimeout))
+		var got []ipfix.EncodedRecord
+		for len(got) < per {
+			var ok bool
+			if got, ok = rc.Next(ctx, got, per-len(got)); !ok {
+				t.Fatalf("round %d: %d of %d records", r, len(got), per)
+			}
+		}
+		for i, rec := range got {
+			if rec.Arena.Release(1) {
+				t.Fatalf("round %d, record %d: its arena went back while Run writes into it", r, i)
+			}
+		}
+	}
+	close(in)
+	<-done
 }

@@ -216,8 +216,11 @@ type session struct {
 	skewU     prometheus.Counter
 	skewM     prometheus.Counter
 	last      ipfix.SessionStats
-	// slab holds fresh records not handed out yet.
+	// slab holds fresh records not handed out yet, free records taken
+	// from the pool (a few dozen at a time) not handed out yet: records
+	// left in either when the session ends are collected with it.
 	slab []flow.Flow
+	free []*flow.Flow
 	pool *flow.Pool
 }
 
@@ -231,10 +234,14 @@ const slabSize = 64
 // each, which the profile of Proxy forwarding showed to be the largest
 // cost).
 func (s *session) newRecord() *flow.Flow {
-	if s.pool != nil {
-		if f := s.pool.Get(); f != nil {
-			return f
-		}
+	if len(s.free) == 0 && s.pool != nil {
+		s.free = s.pool.Take(s.free, slabSize)
+	}
+	if k := len(s.free); k > 0 {
+		f := s.free[k-1]
+		s.free[k-1] = nil
+		s.free = s.free[:k-1]
+		return f
 	}
 	if len(s.slab) == 0 {
 		s.slab = make([]flow.Flow, slabSize)
