@@ -341,7 +341,7 @@ func (e *exportService) receive(sctx context.Context, st *h2Stream, exporter net
 		spans        [][]byte
 		pending      []*flow.Flow // decoded, not handed on; the next batch's own slice
 		slab         []flow.Flow
-		spare        *flow.Flow   // a record taken for one that was refused, zeroed
+		spare        *flow.Flow   // a zeroed record to decode into next: one refused, or forwarded
 		free         []*flow.Flow // records taken from the pool, zeroed
 		n, bad       uint64
 		owed         int64 // octets taken, not yet credited to the stream
