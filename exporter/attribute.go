@@ -30,6 +30,10 @@ type connMeta struct {
 	// disagreed: the model denies the connection but it was answered;
 	// counted once.
 	disagreed bool
+	// unnamed: the local ends (podmeta.UnnamedSrc, UnnamedDst) the
+	// metadata source has not named (latename.go); 0 for nearly every
+	// connection, and then nothing more is done.
+	unnamed uint8
 }
 
 func attrKey(r *record.Record) attribution.Key {
@@ -37,17 +41,25 @@ func attrKey(r *record.Record) attribution.Key {
 }
 
 // describe resolves a new connection: Pods, and its verdict at first
-// sight.
-func (e *Exporter) describe(c *source.Conn, start time.Time) connMeta {
+// sight. A local end the metadata source cannot name yet makes a young
+// connection pending, to be named at a later poll (redescribe); its
+// verdict waits for that (fillVerdict judges it when a record is made).
+func (e *Exporter) describe(c *source.Conn, start time.Time) (connMeta, bool) {
 	pm := e.pm.Describe(c, start)
 	m := connMeta{rec: pm.Rec, srcLocal: pm.SrcLocal, dstLocal: pm.DstLocal, flowType: pm.FlowType}
+	if e.lateNaming > 0 {
+		m.unnamed = pm.Unnamed
+	}
+	if m.unnamed != 0 && e.waiting(start.UnixNano(), e.pollTime.UnixNano()) {
+		return m, true
+	}
 	if e.o.Attributor != nil {
 		// The model's runs are bounded (tables, Nodes); they need no
 		// cancellation.
 		m.attr = e.o.Attributor.Verdict(context.Background(), attribution.Key{Src: c.OrigSrc.Addr().Unmap(),
 			Dst: c.ReplySrc.Addr().Unmap(), Proto: c.Proto, DstPort: c.ReplySrc.Port()})
 	}
-	return m
+	return m, false
 }
 
 // fill writes m into an exported record: the Pods, then the attribution
@@ -58,9 +70,24 @@ func (e *Exporter) describe(c *source.Conn, start time.Time) connMeta {
 // to the verdict; Attr says which of its parts it carries.
 //
 // It is called for every record the store makes: the part without an
-// Attributor is kept small enough to be inlined into the store's call.
+// Attributor, for a named connection, is kept small enough to be inlined
+// into the store's call.
 func (e *Exporter) fill(r *record.Record, m *connMeta) {
+	if m.unnamed|e.attributing != 0 {
+		e.fillMore(r, m)
+		return
+	}
 	r.Meta, r.FlowType = m.rec, m.flowType // as podmeta.Resolver.Fill
+}
+
+// fillMore is fill with an Attributor, or for a connection with an
+// unnamed local end: its final record is held back instead (hold), and
+// filled when it is released.
+func (e *Exporter) fillMore(r *record.Record, m *connMeta) {
+	if m.unnamed != 0 && e.hold(r, m) {
+		return
+	}
+	r.Meta, r.FlowType = m.rec, m.flowType
 	if e.o.Attributor != nil {
 		e.fillVerdict(r, m)
 	}
