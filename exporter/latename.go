@@ -56,11 +56,13 @@ func (e *Exporter) redescribe(c *source.Conn, start, now time.Time, m *connMeta)
 	return m.unnamed != 0
 }
 
-// rename looks m's unnamed local ends up again. A connection it names is
-// judged anew (fillVerdict): its verdict was cached before the Pod was
-// known, and the policy model may have learnt the Pod with the cache, so
-// the model is caught up first when it is behind (once a poll, as
-// fillVerdict does).
+// rename looks m's unnamed local ends up again. The policy model learns
+// a Pod from the same informers as the cache, up to half a second later:
+// when the cache has named one and the model is behind, the model is
+// caught up (once a poll, as fillVerdict does) before the connection is
+// judged. No verdict judged without the Pod sticks: a pending connection
+// is not judged at first sight (describe), and a verdict of an older
+// model generation is judged again (fillVerdict).
 func (e *Exporter) rename(m *connMeta, src, dst netip.Addr, start time.Time) {
 	rec, unnamed := e.pm.Rename(m.rec, m.unnamed, src, dst, start)
 	m.unnamed = unnamed
@@ -69,12 +71,9 @@ func (e *Exporter) rename(m *connMeta, src, dst netip.Addr, start time.Time) {
 	}
 	m.rec = rec
 	e.m.lateNames.Inc()
-	if a := e.o.Attributor; a != nil {
-		m.attr = nil
-		if !e.lateCatchUp && a.Behind() {
-			e.lateCatchUp = true
-			a.CatchUp(context.Background(), e.o.CatchUpWait)
-		}
+	if a := e.o.Attributor; a != nil && !e.lateCatchUp && a.Behind() {
+		e.lateCatchUp = true
+		a.CatchUp(context.Background(), e.o.CatchUpWait)
 	}
 }
 
