@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"sluice/exporter/attribution"
+	"sluice/exporter/connstore"
 	"sluice/exporter/record"
 	"sluice/exporter/source"
 	"sluice/flow"
@@ -30,9 +31,10 @@ type connMeta struct {
 	// disagreed: the model denies the connection but it was answered;
 	// counted once.
 	disagreed bool
-	// unnamed: the local ends (podmeta.UnnamedSrc, UnnamedDst) the
-	// metadata source has not named (latename.go); 0 for nearly every
-	// connection, and then nothing more is done.
+	// unnamed: the local ends (podmeta.UnnamedSrc, UnnamedDst) still
+	// waiting for a Pod name (latename.go); 0 for nearly every
+	// connection, and for any once the wait is over: then nothing more
+	// is done.
 	unnamed uint8
 }
 
@@ -47,10 +49,8 @@ func attrKey(r *record.Record) attribution.Key {
 func (e *Exporter) describe(c *source.Conn, start time.Time) (connMeta, bool) {
 	pm := e.pm.Describe(c, start)
 	m := connMeta{rec: pm.Rec, srcLocal: pm.SrcLocal, dstLocal: pm.DstLocal, flowType: pm.FlowType}
-	if e.lateNaming > 0 {
+	if pm.Unnamed != 0 && e.waiting(start.UnixNano(), e.pollTime.UnixNano()) {
 		m.unnamed = pm.Unnamed
-	}
-	if m.unnamed != 0 && e.waiting(start.UnixNano(), e.pollTime.UnixNano()) {
 		return m, true
 	}
 	if e.o.Attributor != nil {
@@ -73,29 +73,23 @@ func (e *Exporter) describe(c *source.Conn, start time.Time) (connMeta, bool) {
 // Attributor, for a named connection, is kept small enough to be inlined
 // into the store's call.
 func (e *Exporter) fill(r *record.Record, m *connMeta) {
-	if m.unnamed|e.attributing != 0 {
-		e.fillMore(r, m)
-		return
-	}
 	r.Meta, r.FlowType = m.rec, m.flowType // as podmeta.Resolver.Fill
-}
-
-// fillMore is fill with an Attributor, or for a connection with an
-// unnamed local end: its final record is held back instead (hold), and
-// filled when it is released.
-func (e *Exporter) fillMore(r *record.Record, m *connMeta) {
-	if m.unnamed != 0 && e.hold(r, m) {
-		return
-	}
-	r.Meta, r.FlowType = m.rec, m.flowType
-	if e.o.Attributor != nil {
+	if m.unnamed|e.attributing != 0 {
 		e.fillVerdict(r, m)
 	}
 }
 
-// fillVerdict is fill's attribution part.
+// fillVerdict is fill's attribution part. It also holds back the final
+// record of a connection with an unnamed local end (hold), to be filled
+// when it is released: one call for both keeps fill inlinable.
 func (e *Exporter) fillVerdict(r *record.Record, m *connMeta) {
+	if m.unnamed != 0 && r.EndReason == connstore.ReasonEnd && e.hold(r, m) {
+		return
+	}
 	a := e.o.Attributor
+	if a == nil {
+		return
+	}
 	if m.attr == nil || m.attr.Gen != a.Generation() {
 		m.attr = a.Verdict(context.Background(), attrKey(r))
 		if m.attr == nil {

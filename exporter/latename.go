@@ -5,7 +5,6 @@ import (
 	"net/netip"
 	"time"
 
-	"sluice/exporter/connstore"
 	"sluice/exporter/record"
 	"sluice/exporter/source"
 )
@@ -45,11 +44,11 @@ func (e *Exporter) waiting(startNs, nowNs int64) bool {
 
 // redescribe is the store's Options.Redescribe: it looks the unnamed
 // local ends of an open connection up again, and says whether to go on.
-// Past the wait it gives up (an address no Pod has, or a cache that
-// lags far behind), the ends still marked unnamed: the final record is
-// then written at once, and counted (hold).
+// Past the wait it gives up: an address no Pod has, or a cache lagging
+// far behind.
 func (e *Exporter) redescribe(c *source.Conn, start, now time.Time, m *connMeta) bool {
 	if !e.waiting(start.UnixNano(), now.UnixNano()) {
+		m.unnamed = 0
 		return false
 	}
 	e.rename(m, c.OrigSrc.Addr(), c.ReplySrc.Addr(), start)
@@ -77,18 +76,15 @@ func (e *Exporter) rename(m *connMeta, src, dst netip.Addr, start time.Time) {
 	}
 }
 
-// hold takes r, when it is the final record of a connection with an
-// unnamed local end, out of the run the store is writing, to be filled when the Pod is
-// named or the wait is over (releaseHeld). It returns false, counting
-// why, when the connection is past the wait (it was looked up again
-// until then) or the held records are at their cap: r is then filled and
-// written as it is.
+// hold takes r, the final record of a connection with an unnamed local
+// end, out of the run the store is writing, to be filled when the Pod is
+// named or the wait is over (releaseHeld). It returns false when the
+// connection is past the wait (gone from the table before a poll gave
+// up on it) or, counted, when the held records are at their cap: r is
+// then filled and written as it is.
 func (e *Exporter) hold(r *record.Record, m *connMeta) bool {
 	switch {
-	case r.EndReason != connstore.ReasonEnd:
-		return false // not its last record: written unnamed, named later
 	case !e.waiting(r.Start, e.pollTime.UnixNano()):
-		e.m.unnamedTimeout.Inc()
 		return false
 	case len(e.held) >= e.o.MaxHeld:
 		e.m.unnamedHeldFull.Inc()

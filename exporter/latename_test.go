@@ -276,14 +276,14 @@ func TestLateNamingBound(t *testing.T) {
 				t.Errorf("after the poll at +%v: %d look-ups, want %d", p.at, n, p.lookups)
 			}
 		}
-		// Its end, past the wait, is written at once and counted.
+		// Its end, past the wait, is written at once.
 		src.conns[0] = over(src.conns[0])
 		if got := pollQueued(t, e, t0.Add(21*time.Second), true); len(got) != 1 || got[40001] == nil ||
 			got[40001].EndReason != connstore.ReasonEnd || got[40001].SourcePodName != "" {
 			t.Fatalf("records %v; want the end of flow, unnamed", got)
 		}
-		if n := testutil.ToFloat64(e.m.unnamedTimeout); n != 1 || testutil.ToFloat64(e.m.held) != 0 {
-			t.Errorf("unnamed for timeout %v, held %v; want 1, 0", n, testutil.ToFloat64(e.m.held))
+		if n := testutil.ToFloat64(e.m.held); n != 0 {
+			t.Errorf("%v held past the wait", n)
 		}
 	})
 	t.Run("final", func(t *testing.T) {
@@ -407,11 +407,19 @@ func TestHeldRecordsFlushedAtShutdown(t *testing.T) {
 	}
 }
 
-// TestLateNamingOff: with LateNaming negative, nothing waits.
-func TestLateNamingOff(t *testing.T) {
-	pods := newPodCache()
+// TestLateNamingOptions: the wait is 10 s, or two poll intervals when
+// longer; with LateNaming negative, nothing waits.
+func TestLateNamingOptions(t *testing.T) {
+	for _, c := range []struct {
+		poll, late, want time.Duration
+	}{{time.Second, 0, 10 * time.Second}, {30 * time.Second, 0, time.Minute}, {time.Second, 3 * time.Second, 3 * time.Second}} {
+		e := lateExporter(t, &fixedSource{}, newPodCache(), nil, func(o *Options) { o.PollInterval, o.LateNaming = c.poll, c.late })
+		if got := time.Duration(e.lateNaming); got != c.want {
+			t.Errorf("poll interval %v, LateNaming %v: a wait of %v, want %v", c.poll, c.late, got, c.want)
+		}
+	}
 	src := &fixedSource{conns: []source.Conn{over(conn(1, source.ProtoTCP, "10.10.1.5:40001", "10.10.2.7:5432", true))}}
-	e := lateExporter(t, src, pods, nil, func(o *Options) { o.LateNaming = -1 })
+	e := lateExporter(t, src, newPodCache(), nil, func(o *Options) { o.LateNaming = -1 })
 	if got := pollQueued(t, e, time.Unix(1_800_000_000, 0), true); len(got) != 1 || testutil.ToFloat64(e.m.held) != 0 {
 		t.Fatalf("records %v; want the end of flow at once", got)
 	}
