@@ -30,7 +30,8 @@ const (
 )
 
 // heldRecord is a final record held back for a Pod name: the record as
-// the store made it, not filled yet, and the connection's metadata.
+// the store made it (fill writes it again when it is released) and the
+// connection's metadata.
 type heldRecord struct {
 	rec  record.Record
 	meta connMeta
