@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"sluice/exporter/attribution"
+	"sluice/exporter/connstore"
 	"sluice/exporter/record"
 	"sluice/exporter/source"
 	"sluice/flow"
@@ -30,6 +31,11 @@ type connMeta struct {
 	// disagreed: the model denies the connection but it was answered;
 	// counted once.
 	disagreed bool
+	// unnamed: the local ends (podmeta.UnnamedSrc, UnnamedDst) still
+	// waiting for a Pod name (latename.go); 0 for nearly every
+	// connection, and for any once the wait is over: then nothing more
+	// is done.
+	unnamed uint8
 }
 
 func attrKey(r *record.Record) attribution.Key {
@@ -37,17 +43,23 @@ func attrKey(r *record.Record) attribution.Key {
 }
 
 // describe resolves a new connection: Pods, and its verdict at first
-// sight.
-func (e *Exporter) describe(c *source.Conn, start time.Time) connMeta {
+// sight. A local end the metadata source cannot name yet makes a young
+// connection pending, to be named at a later poll (redescribe); its
+// verdict waits for that (fillVerdict judges it when a record is made).
+func (e *Exporter) describe(c *source.Conn, start time.Time) (connMeta, bool) {
 	pm := e.pm.Describe(c, start)
 	m := connMeta{rec: pm.Rec, srcLocal: pm.SrcLocal, dstLocal: pm.DstLocal, flowType: pm.FlowType}
+	if pm.Unnamed != 0 && e.waiting(start.UnixNano(), e.pollTime.UnixNano()) {
+		m.unnamed = pm.Unnamed
+		return m, true
+	}
 	if e.o.Attributor != nil {
 		// The model's runs are bounded (tables, Nodes); they need no
 		// cancellation.
 		m.attr = e.o.Attributor.Verdict(context.Background(), attribution.Key{Src: c.OrigSrc.Addr().Unmap(),
 			Dst: c.ReplySrc.Addr().Unmap(), Proto: c.Proto, DstPort: c.ReplySrc.Port()})
 	}
-	return m
+	return m, false
 }
 
 // fill writes m into an exported record: the Pods, then the attribution
@@ -58,17 +70,26 @@ func (e *Exporter) describe(c *source.Conn, start time.Time) connMeta {
 // to the verdict; Attr says which of its parts it carries.
 //
 // It is called for every record the store makes: the part without an
-// Attributor is kept small enough to be inlined into the store's call.
+// Attributor, for a named connection, is kept small enough to be inlined
+// into the store's call.
 func (e *Exporter) fill(r *record.Record, m *connMeta) {
 	r.Meta, r.FlowType = m.rec, m.flowType // as podmeta.Resolver.Fill
-	if e.o.Attributor != nil {
+	if m.unnamed|e.attributing != 0 {
 		e.fillVerdict(r, m)
 	}
 }
 
-// fillVerdict is fill's attribution part.
+// fillVerdict is fill's attribution part. It also holds back the final
+// record of a connection with an unnamed local end (hold), to be filled
+// when it is released: one call for both keeps fill inlinable.
 func (e *Exporter) fillVerdict(r *record.Record, m *connMeta) {
+	if m.unnamed != 0 && r.EndReason == connstore.ReasonEnd && e.hold(r, m) {
+		return
+	}
 	a := e.o.Attributor
+	if a == nil {
+		return
+	}
 	if m.attr == nil || m.attr.Gen != a.Generation() {
 		m.attr = a.Verdict(context.Background(), attrKey(r))
 		if m.attr == nil {

@@ -359,10 +359,11 @@ func TestLateChangeCaughtUp(t *testing.T) {
 	a, change := followedModel(t, log, fixtureSource("k8s-ingress-isolate.yaml"))
 
 	// client → db, answered and over (TIME_WAIT): its one record is
-	// written at first sight.
+	// written at first sight (the Pod cache knows client: otherwise the
+	// record would wait for its name, see latename.go).
 	c := conn(1, source.ProtoTCP, "10.10.1.5:40002", "10.10.2.7:5432", true)
 	c.TCPState = source.TCPTimeWait
-	store := &lookupHook{Store: enrich.NewStatic(nil, nil, nil), hook: func() { change(fixtureSource()) }}
+	store := &lookupHook{Store: enrich.NewStatic([]enrich.Pod{clientPod}, nil, nil), hook: func() { change(fixtureSource()) }}
 	e, err := New(Options{Node: "k8s-node-1", PodCIDRs: []netip.Prefix{netip.MustParsePrefix("10.10.1.0/24")},
 		ClusterCIDRs: []netip.Prefix{netip.MustParsePrefix("10.10.0.0/16")}, Source: &fixedSource{conns: []source.Conn{c}},
 		Store: store, Transport: idleTransport{}, Attributor: a, ActiveTimeout: time.Second, PollInterval: time.Second,

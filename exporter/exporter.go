@@ -76,6 +76,15 @@ type Options struct {
 	// CatchUpWait bounds each wait for the Attributor's model to take in
 	// cluster changes it has not loaded yet (CatchUpWait if 0).
 	CatchUpWait time.Duration
+	// LateNaming bounds, from a connection's start, how long a local end
+	// the metadata source cannot name yet (a Pod whose IP the kubelet
+	// has not posted yet) is looked up again, at each poll that sees the
+	// connection, and how long the connection's final record is held
+	// back for it: DefaultLateNaming and at least two poll intervals if
+	// 0, never if negative. MaxHeld bounds the final records held
+	// (DefaultMaxHeld if 0); past it they are written unnamed at once.
+	LateNaming time.Duration
+	MaxHeld    int
 	// Collector is the aggregator's address; Profile the agent element
 	// set sent over IPFIX (gRPC sends every field it has); TLS the client
 	// configuration for the tls protocol, and for grpc, where it must hold
@@ -119,8 +128,20 @@ type Exporter struct {
 	// pollTime is the time of the poll in progress.
 	pollTime time.Time
 	// lateCatchUp: the poll in progress has caught the model up once
-	// already for a connection it judged (fillVerdict).
+	// already for a connection it judged (fillVerdict) or named late
+	// (rename).
 	lateCatchUp bool
+	// lateNaming is Options.LateNaming in nanoseconds, 0 for never; held
+	// the final records waiting for a Pod name, holes how many of the
+	// run the store is writing went there (latename.go); releasing is
+	// releaseHeld's scratch.
+	lateNaming int64
+	held       []heldRecord
+	holes      int
+	releasing  []record.Record
+	// attributing is 1 with an Attributor: fill tests it with unnamed in
+	// one go.
+	attributing uint8
 	// reserved is the run of the queue's ring the store is writing in
 	// (UpdateEmit), nil when it writes in scratch instead (the queue is
 	// full, or nearly).
@@ -153,8 +174,14 @@ func New(o Options) (*Exporter, error) {
 	if o.BufferSize == 0 {
 		o.BufferSize = DefaultBufferSize
 	}
-	if o.BufferSize < 0 || o.MaxConnections < 0 {
-		return nil, errors.New("exporter: the buffer size and the connection cap must not be negative")
+	if o.BufferSize < 0 || o.MaxConnections < 0 || o.MaxHeld < 0 {
+		return nil, errors.New("exporter: the buffer size and the connection and held-record caps must not be negative")
+	}
+	if o.LateNaming == 0 {
+		o.LateNaming = max(DefaultLateNaming, 2*o.PollInterval)
+	}
+	if o.MaxHeld == 0 {
+		o.MaxHeld = DefaultMaxHeld
 	}
 	if o.Log == nil {
 		o.Log = slog.Default()
@@ -176,7 +203,10 @@ func New(o Options) (*Exporter, error) {
 		return nil, errors.New("exporter: the denied-connection rate and burst must not be negative")
 	}
 	e := &Exporter{o: o, reg: o.Registry, q: queue.New(o.BufferSize), pm: pm,
-		denied: tokenBucket{rate: o.DeniedRate, burst: o.DeniedBurst}}
+		denied: tokenBucket{rate: o.DeniedRate, burst: o.DeniedBurst}, lateNaming: max(0, int64(o.LateNaming))}
+	if o.Attributor != nil {
+		e.attributing = 1
+	}
 	if e.reg == nil {
 		e.reg = prometheus.NewRegistry()
 		e.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -184,7 +214,7 @@ func New(o Options) (*Exporter, error) {
 	e.m = newMetrics(e.reg, e.q, o.Attributor)
 	e.store, err = connstore.New(connstore.Options[connMeta]{
 		ActiveTimeout: o.ActiveTimeout, IdleTimeout: o.IdleTimeout, MaxConnections: o.MaxConnections,
-		Keep: pm.Keep, Describe: e.describe, Fill: e.fill, Emit: e.emit, Buffer: e.buffer,
+		Keep: pm.Keep, Describe: e.describe, Redescribe: e.redescribe, Fill: e.fill, Emit: e.emit, Buffer: e.buffer,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("exporter: %w", err)
@@ -287,6 +317,7 @@ func (e *Exporter) Run(ctx context.Context) error {
 		}
 		break
 	}
+	e.flush(nil)
 	e.drain(tdone)
 	stopTransport()
 	<-tdone
@@ -338,6 +369,7 @@ func (e *Exporter) poll(ctx context.Context, now time.Time, conns []source.Conn,
 		// gone by the next poll, with the verdict given now.
 		a.CatchUp(ctx, e.o.CatchUpWait)
 	}
+	e.releaseHeld(batch, false)
 	if batch != nil {
 		*batch = e.store.Update(now, conns, *batch)
 	} else {
@@ -345,6 +377,7 @@ func (e *Exporter) poll(ctx context.Context, now time.Time, conns []source.Conn,
 	}
 	st := e.store.Stats()
 	e.m.observe(st)
+	e.m.held.Set(float64(len(e.held)))
 	e.m.pollSeconds.Observe(time.Since(start).Seconds())
 	if e.api != nil {
 		e.api.SetReady(true)
@@ -372,8 +405,12 @@ func (e *Exporter) buffer(n int) []record.Record {
 }
 
 // emit queues a run of the records the store makes (the transport sends
-// them while the store goes on), denied ones over the rate limit left out.
+// them while the store goes on), denied ones over the rate limit and
+// those held for a Pod name (hold) left out.
 func (e *Exporter) emit(recs []record.Record) []record.Record {
+	if e.holes > 0 {
+		recs, e.holes = dropHoles(recs), 0
+	}
 	recs = e.limitDenied(e.pollTime, recs)
 	if e.reserved != nil && len(recs) > 0 && &recs[0] == &e.reserved[0] {
 		// Written in the ring already: kept ones, moved to the front by

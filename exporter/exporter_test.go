@@ -116,6 +116,7 @@ func TestNewRejectsBadOptions(t *testing.T) {
 		"no node":          func(o *Options) { o.Node = "" },
 		"bad profile":      func(o *Options) { o.Profile = "v0.1" },
 		"negative buffer":  func(o *Options) { o.BufferSize = -1 },
+		"negative held":    func(o *Options) { o.MaxHeld = -1 },
 		"metrics in use":   func(o *Options) { o.MetricsAddress = "127.0.0.1:notaport" },
 		"no collector set": func(o *Options) { o.Collector = collectoraddr.Collector{} },
 	} {

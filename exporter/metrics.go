@@ -24,6 +24,10 @@ type metrics struct {
 	encodeErrors prometheus.Counter
 	// Attribution.
 	deniedRecords, deniedDrops, disagreements prometheus.Counter
+	// Late naming (latename.go).
+	lateNames                                        prometheus.Counter
+	held                                             prometheus.Gauge
+	unnamedTimeout, unnamedHeldFull, unnamedShutdown prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer, q *queue.Queue, a *attribution.Attributor) *metrics {
@@ -67,6 +71,14 @@ func newMetrics(reg prometheus.Registerer, q *queue.Queue, a *attribution.Attrib
 		Resent: prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_exporter_records_resent_total",
 			Help: "Flow records written again because the aggregator had not confirmed them when the connection broke (gRPC): at most that many duplicates."}),
 	}
+	m.lateNames = prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_exporter_late_names_total",
+		Help: "Local Pods named after their connection was first seen (the metadata source learnt the Pod's IP later): at a later poll, or while the connection's final record was held back."})
+	m.held = prometheus.NewGauge(prometheus.GaugeOpts{Name: "sluice_exporter_held_records",
+		Help: "Final records held back for a local Pod the metadata source does not know yet."})
+	unnamed := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_exporter_unnamed_records_total",
+		Help: "Final records written without the local Pod name they waited for: timeout (still unknown when the wait ended), held-full (not held: too many held already), shutdown (still held when the exporter stopped)."}, []string{"reason"})
+	m.unnamedTimeout, m.unnamedHeldFull, m.unnamedShutdown = unnamed.WithLabelValues("timeout"),
+		unnamed.WithLabelValues("held-full"), unnamed.WithLabelValues("shutdown")
 	m.deniedDrops = dropped.WithLabelValues("denied-rate")
 	m.deniedRecords = prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_exporter_denied_records_total",
 		Help: "Records of denied connections (unanswered, and dropped or rejected by a policy in the model), before the rate limit."})
@@ -110,7 +122,7 @@ func newMetrics(reg prometheus.Registerer, q *queue.Queue, a *attribution.Attrib
 		Help: "Flow records waiting to be written to the aggregator."}, func() float64 { return float64(q.Len()) })
 	bufCap := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sluice_exporter_buffer_capacity_records",
 		Help: "Capacity of the buffer (--buffer-size)."}, func() float64 { return float64(q.Cap()) })
-	reg.MustRegister(conns, records, dropped, m.seen, m.storeDrops, m.polls, m.pollErrors, m.pollSeconds,
+	reg.MustRegister(conns, records, dropped, m.lateNames, m.held, unnamed, m.seen, m.storeDrops, m.polls, m.pollErrors, m.pollSeconds,
 		m.transport.Sent, m.transport.Connected, m.transport.Reconnects, m.transport.ConnectFailures, m.transport.Resent, buffered, bufCap)
 	return m
 }

@@ -50,7 +50,8 @@ const (
 )
 
 // Options configures a Store. M is the per-connection metadata (Kubernetes
-// names), resolved once when a connection is first seen.
+// names), resolved when a connection is first seen and, while Describe
+// says it is pending, again at the later polls that see it (Redescribe).
 type Options[M any] struct {
 	ActiveTimeout, IdleTimeout time.Duration
 	// MaxConnections bounds the entries held (tombstones of ended TCP
@@ -60,9 +61,18 @@ type Options[M any] struct {
 	// depend on the connection's tuple alone (addresses, ports, protocol).
 	Keep func(c *source.Conn) bool
 	// Describe resolves a new connection's metadata; start is its start
-	// time. Nil leaves M zero.
-	Describe func(c *source.Conn, start time.Time) M
+	// time. Nil leaves M zero. pending says the metadata may still become
+	// more complete (a Pod the metadata source does not know yet): with
+	// Redescribe set, the store then calls it at later polls.
+	Describe func(c *source.Conn, start time.Time) (m M, pending bool)
+	// Redescribe completes a pending connection's metadata in place, at
+	// a poll at now that sees the connection still open, before any
+	// record of that poll; it returns whether the metadata is still
+	// pending, and must bound that itself (the store calls it as long as
+	// it says so). Nil: metadata is resolved once.
+	Redescribe func(c *source.Conn, start, now time.Time, m *M) (pending bool)
 	// Fill writes the metadata into an exported record; nil writes none.
+	// It may update the metadata (its copy in the store).
 	Fill func(r *record.Record, m *M)
 	// Emit, if set, is handed the records of an Update in runs of
 	// EmitEvery (DefaultEmitEvery if 0) as they are made, and the rest at
@@ -127,6 +137,7 @@ const (
 	fQueued                    // waiting for an active or idle timeout
 	fEnded                     // the connection ended; export END_OF_FLOW
 	fDone                      // END_OF_FLOW exported: a tombstone
+	fPending                   // the metadata is pending: Redescribe at each poll
 )
 
 type entry[M any] struct {
@@ -358,6 +369,9 @@ func (s *Store[M]) touch(e *entry[M], c *source.Conn, ns int64) {
 		return // a tombstone: nothing more is exported
 	}
 	e.lastSeen = ns
+	if e.flags&fPending != 0 {
+		s.redescribe(e, c, ns)
+	}
 	cur := [4]uint64{c.Packets, c.Bytes, c.ReversePackets, c.ReverseBytes}
 	if cur != e.cur || c.TCPState != e.tcpState {
 		e.cur, e.tcpState = cur, c.TCPState
@@ -386,7 +400,18 @@ func (s *Store[M]) init(e *entry[M], c *source.Conn, k *key, ns int64) {
 		e.flags |= fEnded
 	}
 	if s.o.Describe != nil {
-		e.meta = s.o.Describe(c, time.Unix(0, start))
+		var pending bool
+		e.meta, pending = s.o.Describe(c, time.Unix(0, start))
+		if pending && s.o.Redescribe != nil {
+			e.flags |= fPending
+		}
+	}
+}
+
+// redescribe asks Options.Redescribe to complete e's pending metadata.
+func (s *Store[M]) redescribe(e *entry[M], c *source.Conn, ns int64) {
+	if !s.o.Redescribe(c, time.Unix(0, e.start), time.Unix(0, ns), &e.meta) {
+		e.flags &^= fPending
 	}
 }
 

@@ -233,12 +233,12 @@ func TestCapKeepFilterAndMetadata(t *testing.T) {
 	described := 0
 	r := newRun(t, Options[string]{MaxConnections: 2, ActiveTimeout: time.Second,
 		Keep: func(c *source.Conn) bool { return c.OrigSrc.Addr().Is4() },
-		Describe: func(c *source.Conn, start time.Time) string {
+		Describe: func(c *source.Conn, start time.Time) (string, bool) {
 			described++
 			if !start.Equal(t0.Add(-time.Minute)) {
 				t.Errorf("Describe got start %v", start)
 			}
-			return "pod-for-" + c.OrigSrc.Addr().String()
+			return "pod-for-" + c.OrigSrc.Addr().String(), false
 		},
 		Fill: func(r *record.Record, m *string) { r.Meta = &record.Meta{SrcPod: &enrich.Pod{Name: *m}} },
 	})
@@ -458,5 +458,52 @@ func TestGoneWhileAnotherArrives(t *testing.T) {
 	r.expect(2*time.Second, r.poll(2*time.Second, c, a))
 	if st := r.s.Stats(); st.Connections != 2 {
 		t.Fatalf("stats %+v", st)
+	}
+}
+
+// TestRedescribe: metadata Describe says is pending is completed by
+// Redescribe at each later poll that sees the connection open, before
+// its record, until Redescribe says it is done; other connections, and a
+// connection's tombstone, are never redescribed.
+func TestRedescribe(t *testing.T) {
+	type call struct {
+		port       uint16
+		start, now time.Duration
+	}
+	var calls []call
+	r := newRun(t, Options[string]{ActiveTimeout: time.Second,
+		Describe: func(c *source.Conn, start time.Time) (string, bool) {
+			return "unknown", c.OrigSrc.Port() != 1
+		},
+		Redescribe: func(c *source.Conn, start, now time.Time, m *string) bool {
+			calls = append(calls, call{c.OrigSrc.Port(), start.Sub(t0), now.Sub(t0)})
+			if now.Sub(t0) >= 2*time.Second {
+				*m = "named"
+				return false
+			}
+			return true
+		},
+		Fill: func(r *record.Record, m *string) { r.Meta = &record.Meta{SrcPod: &enrich.Pod{Name: *m}} },
+	})
+	named := tcp(1, "10.0.1.2:1", "10.0.2.3:80", 1, 60, 0, 0, source.TCPEstablished)
+	pending := tcp(2, "10.0.1.2:2", "10.0.2.3:80", 1, 60, 0, 0, source.TCPEstablished)
+	pending.Start = t0.Add(-time.Second)
+	over := tcp(3, "10.0.1.2:3", "10.0.2.3:80", 1, 60, 0, 0, source.TCPTimeWait)
+	r.poll(0, named, pending, over)
+	if len(calls) != 0 {
+		t.Fatalf("Redescribe at first sight: %+v", calls)
+	}
+	for _, at := range []time.Duration{time.Second, 2 * time.Second, 3 * time.Second} {
+		named.Packets++
+		pending.Packets++
+		for _, f := range r.poll(at, named, pending, over) {
+			if want := map[bool]string{true: "named", false: "unknown"}[f.SourcePort == 2 && at >= 2*time.Second]; f.SourcePodName != want {
+				t.Errorf("at %v, port %d: %q, want %q", at, f.SourcePort, f.SourcePodName, want)
+			}
+		}
+	}
+	want := []call{{2, -time.Second, time.Second}, {2, -time.Second, 2 * time.Second}}
+	if !slices.Equal(calls, want) {
+		t.Errorf("calls %+v, want %+v", calls, want)
 	}
 }

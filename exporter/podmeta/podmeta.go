@@ -48,7 +48,20 @@ type Meta struct {
 	// Node's Pod CIDRs.
 	SrcLocal, DstLocal bool
 	FlowType           uint8
+	// Unnamed says which local ends (UnnamedSrc, UnnamedDst) the metadata
+	// source could not name: most likely a Pod that has just started,
+	// whose IP the kubelet posts a moment after its containers start.
+	// Rename may name them later. A Pod CIDR's first address (the Node's
+	// gateway, never a Pod) and any address without a metadata source
+	// are not counted: waiting would never name them.
+	Unnamed uint8
 }
+
+// Unnamed's bits.
+const (
+	UnnamedSrc uint8 = 1 << iota
+	UnnamedDst
+)
 
 // maxShared bounds the table of shared record.Metas; when it is full it
 // is emptied (the Metas in use stay with their connections, and new
@@ -111,11 +124,17 @@ func (r *Resolver) Describe(c *source.Conn, start time.Time) Meta {
 	srcIsPod, dstIsPod := srcLocal, dstLocal
 	if srcLocal {
 		k.src = r.localPod(src, start)
+		if k.src == nil && r.nameable(src) {
+			m.Unnamed |= UnnamedSrc
+		}
 	} else {
 		srcIsPod = r.isPod(src, start)
 	}
 	if dstLocal {
 		k.dst = r.localPod(dst, start)
+		if k.dst == nil && r.nameable(dst) {
+			m.Unnamed |= UnnamedDst
+		}
 	} else {
 		dstIsPod = r.isPod(dst, start)
 	}
@@ -168,6 +187,56 @@ func (r *Resolver) localPod(a netip.Addr, at time.Time) *enrich.Pod {
 		return nil
 	}
 	return p
+}
+
+// nameable reports whether the local address a, which the metadata
+// source does not know, may be a Pod it learns later: not without a
+// source, nor a Pod CIDR's first address, the Node's gateway (as the
+// datapath model takes it, see traceflow/pipeline).
+func (r *Resolver) nameable(a netip.Addr) bool {
+	if r.o.Store == nil {
+		return false
+	}
+	for _, p := range r.o.PodCIDRs {
+		if p.Masked().Addr().Next() == a {
+			return false
+		}
+	}
+	return true
+}
+
+// Rename looks up again the local ends a connection's metadata left
+// unnamed (rec and unnamed, as Describe made them; src and dst are the
+// connection's addresses, start its start time). When it names one, it
+// returns a new record.Meta, the old one's Service and SNAT values with
+// the Pods added (rec is shared, and never changed), and the ends still
+// unnamed; otherwise rec and unnamed as they were.
+func (r *Resolver) Rename(rec *record.Meta, unnamed uint8, src, dst netip.Addr, start time.Time) (*record.Meta, uint8) {
+	if rec == nil || unnamed == 0 {
+		return rec, unnamed
+	}
+	srcPod, dstPod := rec.SrcPod, rec.DstPod
+	if unnamed&UnnamedSrc != 0 {
+		if srcPod = r.localPod(src.Unmap(), start); srcPod != nil {
+			unnamed &^= UnnamedSrc
+		}
+	}
+	if unnamed&UnnamedDst != 0 {
+		if dstPod = r.localPod(dst.Unmap(), start); dstPod != nil {
+			unnamed &^= UnnamedDst
+		}
+	}
+	if srcPod == rec.SrcPod && dstPod == rec.DstPod {
+		return rec, unnamed
+	}
+	if rec.SnatIP.IsValid() {
+		// The connection's own Meta (see Describe): copied, not shared.
+		m := *rec
+		m.SrcPod, m.DstPod = srcPod, dstPod
+		return &m, unnamed
+	}
+	return r.share(&shareKey{src: srcPod, dst: dstPod, svcIP: rec.ServiceIP, svcPort: rec.ServicePort,
+		svcPortName: rec.ServicePortName}), unnamed
 }
 
 func (r *Resolver) isPod(a netip.Addr, at time.Time) bool {

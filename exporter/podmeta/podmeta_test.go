@@ -145,3 +145,76 @@ func TestSNATAndSharing(t *testing.T) {
 		t.Errorf("metadata %p %p %p: want the first two shared, the SNAT'ed one its own", metas[0], metas[1], metas[2])
 	}
 }
+
+// TestUnnamedAndRename: a local end the store cannot name is marked
+// (not the gateway, nor anything without a store); Rename names it once
+// the store knows the Pod, keeping the Service and SNAT values, shared as
+// Describe would share them.
+func TestUnnamedAndRename(t *testing.T) {
+	vip := netip.MustParseAddr("10.96.0.20")
+	svc := []enrich.Service{{Namespace: "shop", Name: "cart", ClusterIPs: []netip.Addr{vip},
+		Ports: []enrich.ServicePort{{Name: "http", Protocol: 6, Port: 80}}}}
+	client := enrich.Pod{Namespace: "shop", Name: "client", NodeName: "node-1", IPs: []netip.Addr{netip.MustParseAddr("10.10.1.2")}}
+	server := enrich.Pod{Namespace: "shop", Name: "server", NodeName: "node-1", IPs: []netip.Addr{netip.MustParseAddr("10.10.1.3")}}
+	cidrs := []netip.Prefix{netip.MustParsePrefix("10.10.1.0/24")}
+	before, err := New(Options{Node: "node-1", PodCIDRs: cidrs, Store: enrich.NewStatic(nil, nil, svc)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	after, err := New(Options{Node: "node-1", PodCIDRs: cidrs, Store: enrich.NewStatic([]enrich.Pod{client, server}, nil, svc)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	none, err := New(Options{Node: "node-1", PodCIDRs: cidrs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ap := netip.MustParseAddrPort
+	through := source.Conn{Proto: 6, OrigSrc: ap("10.10.1.2:40000"), OrigDst: ap("10.96.0.20:80"), ReplySrc: ap("10.10.1.3:8080"),
+		ReplyDst: ap("10.10.1.2:40000")}
+	snat := through
+	snat.ReplyDst = ap("10.10.1.1:61000")
+	gateway := source.Conn{Proto: 6, OrigSrc: ap("10.10.1.1:40000"), OrigDst: ap("10.10.2.3:80"), ReplySrc: ap("10.10.2.3:80")}
+	now := time.Now()
+
+	for _, c := range []struct {
+		name   string
+		r      *Resolver
+		cn     *source.Conn
+		wanted uint8
+	}{
+		{"both ends unknown", before, &through, UnnamedSrc | UnnamedDst},
+		{"both known", after, &through, 0},
+		{"the gateway", before, &gateway, 0},
+		{"no store", none, &through, 0},
+	} {
+		if m := c.r.Describe(c.cn, now); m.Unnamed != c.wanted {
+			t.Errorf("%s: Unnamed %b, want %b", c.name, m.Unnamed, c.wanted)
+		}
+	}
+
+	for _, cn := range []*source.Conn{&through, &snat} {
+		m := before.Describe(cn, now)
+		src, dst := cn.OrigSrc.Addr(), cn.ReplySrc.Addr()
+		if rec, u := before.Rename(m.Rec, m.Unnamed, src, dst, now); rec != m.Rec || u != m.Unnamed {
+			t.Fatalf("renamed by a store that does not know the Pods")
+		}
+		// Named by the Resolver whose store knows the Pods.
+		rec, u := after.Rename(m.Rec, m.Unnamed, src, dst, now)
+		if u != 0 || rec == m.Rec || rec.SrcPod == nil || rec.SrcPod.Name != "client" || rec.DstPod == nil || rec.DstPod.Name != "server" {
+			t.Fatalf("renamed %+v, still unnamed %b", rec, u)
+		}
+		if m.Rec.SrcPod != nil || m.Rec.DstPod != nil {
+			t.Errorf("the old Meta was changed")
+		}
+		if rec.ServicePortName != "shop/cart:http" || rec.ServiceIP != vip || rec.SnatIP != m.Rec.SnatIP || rec.SnatPort != m.Rec.SnatPort ||
+			rec.Node != "node-1" {
+			t.Errorf("Service or SNAT values lost: %+v, was %+v", rec, m.Rec)
+		}
+		// Shared with what after's Describe makes, unless SNAT'ed.
+		fresh := after.Describe(cn, now)
+		if shared := fresh.Rec == rec; shared != !rec.SnatIP.IsValid() {
+			t.Errorf("SNAT %v: renamed Meta shared with Describe's: %v", rec.SnatIP, shared)
+		}
+	}
+}
