@@ -365,7 +365,7 @@ func (s *session) countTemplates() {
 
 // send hands a batch on, blocking (TCP) until there is room or ctx ends.
 func send(ctx context.Context, out chan<- flow.Batch, b flow.Batch) bool {
-	if b.Len() == 0 && b.Written == nil {
+	if b.Len() == 0 && len(b.EncodeErrs) == 0 && b.Written == nil {
 		return true
 	}
 	select {

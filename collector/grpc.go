@@ -417,10 +417,14 @@ func (e *exportService) receive(sctx context.Context, st *h2Stream, exporter net
 	// for room if block (false: the collector stopped), else only while
 	// there is room.
 	handOn := func(block bool) bool {
+		if block {
+			flushCounts() // it may wait
+		}
 		for queued() > 0 {
 			b := nextBatch()
 			if block {
 				if !send(e.ctx, o.Out, b) {
+					handed(&b) // send discarded it: its records are released
 					return false
 				}
 			} else {

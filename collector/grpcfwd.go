@@ -25,8 +25,12 @@ type streamForwarder struct {
 	arena  *ipfix.Arena
 	// unadded are enc's records in arena not yet added to its count.
 	unadded int
-	// recLen is the longest export record written yet.
+	// recLen is the longest export record written yet; size the size of
+	// the next arena: small for a stream's first (an agent opens a
+	// stream per export, and every record held pins its whole arena),
+	// doubling up to streamArena.
 	recLen int
+	size   int
 	enc    []ipfix.EncodedRecord
 	// errs are the errors of records enriched but not written (dropped),
 	// for the mode to report.
@@ -36,9 +40,12 @@ type streamForwarder struct {
 	samples []*flow.Flow
 }
 
-// streamArena is the size of the arenas a stream writes into: a few
-// hundred records.
-const streamArena = 256 << 10
+// streamArena is the size of the arenas a busy stream writes into: a few
+// hundred records; firstArena that of a stream's first.
+const (
+	streamArena = 256 << 10
+	firstArena  = 16 << 10
+)
 
 func newStreamForwarder(o *Options, pool *ipfix.ArenaPool) *streamForwarder {
 	if o.Forwarder == nil {
@@ -48,7 +55,7 @@ func newStreamForwarder(o *Options, pool *ipfix.ArenaPool) *streamForwarder {
 	if !ok || ff == nil {
 		return nil
 	}
-	return &streamForwarder{ff: ff, pool: pool, sample: o.Sample}
+	return &streamForwarder{ff: ff, pool: pool, sample: o.Sample, size: firstArena}
 }
 
 // queued is how many records and errors wait to be handed on.
@@ -69,8 +76,9 @@ func (s *streamForwarder) room(n int) {
 		s.settle()
 		a.Release(1) // the stream's share: the arena goes back once its records are sent
 	}
-	s.arena = s.pool.Get(max(need, streamArena))
+	s.arena = s.pool.Get(max(need, s.size))
 	s.arena.Hold(1)
+	s.size = min(2*s.size, streamArena)
 }
 
 // settle adds the records written into the arena since the last settle to
@@ -109,6 +117,9 @@ func (s *streamForwarder) rollback(m fwdMark) {
 // forward offers f to the forwarder and reports whether it took it (f is
 // then the caller's to reuse, zeroed).
 func (s *streamForwarder) forward(f *flow.Flow) bool {
+	if !s.ff.Takes(f) {
+		return false // before Want: the mode's run samples the records it takes
+	}
 	var g *flow.Flow
 	if s.sample != nil && s.sample.Want() {
 		// Copied before it is enriched: the view's Put enriches it as
@@ -184,7 +195,11 @@ func (s *streamForwarder) handed(b *flow.Batch) {
 // close gives back what was not handed on: the records' places in their
 // arenas, and the stream's share of the current one.
 func (s *streamForwarder) close() {
-	if s == nil || s.arena == nil {
+	if s == nil {
+		return
+	}
+	s.ff.Release()
+	if s.arena == nil {
 		return
 	}
 	s.settle()

@@ -6,9 +6,11 @@ import (
 	"errors"
 	"io"
 	"net/netip"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
@@ -22,6 +24,7 @@ import (
 	"sluice/flow/flowproto"
 	"sluice/flow/flowtest"
 	"sluice/flow/ipfixmap"
+	"sluice/internal/testkit"
 	"sluice/ipfix"
 	"sluice/proxy"
 	"sluice/ring"
@@ -320,5 +323,129 @@ func TestGRPCFastPathStreamHoldsItsArena(t *testing.T) {
 	var resp []byte
 	if err := st.RecvMsg(&resp); err != nil && !errors.Is(err, io.EOF) {
 		t.Fatal(err)
+	}
+}
+
+// TestGRPCFastPathShutdownReleasesOnce: records a stream could not hand on
+// because the collector stopped are released once, not twice (send
+// discarded them already): their arena's count ends at zero, not below.
+func TestGRPCFastPathShutdownReleasesOnce(t *testing.T) {
+	fp := newFastPath(t)
+	h := newHarnessWith(t, 1, collector.Options{Forwarder: fp.fw.NewForwarder, Records: flow.NewPool()})
+	b := bundle(t)
+	addr, stop := h.grpcServer(t, b)
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(credentials.NewTLS(b.ClientTLS("localhost"))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	st, err := conn.NewStream(ctx, &grpc.StreamDesc{ClientStreams: true}, "/antrea_io.antrea.pkg.apis.flow.v1alpha1.FlowExportService/Export", grpc.ForceCodec(rawCodec{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The first record's batch fills the pipeline (a channel of one)...
+	if err := st.SendMsg(request(flowtest.Wire(grpcFlow(1, false), nil, nil))); err != nil {
+		t.Fatal(err)
+	}
+	testkit.WaitFor(t, "the first batch in the pipeline", func() bool { return len(h.out) == 1 })
+	// ...so the next three wait in the stream, which ends and waits to
+	// hand them on, until the collector stops.
+	var three [][]byte
+	for i := range 3 {
+		three = append(three, flowtest.Wire(grpcFlow(2+i, false), nil, nil))
+	}
+	if err := st.SendMsg(request(three...)); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.CloseSend(); err != nil {
+		t.Fatal(err)
+	}
+	testkit.WaitFor(t, "the stream to count its four records", func() bool {
+		return testutil.ToFloat64(h.m.Records.WithLabelValues("grpc", "127.0.0.1")) == 4
+	})
+	stop()
+	first := <-h.out
+	if len(first.Encoded) != 1 {
+		t.Fatalf("the first batch has %d export records", len(first.Encoded))
+	}
+	a := first.Encoded[0].Arena
+	if c := cap(a.Buf); c > 64<<10 {
+		// An agent opens a stream per export: each one's records pin
+		// their arena while they wait in the pipeline.
+		t.Errorf("a stream's first arena holds %d KiB, want a small one", c>>10)
+	}
+	a.Release(1)
+	if left := a.Left(); left != 0 {
+		t.Errorf("the stream's arena is held by %d after every record was released once and the stream ended (want 0)", left)
+	}
+}
+
+// TestGRPCFastPathErrorsOnlyBatch: a stream whose only record cannot be
+// written ends while the pipeline is full: the error still reaches the
+// mode (to be counted and logged), in a batch of its own.
+func TestGRPCFastPathErrorsOnlyBatch(t *testing.T) {
+	fp := newFastPath(t)
+	h := newHarnessWith(t, 1, collector.Options{Forwarder: fp.fw.NewForwarder, Records: flow.NewPool()})
+	b := bundle(t)
+	addr, _ := h.grpcServer(t, b)
+	if err := sendEach(t, addr, b, request(flowtest.Wire(grpcFlow(1, false), nil, nil))); err != nil {
+		t.Fatal(err)
+	}
+	testkit.WaitFor(t, "the first batch in the pipeline", func() bool { return len(h.out) == 1 })
+	big := grpcFlow(2, false)
+	big.SourcePodName = strings.Repeat("x", 70000) // more than an IPFIX message holds
+	done := make(chan error, 1)
+	go func() { done <- sendEach(t, addr, b, request(flowtest.Wire(big, nil, nil))) }()
+	var errs []error
+	deadline := time.After(10 * time.Second)
+	for len(errs) == 0 {
+		select {
+		case bt := <-h.out:
+			errs = append(errs, bt.EncodeErrs...)
+		case <-deadline:
+			t.Fatal("the encoding error never reached the mode")
+		}
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("Export: %v", err)
+	}
+	if !strings.Contains(errs[0].Error(), "sourcePodName") {
+		t.Errorf("error %v, want one naming sourcePodName", errs[0])
+	}
+}
+
+// TestGRPCFastPathDeclinedRecordsAreSampled: records the stream's
+// forwarder declines (elements to pass through) leave the view's budget
+// to the mode's run, which samples them: the stream does not spend it.
+func TestGRPCFastPathDeclinedRecordsAreSampled(t *testing.T) {
+	fp := newFastPath(t)
+	h := newHarnessWith(t, 16, collector.Options{Forwarder: fp.fw.NewForwarder, Sample: fp.sampler, Records: flow.NewPool()})
+	b := bundle(t)
+	addr, _ := h.grpcServer(t, b)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	runCtx, stopRun := context.WithCancel(ctx)
+	runDone := make(chan struct{})
+	go func() {
+		defer close(runDone)
+		fp.fw.Run(runCtx, h.out, ring.New[ipfix.EncodedRecord](1024), func(err error) { t.Error(err) })
+	}()
+	defer func() { stopRun(); <-runDone }()
+	c := fp.sample.Consumer()
+	var wires [][]byte
+	for i := range 10 { // more than the budget of 5 a second, all with L7 elements
+		wires = append(wires, flowtest.Wire(grpcFlow(i, true), nil, nil))
+	}
+	if err := sendEach(t, addr, b, request(wires...)); err != nil {
+		t.Fatal(err)
+	}
+	got, ok := c.Next(ctx, nil, 100)
+	if !ok || len(got) == 0 {
+		t.Fatal("the view got no sample of records the stream's forwarder declined")
+	}
+	if got[0].AppProtocolName != "http" || got[0].ClusterID != "c1" {
+		t.Errorf("a sample not enriched as exported: %+v", got[0])
 	}
 }

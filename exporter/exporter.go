@@ -359,6 +359,11 @@ func (e *Exporter) poll(ctx context.Context, now time.Time, conns []source.Conn,
 		if ctx.Err() == nil {
 			e.m.pollErrors.Inc()
 			e.o.Log.Error("cannot read the connection table; skipping this poll", "err", err)
+			// Held final records do not wait on the connection table:
+			// those named by now, or past their wait, still go.
+			e.pollTime, e.lateCatchUp = now, false
+			e.releaseHeld(batch, false)
+			e.m.held.Set(float64(len(e.held)))
 		}
 		return conns
 	}

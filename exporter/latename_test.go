@@ -2,6 +2,7 @@ package exporter
 
 import (
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"net/netip"
@@ -422,5 +423,37 @@ func TestLateNamingOptions(t *testing.T) {
 	e := lateExporter(t, src, newPodCache(), nil, func(o *Options) { o.LateNaming = -1 })
 	if got := pollQueued(t, e, time.Unix(1_800_000_000, 0), true); len(got) != 1 || testutil.ToFloat64(e.m.held) != 0 {
 		t.Fatalf("records %v; want the end of flow at once", got)
+	}
+}
+
+// dumpFailing is a fixedSource whose dumps fail while fail is set.
+type dumpFailing struct {
+	fixedSource
+	fail bool
+}
+
+func (s *dumpFailing) Dump(ctx context.Context, dst []source.Conn) ([]source.Conn, error) {
+	if s.fail {
+		return dst, errors.New("netlink: no buffer space")
+	}
+	return s.fixedSource.Dump(ctx, dst)
+}
+
+// TestHeldReleasedWhileDumpsFail: a held final record is released at its
+// bound even when the polls after it cannot read the connection table.
+func TestHeldReleasedWhileDumpsFail(t *testing.T) {
+	t0 := time.Unix(1_800_000_000, 0)
+	src := &dumpFailing{fixedSource: fixedSource{conns: []source.Conn{over(conn(1, source.ProtoTCP, "10.10.1.77:40001", "10.10.2.7:5432", true))}}}
+	e := lateExporter(t, src, newPodCache(), nil, nil)
+	pollQueued(t, e, t0, true)
+	if len(e.held) != 1 {
+		t.Fatalf("%d records held, want the unnamed one", len(e.held))
+	}
+	src.fail = true
+	for i := 1; i <= 12; i++ {
+		e.poll(context.Background(), t0.Add(time.Duration(i)*time.Second), nil, nil)
+	}
+	if len(e.held) != 0 || e.q.Len() != 1 {
+		t.Errorf("after 12 s of failing dumps: %d held, %d queued (want 0 and 1: the bound is 10 s)", len(e.held), e.q.Len())
 	}
 }

@@ -81,6 +81,12 @@ type FlowForwarder interface {
 	// and goes the normal way, in a Batch's Flows; arena and out are
 	// returned unchanged.
 	ForwardFlow(f *Flow, arena []byte, out []ipfix.EncodedRecord) ([]byte, []ipfix.EncodedRecord, bool, error)
+	// Takes reports whether ForwardFlow takes f (f is left as it is): a
+	// cheap look, for a caller that must decide something first.
+	Takes(f *Flow) bool
+	// Release gives back what the forwarder holds (its encoder); it is
+	// not used afterwards.
+	Release()
 }
 
 // Discard gives back the arenas of a batch's encoded records when the

@@ -64,6 +64,11 @@ func (a *Arena) Add(n int) {
 	a.left.Add(int64(n))
 }
 
+// Left is how many records (and producers' shares) still hold a: 0 once
+// it went back to its pool; never negative unless a record was released
+// twice. For tests and checks.
+func (a *Arena) Left() int64 { return a.left.Load() }
+
 // Release says that n of a's records have been consumed (or dropped);
 // after the last, a goes back to its pool, and Release reports true.
 func (a *Arena) Release(n int) bool {

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"net/netip"
+	"sync"
 	"time"
 
 	"sluice/enrich"
@@ -55,6 +56,10 @@ type Forwarding struct {
 	arena  *ipfix.Arena
 	recLen int
 	recs   []ipfix.EncodedRecord
+	// encoders are the gRPC streams' forwarders' encoders (ForwardFlow),
+	// given back when a stream ends: an encoder's buffer is two messages
+	// (128 KiB), too much to make for every stream an agent opens.
+	encoders sync.Pool
 }
 
 // forwardArena is the size of the arenas Run writes records into: a few
@@ -267,11 +272,13 @@ func (f *forwarder) ForwardFlow(r *flow.Flow, arena []byte, out []ipfix.EncodedR
 		return arena, out, false, nil
 	}
 	if f.enc == nil {
-		enc, err := ipfix.NewEncoder(ipfix.EncoderOptions{}, func([]byte) error { return nil })
-		if err != nil {
-			return arena, out, false, nil // cannot happen with the defaults; Run writes it
+		if f.enc, _ = f.fw.encoders.Get().(*ipfix.Encoder); f.enc == nil {
+			enc, err := ipfix.NewEncoder(ipfix.EncoderOptions{}, func([]byte) error { return nil })
+			if err != nil {
+				return arena, out, false, nil // cannot happen with the defaults; Run writes it
+			}
+			f.enc = enc
 		}
-		f.enc = enc
 	}
 	f.fw.p.Process(r)
 	data, err := f.enc.EncodeRecord(t, func(rb ipfix.RecordBuilder) error { return ex.WriteBase(rb, t, r) })
@@ -281,6 +288,21 @@ func (f *forwarder) ForwardFlow(r *flow.Flow, arena []byte, out []ipfix.EncodedR
 	start := len(arena)
 	arena = append(arena, data...)
 	return arena, append(out, ipfix.EncodedRecord{Template: t, Data: arena[start:len(arena):len(arena)]}), true, nil
+}
+
+// Takes implements flow.FlowForwarder.
+func (f *forwarder) Takes(r *flow.Flow) bool {
+	_, ok := f.fw.ex.BaseTemplate(r)
+	return ok
+}
+
+// Release implements flow.FlowForwarder: the encoder goes back to the
+// Forwarding's pool.
+func (f *forwarder) Release() {
+	if f.enc != nil {
+		f.fw.encoders.Put(f.enc)
+		f.enc = nil
+	}
 }
 
 // maxPlans bounds a session's plans; templates replaced over a long
