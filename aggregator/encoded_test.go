@@ -19,6 +19,23 @@ import (
 	"sluice/sink"
 )
 
+// aggregateExporter is the IPFIX sink's exporter in Aggregate mode with
+// the default configuration, and its table.
+func aggregateExporter(t *testing.T) (*ipfixmap.Table, *ipfixmap.Exporter) {
+	t.Helper()
+	table, err := ipfixmap.NewTable(ipfix.DefaultRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := config.Default()
+	cfg.Mode = config.ModeAggregate
+	ex, err := sink.NewExporter(cfg, table)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return table, ex
+}
+
 // aggregateInput is records of both kinds the store exports: the two
 // halves of inter-Node connections (correlated), intra-Node ones, and
 // halves whose other side never comes (exported one-sided).
@@ -48,16 +65,7 @@ func aggregateInput() []*flow.Flow {
 // TestAggregateFastPathMatches: Aggregate mode's fast path writes the
 // records the normal path's sink would, octet for octet.
 func TestAggregateFastPathMatches(t *testing.T) {
-	table, err := ipfixmap.NewTable(ipfix.DefaultRegistry())
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := config.Default()
-	cfg.Mode = config.ModeAggregate
-	ex, err := sink.NewExporter(cfg, table)
-	if err != nil {
-		t.Fatal(err)
-	}
+	table, ex := aggregateExporter(t)
 	now := time.Date(2026, 11, 1, 12, 5, 0, 0, time.UTC)
 	store := func() aggregateMode {
 		// The clock stands still: every flow is exported by the final
@@ -156,16 +164,7 @@ func TestAggregateFastPathMatches(t *testing.T) {
 // pool: Run still writes into it (its share), and has counted every
 // record it handed on.
 func TestAggregateFastPathArenaHeldWhileRunning(t *testing.T) {
-	table, err := ipfixmap.NewTable(ipfix.DefaultRegistry())
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := config.Default()
-	cfg.Mode = config.ModeAggregate
-	ex, err := sink.NewExporter(cfg, table)
-	if err != nil {
-		t.Fatal(err)
-	}
+	table, ex := aggregateExporter(t)
 	var now atomic.Int64
 	now.Store(time.Date(2026, 11, 1, 12, 5, 0, 0, time.UTC).UnixNano())
 	m := aggregateMode{aggregate.New(aggregate.Options{Clock: func() time.Time { return time.Unix(0, now.Load()) },

@@ -46,21 +46,30 @@ sluice:
   flowStreamAddress: "127.0.0.1:0"
   tls: {certDir: %s}
 `, mode, filepath.Join(dir, "certs")))
-	b, err := certs.Ensure(filepath.Join(dir, "certs"), certs.Options{})
+	q, b := startSender(t, a.Addrs().GRPC, filepath.Join(dir, "certs"), 1024)
+	return q, a.Addrs().FlowStream, b
+}
+
+// startSender runs a gRPC sender to addr, with a client certificate from
+// the aggregator's certDir and a queue of size records, until the test
+// ends.
+func startSender(t *testing.T, addr, certDir string, size int) (queued, *certs.Bundle) {
+	t.Helper()
+	b, err := certs.Ensure(certDir, certs.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := grpcsend.New(grpcsend.Options{Address: a.Addrs().GRPC, TLS: b.ClientTLS("localhost"),
+	s, err := grpcsend.New(grpcsend.Options{Address: addr, TLS: b.ClientTLS("localhost"),
 		Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
-	q := queue.New(1024)
+	q := queue.New(size)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); s.Run(ctx, q) }()
 	t.Cleanup(func() { cancel(); <-done })
-	return queued{q}, a.Addrs().FlowStream, b
+	return queued{q}, b
 }
 
 // queued feeds a grpcsend.Sender through a queue of its own.
@@ -237,20 +246,7 @@ sluice:
   tls: {certDir: %s}
   proxy: {fastPath: %v}
 `, coll.Addr(), filepath.Join(dir, "certs"), fast))
-		b, err := certs.Ensure(filepath.Join(dir, "certs"), certs.Options{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		s, err := grpcsend.New(grpcsend.Options{Address: a.Addrs().GRPC, TLS: b.ClientTLS("localhost"),
-			Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
-		if err != nil {
-			t.Fatal(err)
-		}
-		q := queued{queue.New(n)}
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan struct{})
-		go func() { defer close(done); s.Run(ctx, q.q) }()
-		defer func() { cancel(); <-done }()
+		q, _ := startSender(t, a.Addrs().GRPC, filepath.Join(dir, "certs"), n)
 		for i := range n {
 			f := flowtest.Full(i, false)
 			switch i % 3 {

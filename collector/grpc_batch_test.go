@@ -1,16 +1,12 @@
 package collector_test
 
 import (
-	"context"
 	"errors"
 	"io"
 	"strconv"
 	"testing"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials"
 	"google.golang.org/protobuf/encoding/protowire"
 
 	"sluice/flow"
@@ -26,17 +22,7 @@ func TestGRPCOneFlowMessagesTravelInBatches(t *testing.T) {
 	h := newHarness(t, 1)
 	b := bundle(t)
 	addr, _ := h.grpcServer(t, b)
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(credentials.NewTLS(b.ClientTLS("localhost"))))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	st, err := conn.NewStream(ctx, &grpc.StreamDesc{ClientStreams: true}, "/antrea_io.antrea.pkg.apis.flow.v1alpha1.FlowExportService/Export", grpc.ForceCodec(rawCodec{}))
-	if err != nil {
-		t.Fatal(err)
-	}
+	st, ctx := exportStream(t, addr, b)
 	const n = 300
 	for i := range n {
 		req := protowire.AppendBytes(protowire.AppendTag(nil, 1, protowire.BytesType), flowtest.Wire(flowtest.Full(i, false), nil, nil))

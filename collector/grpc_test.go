@@ -209,30 +209,26 @@ func sendRaw(t *testing.T, addr string, b *certs.Bundle, flows ...[]byte) {
 // sendRawErr is sendRaw returning the stream's final error.
 func sendRawErr(t *testing.T, addr string, b *certs.Bundle, flows ...[]byte) error {
 	t.Helper()
+	return sendEach(t, addr, b, request(flows...))
+}
+
+// exportStream opens an Export stream to addr with b's client certificate,
+// sending messages as they are (rawCodec); its context ends within 10 s,
+// and the test's end closes it.
+func exportStream(t *testing.T, addr string, b *certs.Bundle) (grpc.ClientStream, context.Context) {
+	t.Helper()
 	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(credentials.NewTLS(b.ClientTLS("localhost"))))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer conn.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
+	t.Cleanup(func() { conn.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	t.Cleanup(cancel)
 	st, err := conn.NewStream(ctx, &grpc.StreamDesc{ClientStreams: true}, "/antrea_io.antrea.pkg.apis.flow.v1alpha1.FlowExportService/Export", grpc.ForceCodec(rawCodec{}))
 	if err != nil {
 		t.Fatal(err)
 	}
-	var req []byte
-	for _, f := range flows {
-		req = protowire.AppendTag(req, 1, protowire.BytesType)
-		req = protowire.AppendBytes(req, f)
-	}
-	if err := st.SendMsg(req); err != nil {
-		t.Fatal(err)
-	}
-	if err := st.CloseSend(); err != nil {
-		t.Fatal(err)
-	}
-	var resp []byte
-	return st.RecvMsg(&resp)
+	return st, ctx
 }
 
 // TestGRPCWireCompatibility sends Flows encoded by hand with the

@@ -11,9 +11,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protowire"
 
@@ -109,17 +107,7 @@ func grpcFlow(i int, l7 bool) *flow.Flow {
 // then ends it and returns its final error.
 func sendEach(t *testing.T, addr string, b *certs.Bundle, reqs ...[]byte) error {
 	t.Helper()
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(credentials.NewTLS(b.ClientTLS("localhost"))))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	st, err := conn.NewStream(ctx, &grpc.StreamDesc{ClientStreams: true}, "/antrea_io.antrea.pkg.apis.flow.v1alpha1.FlowExportService/Export", grpc.ForceCodec(rawCodec{}))
-	if err != nil {
-		t.Fatal(err)
-	}
+	st, _ := exportStream(t, addr, b)
 	for _, req := range reqs {
 		if err := st.SendMsg(req); err != nil {
 			break // the server ended the stream: RecvMsg says why
@@ -284,17 +272,7 @@ func TestGRPCFastPathStreamHoldsItsArena(t *testing.T) {
 	h := newHarnessWith(t, 16, collector.Options{Forwarder: fp.fw.NewForwarder, Records: flow.NewPool()})
 	b := bundle(t)
 	addr, _ := h.grpcServer(t, b)
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(credentials.NewTLS(b.ClientTLS("localhost"))))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	st, err := conn.NewStream(ctx, &grpc.StreamDesc{ClientStreams: true}, "/antrea_io.antrea.pkg.apis.flow.v1alpha1.FlowExportService/Export", grpc.ForceCodec(rawCodec{}))
-	if err != nil {
-		t.Fatal(err)
-	}
+	st, ctx := exportStream(t, addr, b)
 	for round := range 3 {
 		const n = 10
 		for i := range n {
@@ -334,17 +312,7 @@ func TestGRPCFastPathShutdownReleasesOnce(t *testing.T) {
 	h := newHarnessWith(t, 1, collector.Options{Forwarder: fp.fw.NewForwarder, Records: flow.NewPool()})
 	b := bundle(t)
 	addr, stop := h.grpcServer(t, b)
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(credentials.NewTLS(b.ClientTLS("localhost"))))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	st, err := conn.NewStream(ctx, &grpc.StreamDesc{ClientStreams: true}, "/antrea_io.antrea.pkg.apis.flow.v1alpha1.FlowExportService/Export", grpc.ForceCodec(rawCodec{}))
-	if err != nil {
-		t.Fatal(err)
-	}
+	st, _ := exportStream(t, addr, b)
 	// The first record's batch fills the pipeline (a channel of one)...
 	if err := st.SendMsg(request(flowtest.Wire(grpcFlow(1, false), nil, nil))); err != nil {
 		t.Fatal(err)

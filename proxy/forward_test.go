@@ -736,23 +736,9 @@ func TestRunFlowRecordsInArenas(t *testing.T) {
 	// What the normal path writes for each record.
 	want := make([][]byte, 0, batches*per)
 	{
-		p, ex := proxy.New(opts), newEx()
-		enc, err := ipfix.NewEncoder(ipfix.EncoderOptions{}, func([]byte) error { return nil })
-		if err != nil {
-			t.Fatal(err)
-		}
+		p, ex, enc := proxy.New(opts), newEx(), newRecordEncoder(t)
 		for i := range batches * per {
-			f := flowtest.Full(i, false)
-			p.Process(f)
-			tm, _, err := ex.Template(f)
-			if err != nil {
-				t.Fatal(err)
-			}
-			data, err := enc.EncodeRecord(tm, func(rb ipfix.RecordBuilder) error { return ex.Write(rb, tm, f) })
-			if err != nil {
-				t.Fatal(err)
-			}
-			want = append(want, bytes.Clone(data))
+			want = append(want, normalWrite(t, p, ex, enc, flowtest.Full(i, false)).Data)
 		}
 	}
 	in := make(chan flow.Batch)

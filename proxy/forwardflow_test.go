@@ -75,13 +75,19 @@ func clearL7(f *flow.Flow) {
 	f.Present.Clear(flow.HTTPVals)
 }
 
-// normalWrite is what Run writes for f: Process, then the Exporter.
-func normalWrite(t *testing.T, p *proxy.Proxy, ex *ipfixmap.Exporter, f *flow.Flow) ipfix.EncodedRecord {
+// newRecordEncoder is an encoder that only builds records (EncodeRecord).
+func newRecordEncoder(t *testing.T) *ipfix.Encoder {
 	t.Helper()
 	enc, err := ipfix.NewEncoder(ipfix.EncoderOptions{}, func([]byte) error { return nil })
 	if err != nil {
 		t.Fatal(err)
 	}
+	return enc
+}
+
+// normalWrite is what Run writes for f: Process, then the Exporter.
+func normalWrite(t *testing.T, p *proxy.Proxy, ex *ipfixmap.Exporter, enc *ipfix.Encoder, f *flow.Flow) ipfix.EncodedRecord {
+	t.Helper()
 	p.Process(f)
 	tm, _, err := ex.Template(f)
 	if err != nil {
@@ -123,7 +129,7 @@ func TestForwardFlowMatchesRun(t *testing.T) {
 				if !ok {
 					t.Fatal("a session's forwarder is not a FlowForwarder")
 				}
-				p, ex := proxy.New(opts), newEx()
+				p, ex, enc := proxy.New(opts), newEx(), newRecordEncoder(t)
 				arena := make([]byte, 0, 64<<10) // room for all: each record lands where it was appended
 				var out []ipfix.EncodedRecord
 				var want []ipfix.EncodedRecord
@@ -144,7 +150,7 @@ func TestForwardFlowMatchesRun(t *testing.T) {
 						}
 						continue
 					}
-					want = append(want, normalWrite(t, p, ex, c.make()))
+					want = append(want, normalWrite(t, p, ex, enc, c.make()))
 				}
 				if len(out) != len(want) {
 					t.Fatalf("%d records, want %d", len(out), len(want))
