@@ -20,11 +20,13 @@ package aggregate
 import (
 	"context"
 	"net/netip"
+	"runtime"
 	"sync/atomic"
 	"time"
 
 	"sluice/enrich"
 	"sluice/flow"
+	"sluice/internal/bigmem"
 	"sluice/ring"
 )
 
@@ -178,7 +180,12 @@ func New(o Options) *Store {
 		lTail:    nilIdx,
 		queries:  make(chan *queryReq),
 	}
-	s.idx.init()
+	// The slab's pages and the index's slots are mapped outside the heap;
+	// they go back to the system when the Store is collected.
+	mem := new(bigmem.Owner)
+	s.slab.mem = mem
+	s.idx.init(mem)
+	runtime.AddCleanup(s, (*bigmem.Owner).FreeAll, mem)
 	// One bucket per second of the longest timeout (and a little slack);
 	// a deadline further out waits in its bucket for its round.
 	horizon := int64(max(o.ActiveTimeout, o.InactiveTimeout)/time.Second) + 2

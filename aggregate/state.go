@@ -7,6 +7,7 @@ import (
 	"net/netip"
 
 	"sluice/flow"
+	"sluice/internal/bigmem"
 )
 
 // key is the correlation key of a flow: source and destination address
@@ -213,17 +214,18 @@ const nilIdx = ^uint32(0)
 // slab holds entries in fixed-size pages, so growing never copies and
 // never leaves more than one page unused. Freed entries are reused last
 // freed first; the free stack holds their indexes, so that allocating
-// reads nothing from a (cold) free entry.
+// reads nothing from a (cold) free entry. Large pages are mapped outside
+// the Go heap, in huge pages (see package bigmem and pageShift).
 type slab struct {
 	pages [][]entry
 	next  uint32 // entries ever handed out
 	free  []uint32
+	mem   *bigmem.Owner
 }
 
 const (
-	pageShift = 9
-	pageSize  = 1 << pageShift
-	pageMask  = pageSize - 1
+	pageSize = 1 << pageShift
+	pageMask = pageSize - 1
 )
 
 func (s *slab) at(i uint32) *entry { return &s.pages[i>>pageShift][i&pageMask] }
@@ -236,7 +238,7 @@ func (s *slab) alloc() uint32 {
 		return i
 	}
 	if int(s.next>>pageShift) == len(s.pages) {
-		s.pages = append(s.pages, make([]entry, pageSize))
+		s.pages = append(s.pages, bigmem.Make[entry](s.mem, pageSize))
 	}
 	i := s.next
 	s.next++
@@ -256,12 +258,14 @@ type index struct {
 	slots []uint64
 	mask  uint32
 	n     int
+	mem   *bigmem.Owner // large slot arrays are mapped, in huge pages
 }
 
 const minIndexSlots = 1024
 
-func (x *index) init() {
-	x.slots = make([]uint64, minIndexSlots)
+func (x *index) init(mem *bigmem.Owner) {
+	x.mem = mem
+	x.slots = bigmem.Make[uint64](mem, minIndexSlots)
 	x.mask = minIndexSlots - 1
 	x.n = 0
 }
@@ -298,13 +302,14 @@ func (x *index) put(v uint64) {
 
 func (x *index) grow() {
 	old := x.slots
-	x.slots = make([]uint64, 2*len(old))
+	x.slots = bigmem.Make[uint64](x.mem, 2*len(old))
 	x.mask = uint32(len(x.slots) - 1)
 	for _, v := range old {
 		if v != 0 {
 			x.put(v)
 		}
 	}
+	bigmem.Free(x.mem, old)
 }
 
 // remove deletes the slot of index i, whose key hashes to h.

@@ -11,6 +11,7 @@ import (
 	"unsafe"
 
 	"sluice/flow"
+	"sluice/internal/bigmem"
 )
 
 // The index against a map, with hashes drawn from a small range so that
@@ -18,7 +19,7 @@ import (
 func TestIndexAgainstMap(t *testing.T) {
 	r := rand.New(rand.NewPCG(1, 2))
 	var x index
-	x.init()
+	x.init(new(bigmem.Owner))
 	want := map[uint32]uint32{} // slab index -> hash
 	found := func(h, i uint32) bool {
 		v := uint64(h)<<32 | uint64(i+1)
@@ -366,5 +367,16 @@ func TestTupleReplace(t *testing.T) {
 	}
 	if z := (tuple{}); tups.add(&z, &strs) != 0 {
 		t.Fatal("the empty tuple is not id 0")
+	}
+}
+
+// Where the slab's pages are mapped, a page is a whole number of huge
+// pages: a page's last huge page, partly used, would be committed whole.
+func TestSlabPageIsWholeHugePages(t *testing.T) {
+	if pageShift == 9 {
+		t.Skip("pages on the heap (race detector)")
+	}
+	if b := entrySize << pageShift; b%bigmem.HugePage != 0 {
+		t.Errorf("a page of %d entries of %d bytes is %d bytes, %.2f huge pages", pageSize, entrySize, b, float64(b)/bigmem.HugePage)
 	}
 }

@@ -1,0 +1,5 @@
+//go:build !race
+
+package bigmem
+
+const heapOnly = false
