@@ -99,6 +99,11 @@ type Stats struct {
 	// Expired counts flows forgotten InactiveTimeout after their last
 	// record.
 	Expired uint64
+	// TableBytes is the address space the flow table (entries and index)
+	// holds outside the Go heap; it is committed as it is first written,
+	// and kept for reuse. 0 where the table is on the heap (see package
+	// bigmem).
+	TableBytes uint64
 }
 
 type counters struct {
@@ -214,6 +219,7 @@ func (s *Store) Stats() Stats {
 		OneSidedDropped:  s.c.oneSidedDropped.Load(),
 		Evicted:          s.c.evicted.Load(),
 		Expired:          s.c.expired.Load(),
+		TableBytes:       uint64(s.slab.mem.Mapped()),
 	}
 }
 

@@ -407,6 +407,15 @@ func (a *Aggregator) Run(ctx context.Context) error {
 // runMode runs the mode until the batches end, then closes the buffer
 // the sinks read.
 func (a *Aggregator) runMode() {
+	if m, ok := a.mode.(aggregateMode); ok {
+		ctx, stop := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			keepMemoryLimit(ctx, a.log, func() int64 { return int64(m.Stats().TableBytes) }, time.Second)
+		}()
+		defer func() { stop(); <-done }()
+	}
 	if a.encoded != nil {
 		a.encoded.Run(context.Background(), a.batches, a.encBuf, a.encodeErr)
 		a.encBuf.Close()

@@ -51,6 +51,9 @@ func registerAggregateMetrics(reg prometheus.Registerer, s *aggregate.Store) {
 		counter("sluice_aggregate_expired_total", "Flows forgotten after their inactive timeout.", func(st aggregate.Stats) uint64 { return st.Expired }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sluice_aggregate_flows", Help: "Flows held for correlation."},
 			func() float64 { return float64(s.Stats().Flows) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sluice_aggregate_table_bytes",
+			Help: "Address space of the flow table (entries and index) outside the Go heap; committed as first written, kept for reuse."},
+			func() float64 { return float64(s.Stats().TableBytes) }),
 	)
 }
 

@@ -20,6 +20,7 @@ package bigmem
 import (
 	"fmt"
 	"reflect"
+	"sync/atomic"
 	"unsafe"
 )
 
@@ -28,10 +29,10 @@ const HugePage = 2 << 20
 
 // Owner holds the mappings of the arrays made through it, until Free or
 // FreeAll. The zero Owner is ready to use. An Owner is not safe for
-// concurrent use.
+// concurrent use, but for Mapped.
 type Owner struct {
 	regions []region
-	mapped  int
+	mapped  atomic.Int64
 	failed  int
 }
 
@@ -71,7 +72,7 @@ func makeIn[T any](o *Owner, n int, mapping bool) []T {
 		return make([]T, n)
 	}
 	o.regions = append(o.regions, region{p, rounded})
-	o.mapped += int(rounded)
+	o.mapped.Add(int64(rounded))
 	return unsafe.Slice((*T)(p), n)
 }
 
@@ -85,7 +86,7 @@ func Free[T any](o *Owner, s []T) {
 	for i, r := range o.regions {
 		if r.base == p {
 			unmap(r)
-			o.mapped -= int(r.size)
+			o.mapped.Add(-int64(r.size))
 			o.regions = append(o.regions[:i], o.regions[i+1:]...)
 			return
 		}
@@ -98,12 +99,14 @@ func (o *Owner) FreeAll() {
 	for _, r := range o.regions {
 		unmap(r)
 	}
-	o.regions, o.mapped = nil, 0
+	o.regions = nil
+	o.mapped.Store(0)
 }
 
 // Mapped is the address space held outside the heap, in bytes. Memory is
-// committed as it is first written, a huge page at a time.
-func (o *Owner) Mapped() int { return o.mapped }
+// committed as it is first written, a huge page at a time. It is safe to
+// call from any goroutine.
+func (o *Owner) Mapped() int { return int(o.mapped.Load()) }
 
 // Resident is how much of the mapped address space is in memory, in
 // bytes: what the arrays cost, as against Mapped.
