@@ -17,13 +17,13 @@ import (
 )
 
 // startOn runs a sink on a consumer of p's buffer until the test ends.
-func startOn(t testing.TB, k *kafkatest.Cluster, topic string, p *recpool.Producer) *Sink {
+func startOn(t testing.TB, k *kafkatest.Cluster, topic string, p *recpool.Producer, json bool) *Sink {
 	t.Helper()
 	opts, err := kafkaclient.Options(k.Addrs(), config.KafkaTLS{}, config.KafkaSASL{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := New(Options{Client: opts, Topic: topic, Metrics: sink.NewMetrics(nil)})
+	s, err := New(Options{Client: opts, Topic: topic, JSON: json, Metrics: sink.NewMetrics(nil)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -46,11 +46,18 @@ func (s *Sink) settled() uint64 {
 // TestProduceAllocatesNothingPerRecord: in Aggregate mode's steady state
 // (records recycled by the buffer once every reader released them), the
 // sink and its client allocate less than one object a record (a few per
-// batch) between reading a record and its acknowledgement.
+// batch) between reading a record and its acknowledgement, in either
+// format.
 func TestProduceAllocatesNothingPerRecord(t *testing.T) {
+	for _, format := range []string{"protobuf", "json"} {
+		t.Run(format, func(t *testing.T) { produceAllocatesNothing(t, format == "json") })
+	}
+}
+
+func produceAllocatesNothing(t *testing.T, json bool) {
 	k := kafkatest.Start(t, kafkatest.Options{Brokers: 1, Partitions: 3})
 	p := recpool.New(8192)
-	s := startOn(t, k, "flows", p)
+	s := startOn(t, k, "flows", p, json)
 	recs := recpool.Records(2048)
 	var want uint64
 	round := func() {
@@ -77,7 +84,7 @@ func TestLappedNeverProducesRecycled(t *testing.T) {
 	k := kafkatest.Start(t, kafkatest.Options{Brokers: 1, Partitions: 2})
 	p := recpool.New(64)
 	p.Quarantine = true
-	s := startOn(t, k, "flows", p)
+	s := startOn(t, k, "flows", p, false)
 	recs := recpool.Records(1024)
 	for range 8 {
 		p.Round(t, context.Background(), recs, 64, func() bool { return true })
@@ -125,7 +132,7 @@ const warmRounds = 12
 func BenchmarkProduce(b *testing.B) {
 	k := kafkatest.Start(b, kafkatest.Options{Brokers: 1, Partitions: 3})
 	p := recpool.New(8192)
-	s := startOn(b, k, "flows", p)
+	s := startOn(b, k, "flows", p, false)
 	recs := recpool.Records(1024)
 	var want uint64
 	for range warmRounds { // the buffer's first lap allocates its records

@@ -25,7 +25,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
-	"google.golang.org/protobuf/encoding/protojson"
 
 	"sluice/flow"
 	"sluice/flow/flowkey"
@@ -57,8 +56,9 @@ type Options struct {
 
 // Sink writes records to Kafka.
 type Sink struct {
-	o  Options
-	cl *kgo.Client
+	o    Options
+	cl   *kgo.Client
+	json flowproto.JSONEncoder // kafka.format json
 
 	exported, sendErrs, encodeErrs, lost, shutdownLost prometheus.Counter
 	connected                                          prometheus.Gauge
@@ -272,16 +272,13 @@ func (s *Sink) give(o *outgoing) {
 	s.freeMu.Unlock()
 }
 
-// encode appends f's value to b.
+// encode appends f's value to b. Called from Run's goroutine only (the
+// JSON encoder's buffer is the sink's).
 func (s *Sink) encode(b []byte, f *flow.Flow) ([]byte, error) {
 	if !s.o.JSON {
 		return flowproto.AppendFlow(b, f)
 	}
-	p, err := flowproto.FromFlow(f)
-	if err != nil {
-		return nil, err
-	}
-	return protojson.MarshalOptions{}.MarshalAppend(b, p)
+	return s.json.Append(b, f)
 }
 
 // next numbers a record read.
