@@ -186,7 +186,10 @@ func New(o Options) *Store {
 		queries:  make(chan *queryReq),
 	}
 	// The slab's pages and the index's slots are mapped outside the heap;
-	// they go back to the system when the Store is collected.
+	// they go back to the system when the Store is collected. A pointer to
+	// an entry does not keep the Store alive: the methods that touch
+	// entries keep s alive to their end (runtime.KeepAlive), and Run's
+	// goroutine, which serves the queries, holds s.
 	mem := new(bigmem.Owner)
 	s.slab.mem = mem
 	s.idx.init(mem)
@@ -277,6 +280,7 @@ func (s *Store) Add(now time.Time, f *flow.Flow, emit func(*flow.Flow)) {
 	i, slot, ok := s.lookup(h, &k)
 	if !ok {
 		s.create(&arrival{f: f, k: k, h: h, nowNs: nowNs, corr: corr, sd: sd, ingressHalf: ingressHalf}, slot, emit)
+		runtime.KeepAlive(s) // see New
 		return
 	}
 	e := s.slab.at(i)
@@ -293,6 +297,7 @@ func (s *Store) Add(now time.Time, f *flow.Flow, emit func(*flow.Flow)) {
 	e.flags |= fUpdated
 	e.inactive = nowNs + s.inactive
 	s.touch(i, e)
+	runtime.KeepAlive(s)
 }
 
 // sameNode reports whether a record of side sd comes from the Node that
@@ -727,6 +732,7 @@ func (s *Store) Tick(now time.Time, emit func(*flow.Flow)) {
 	}
 	// The current second's bucket may still hold deadlines later in it.
 	s.wheelDone = max(s.wheelDone, cur-1)
+	runtime.KeepAlive(s)
 }
 
 func (s *Store) expire(i uint32, e *entry, nowNs int64, emit func(*flow.Flow)) {
@@ -798,6 +804,7 @@ func (s *Store) Flush(emit func(*flow.Flow)) {
 		s.finish(e, emit)
 		s.remove(i, e)
 	}
+	runtime.KeepAlive(s)
 }
 
 // remove forgets flow i.

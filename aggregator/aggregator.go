@@ -300,6 +300,16 @@ func (a *Aggregator) Run(ctx context.Context) error {
 	// failing.
 	runCtx, stopRun := context.WithCancel(ctx)
 	defer stopRun()
+	if m, ok := a.mode.(aggregateMode); ok {
+		// Until Run returns: the table stays mapped while the sinks drain.
+		memCtx, stopMem := context.WithCancel(context.Background())
+		memDone := make(chan struct{})
+		go func() {
+			defer close(memDone)
+			keepMemoryLimit(memCtx, a.log, func() int64 { return int64(m.Stats().TableBytes) }, memoryLimitInterval)
+		}()
+		defer func() { stopMem(); <-memDone }()
+	}
 	var stages sync.WaitGroup
 	running := a.startSinks(&stages, errs)
 	modeDone := make(chan struct{})
@@ -407,15 +417,6 @@ func (a *Aggregator) Run(ctx context.Context) error {
 // runMode runs the mode until the batches end, then closes the buffer
 // the sinks read.
 func (a *Aggregator) runMode() {
-	if m, ok := a.mode.(aggregateMode); ok {
-		ctx, stop := context.WithCancel(context.Background())
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			keepMemoryLimit(ctx, a.log, func() int64 { return int64(m.Stats().TableBytes) }, time.Second)
-		}()
-		defer func() { stop(); <-done }()
-	}
 	if a.encoded != nil {
 		a.encoded.Run(context.Background(), a.batches, a.encBuf, a.encodeErr)
 		a.encBuf.Close()

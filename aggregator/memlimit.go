@@ -8,15 +8,21 @@ import (
 	"time"
 )
 
+// memoryLimitInterval is how often keepMemoryLimit looks at the table:
+// often enough that a new slab page (22 MiB) or a doubled index is
+// accounted for before much more is allocated.
+const memoryLimitInterval = 100 * time.Millisecond
+
 // keepMemoryLimit keeps Go's soft memory limit (GOMEMLIMIT, as a Deployment
 // sets it from its container's limit) a bound on the whole process, while
 // Aggregate mode's flow table lives outside the Go heap, where the runtime
 // does not count it: every interval the limit becomes the one the process
 // started with less the table's size (table), never less than an eighth
-// of it. The limit is restored when ctx ends. Without a limit it does
-// nothing.
+// of it. The limit is restored when ctx ends (the aggregator's Run
+// returns). Without a limit it does nothing.
 //
-// The limit is the process's: one aggregator per process sets it.
+// The limit is the process's: one aggregator per process sets it, and
+// nothing else in Sluice does.
 func keepMemoryLimit(ctx context.Context, log *slog.Logger, table func() int64, interval time.Duration) {
 	base := debug.SetMemoryLimit(-1)
 	if base == math.MaxInt64 {

@@ -4,7 +4,6 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
-	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -57,9 +56,11 @@ type jsonMsg struct {
 type jsonField struct {
 	key   string // `"jsonName":`
 	kind  protoreflect.Kind
+	wire  protowire.Type // the wire type of its values; another is an unknown field
 	msg   *jsonMsg
-	enum  []string // value names by number ("" where there is none)
-	isMap bool     // a map<string, string> (the only map of the schema)
+	enum  []string         // value names by number 0 to 255 ("" where there is none)
+	enumX map[int32]string // names of values outside 0 to 255
+	isMap bool             // a map<string, string> (the only map of the schema)
 }
 
 var flowJSON = sync.OnceValue(func() *jsonMsg {
@@ -73,18 +74,18 @@ func newJSONMsg(md protoreflect.MessageDescriptor, seen map[protoreflect.FullNam
 	m := &jsonMsg{timestamp: md.FullName() == "google.protobuf.Timestamp"}
 	seen[md.FullName()] = m
 	fs := md.Fields()
-	max := 0
+	top := 0
 	for i := range fs.Len() {
-		max = int(fs.Get(i).Number())
+		top = max(top, int(fs.Get(i).Number()))
 	}
-	m.fields = make([]*jsonField, max+1)
+	m.fields = make([]*jsonField, top+1)
 	for i := range fs.Len() {
 		fd := fs.Get(i)
-		jf := &jsonField{key: strconv.Quote(fd.JSONName()) + ":", kind: fd.Kind(), isMap: fd.IsMap()}
+		jf := &jsonField{key: strconv.Quote(fd.JSONName()) + ":", kind: fd.Kind(), wire: wireType(fd.Kind()), isMap: fd.IsMap()}
 		switch {
 		case fd.IsMap():
-			if fd.MapKey().Kind() != protoreflect.StringKind || fd.MapValue().Kind() != protoreflect.StringKind {
-				panic(fmt.Sprintf("flowproto: map field %s is not map<string, string>", fd.FullName()))
+			if fd.MapKey().Kind() != protoreflect.StringKind || fd.MapValue().Kind() != protoreflect.StringKind || fd.Number() >= 64 {
+				panic(fmt.Sprintf("flowproto: map field %s is not a map<string, string> numbered below 64", fd.FullName()))
 			}
 		case fd.IsList():
 			panic(fmt.Sprintf("flowproto: repeated field %s has no JSON transcoding", fd.FullName()))
@@ -94,19 +95,42 @@ func newJSONMsg(md protoreflect.MessageDescriptor, seen map[protoreflect.FullNam
 			vs := fd.Enum().Values()
 			for j := range vs.Len() {
 				v := vs.Get(j)
-				if n := int(v.Number()); n >= 0 && n < 256 {
-					for len(jf.enum) <= n {
-						jf.enum = append(jf.enum, "")
+				n := int(v.Number())
+				if n < 0 || n >= 256 {
+					if jf.enumX == nil {
+						jf.enumX = map[int32]string{}
 					}
-					jf.enum[n] = string(v.Name())
+					jf.enumX[int32(n)] = string(v.Name())
+					continue
 				}
+				for len(jf.enum) <= n {
+					jf.enum = append(jf.enum, "")
+				}
+				jf.enum[n] = string(v.Name())
 			}
-		case fd.Kind() == protoreflect.FloatKind || fd.Kind() == protoreflect.DoubleKind || fd.Kind() == protoreflect.GroupKind:
+		case wireType(fd.Kind()) != protowire.VarintType && wireType(fd.Kind()) != protowire.BytesType,
+			fd.Kind() == protoreflect.GroupKind:
 			panic(fmt.Sprintf("flowproto: field %s of kind %v has no JSON transcoding", fd.FullName(), fd.Kind()))
 		}
 		m.fields[fd.Number()] = jf
 	}
 	return m
+}
+
+// wireType is the wire type of a field of kind k (no floats, groups or
+// fixed-width integers in the schema: newJSONMsg refuses the first two,
+// and the last would be written as fixed-width).
+func wireType(k protoreflect.Kind) protowire.Type {
+	switch k {
+	case protoreflect.StringKind, protoreflect.BytesKind, protoreflect.MessageKind:
+		return protowire.BytesType
+	case protoreflect.Fixed32Kind, protoreflect.Sfixed32Kind:
+		return protowire.Fixed32Type
+	case protoreflect.Fixed64Kind, protoreflect.Sfixed64Kind:
+		return protowire.Fixed64Type
+	default:
+		return protowire.VarintType
+	}
 }
 
 var (
@@ -129,7 +153,7 @@ func appendJSONMessage(b, wire []byte, m *jsonMsg) ([]byte, error) {
 		}
 		first = false
 	}
-	var mapsDone []protowire.Number // map fields written (each must be one run)
+	var mapsDone uint64 // map fields written, by number (each must be one run)
 	for len(wire) > 0 {
 		num, typ, n := protowire.ConsumeTag(wire)
 		if n < 0 {
@@ -140,7 +164,9 @@ func appendJSONMessage(b, wire []byte, m *jsonMsg) ([]byte, error) {
 		if int(num) < len(m.fields) {
 			jf = m.fields[num]
 		}
-		if jf == nil { // unknown: protojson leaves it out
+		if jf == nil || typ != jf.wire {
+			// Unknown, or a known number with another wire type (a reader
+			// keeps that as an unknown field): protojson leaves it out.
 			if n = protowire.ConsumeFieldValue(num, typ, wire); n < 0 {
 				return b, errWire
 			}
@@ -148,13 +174,10 @@ func appendJSONMessage(b, wire []byte, m *jsonMsg) ([]byte, error) {
 			continue
 		}
 		if jf.isMap {
-			if typ != protowire.BytesType {
-				return b, errWire
-			}
-			if slices.Contains(mapsDone, num) {
+			if mapsDone&(1<<num) != 0 {
 				return b, errSplit
 			}
-			mapsDone = append(mapsDone, num)
+			mapsDone |= 1 << num
 			var err error
 			sep()
 			b = append(b, jf.key...)
@@ -227,9 +250,15 @@ func appendJSONVarint(b []byte, jf *jsonField, v uint64) []byte {
 	case protoreflect.BoolKind:
 		return append(b, "true"...)
 	case protoreflect.EnumKind:
-		if v < uint64(len(jf.enum)) && jf.enum[v] != "" {
+		name := ""
+		if v < uint64(len(jf.enum)) {
+			name = jf.enum[v]
+		} else if jf.enumX != nil {
+			name = jf.enumX[int32(v)]
+		}
+		if name != "" {
 			b = append(b, '"')
-			b = append(b, jf.enum[v]...)
+			b = append(b, name...)
 			return append(b, '"')
 		}
 		return strconv.AppendInt(b, int64(int32(v)), 10)
@@ -302,18 +331,26 @@ func lastForKey(wire []byte, num protowire.Number, k []byte) bool {
 func mapEntry(entry []byte) (k, v []byte, err error) {
 	for len(entry) > 0 {
 		num, typ, n := protowire.ConsumeTag(entry)
-		if n < 0 || typ != protowire.BytesType {
+		if n < 0 {
 			return nil, nil, errWire
 		}
-		x, m := protowire.ConsumeBytes(entry[n:])
+		entry = entry[n:]
+		if typ != protowire.BytesType || (num != 1 && num != 2) {
+			// Not the key or the value: unknown, and left out.
+			if n = protowire.ConsumeFieldValue(num, typ, entry); n < 0 {
+				return nil, nil, errWire
+			}
+			entry = entry[n:]
+			continue
+		}
+		x, m := protowire.ConsumeBytes(entry)
 		if m < 0 {
 			return nil, nil, errWire
 		}
-		entry = entry[n+m:]
-		switch num {
-		case 1:
+		entry = entry[m:]
+		if num == 1 {
 			k = x
-		case 2:
+		} else {
 			v = x
 		}
 	}
@@ -360,14 +397,23 @@ func appendJSONTimestamp(b, wire []byte) ([]byte, error) {
 	var nanos int32
 	for len(wire) > 0 {
 		num, typ, n := protowire.ConsumeTag(wire)
-		if n < 0 || typ != protowire.VarintType {
+		if n < 0 {
 			return b, errWire
 		}
-		v, m := protowire.ConsumeVarint(wire[n:])
+		wire = wire[n:]
+		if typ != protowire.VarintType {
+			// Unknown to the Timestamp: left out.
+			if n = protowire.ConsumeFieldValue(num, typ, wire); n < 0 {
+				return b, errWire
+			}
+			wire = wire[n:]
+			continue
+		}
+		v, m := protowire.ConsumeVarint(wire)
 		if m < 0 {
 			return b, errWire
 		}
-		wire = wire[n+m:]
+		wire = wire[m:]
 		switch num {
 		case 1:
 			secs = int64(v)

@@ -2,6 +2,7 @@ package flowproto_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"math/rand/v2"
 	"net/netip"
 	"testing"
@@ -9,6 +10,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/testing/protocmp"
 
 	"sluice/flow"
@@ -109,6 +111,91 @@ func TestJSONEncoderMatchesProtojson(t *testing.T) {
 	if errs == 0 || errs > 1500 {
 		t.Errorf("%d of 4000 records were errors: the cases are not what they should be", errs)
 	}
+}
+
+// jsonAgrees checks that JSONEncoder and protojson agree on f: both fail,
+// or both succeed with texts that read back as the same message.
+func jsonAgrees(t *testing.T, e *flowproto.JSONEncoder, f *flow.Flow, what string) {
+	t.Helper()
+	want, werr := flowproto.FromFlow(f)
+	var wantText []byte
+	if werr == nil {
+		wantText, werr = protojson.Marshal(want)
+	}
+	got, err := e.Append(nil, f)
+	if (err != nil) != (werr != nil) {
+		t.Fatalf("%s: error %v, protojson's %v", what, err, werr)
+	}
+	if err != nil {
+		return
+	}
+	var a, b flowpb.Flow
+	if err := protojson.Unmarshal(wantText, &a); err != nil {
+		t.Fatal(err)
+	}
+	if err := protojson.Unmarshal(got, &b); err != nil {
+		t.Fatalf("%s: protojson cannot read %s: %v", what, got, err)
+	}
+	if d := cmp.Diff(&a, &b, protocmp.Transform()); d != "" {
+		t.Fatalf("%s (-protojson +JSONEncoder):\n%s", what, d)
+	}
+}
+
+// An exporter's message with known fields of another wire type (a reader
+// keeps them as unknown fields, and AppendFlow writes them back), in the
+// top message and nested: left out of the JSON, as protojson leaves them.
+func TestJSONEncoderWrongWireTypes(t *testing.T) {
+	tag := func(num protowire.Number, typ protowire.Type) []byte { return protowire.AppendTag(nil, num, typ) }
+	msg := func(num protowire.Number, inner ...[]byte) []byte {
+		var b []byte
+		for _, x := range inner {
+			b = append(b, x...)
+		}
+		return protowire.AppendBytes(tag(num, protowire.BytesType), b)
+	}
+	varint := func(num protowire.Number, v uint64) []byte {
+		return protowire.AppendVarint(tag(num, protowire.VarintType), v)
+	}
+	fixed32 := func(num protowire.Number, v uint32) []byte {
+		return protowire.AppendFixed32(tag(num, protowire.Fixed32Type), v)
+	}
+	str := func(num protowire.Number, s string) []byte {
+		return protowire.AppendString(tag(num, protowire.BytesType), s)
+	}
+	cases := map[string][]byte{
+		"id as a varint":                  varint(1, 7),
+		"ipfix as a varint":               varint(2, 7),
+		"end_reason as bytes":             str(5, "x"),
+		"proxy_snat_port as fixed32":      fixed32(15, 9),
+		"start_ts seconds as bytes":       msg(3, str(1, "x"), varint(2, 5)),
+		"transport port as bytes":         msg(7, varint(1, 6), str(2, "x")),
+		"a label entry's key as a varint": msg(8, str(2, "ns"), msg(5, msg(1, msg(1, varint(1, 3), str(1, "k"), str(2, "v"))))),
+	}
+	var e flowproto.JSONEncoder
+	for name, extra := range cases {
+		wire := append(append(str(1, "flow-1"), varint(5, 2)...), extra...)
+		var f flow.Flow
+		if _, err := flowproto.NewDecoder().Decode(wire, &f); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		jsonAgrees(t, &e, &f, name)
+	}
+}
+
+// FuzzJSONEncoder: whatever an exporter sends that the decoder takes, the
+// Kafka sink's JSON agrees with protojson's.
+func FuzzJSONEncoder(f *testing.F) {
+	for _, b := range realMessages(f) {
+		f.Add(b)
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var fl flow.Flow
+		if _, err := flowproto.NewDecoder().Decode(b, &fl); err != nil {
+			return
+		}
+		var e flowproto.JSONEncoder
+		jsonAgrees(t, &e, &fl, fmt.Sprintf("%x", b))
+	})
 }
 
 // An aggregated record, labels included, is written without an

@@ -14,8 +14,8 @@ func mapHuge(size uintptr) (unsafe.Pointer, uintptr, error) {
 	size = (size + HugePage - 1) &^ (HugePage - 1)
 	// Over-map by one huge page and trim, so that the region starts on a
 	// huge-page boundary: only aligned 2 MiB ranges can be huge pages.
-	// MAP_NORESERVE: a table sized for its cap reserves address space, not
-	// memory.
+	// MAP_NORESERVE: the mapping reserves address space, not memory (it is
+	// committed as it is written).
 	p, err := unix.MmapPtr(-1, 0, nil, size+HugePage, unix.PROT_READ|unix.PROT_WRITE,
 		unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_NORESERVE)
 	if err != nil {
@@ -40,7 +40,7 @@ func unmap(r region) { _ = unix.MunmapPtr(r.base, r.size) }
 
 // resident counts the bytes of r that are in memory, by mincore(2).
 func resident(r region) (int, error) {
-	const page = 4096
+	page := uintptr(unix.Getpagesize())
 	vec := make([]byte, (r.size+page-1)/page)
 	// x/sys has no wrapper for mincore on Linux.
 	if _, _, e := unix.Syscall(unix.SYS_MINCORE, uintptr(r.base), r.size, uintptr(unsafe.Pointer(unsafe.SliceData(vec)))); e != 0 {
@@ -50,5 +50,5 @@ func resident(r region) (int, error) {
 	for _, v := range vec {
 		n += int(v & 1)
 	}
-	return n * page, nil
+	return n * int(page), nil
 }
