@@ -2,9 +2,12 @@ package aggregate
 
 import (
 	"encoding/binary"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"net/netip"
+	"os"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +15,7 @@ import (
 
 	"sluice/flow"
 	"sluice/internal/bigmem"
+	"sluice/internal/testkit"
 )
 
 // The index against a map, with hashes drawn from a small range so that
@@ -379,4 +383,31 @@ func TestSlabPageIsWholeHugePages(t *testing.T) {
 	if b := entrySize << pageShift; b%bigmem.HugePage != 0 {
 		t.Errorf("a page of %d entries of %d bytes is %d bytes, %.2f huge pages", pageSize, entrySize, b, float64(b)/bigmem.HugePage)
 	}
+}
+
+// A Store's mapped table goes back to the system once the Store is
+// collected.
+func TestTableUnmappedWhenCollected(t *testing.T) {
+	if pageShift == 9 {
+		t.Skip("pages on the heap (race detector)")
+	}
+	mapped := func(addr uintptr) bool {
+		maps, err := os.ReadFile("/proc/self/maps")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.Contains(string(maps), fmt.Sprintf("\n%x-", addr)) || strings.HasPrefix(string(maps), fmt.Sprintf("%x-", addr))
+	}
+	addr := func() uintptr {
+		s, k := testStore(Options{})
+		s.Add(at(10), srcRec(0, 10, counts{pkts: 1}), k.emit)
+		return uintptr(unsafe.Pointer(&s.slab.pages[0][0]))
+	}()
+	if !mapped(addr) {
+		t.Fatalf("the slab page at %#x is not in /proc/self/maps", addr)
+	}
+	testkit.WaitFor(t, "the collected Store's slab page unmapped", func() bool {
+		runtime.GC()
+		return !mapped(addr)
+	})
 }
