@@ -66,6 +66,21 @@ func newFastPath(t *testing.T) *fastPath {
 	return fp
 }
 
+// fastPathServer is newFastPath and a collector serving gRPC through it,
+// its pipeline holding depth batches, sampling for the view if sample.
+func fastPathServer(t *testing.T, depth int, sample bool) (fp *fastPath, h *harness, b *certs.Bundle, addr string, stop func()) {
+	t.Helper()
+	fp = newFastPath(t)
+	o := collector.Options{Forwarder: fp.fw.NewForwarder, Records: flow.NewPool()}
+	if sample {
+		o.Sample = fp.sampler
+	}
+	h = newHarnessWith(t, depth, o)
+	b = bundle(t)
+	addr, stop = h.grpcServer(t, b)
+	return fp, h, b, addr, stop
+}
+
 // normal is the export record the normal path (decoding into a flow
 // record, Process, then the Exporter) writes for an encoded Flow received
 // over gRPC from 127.0.0.1.
@@ -139,10 +154,7 @@ func request(flows ...[]byte) []byte {
 // records. The records' arenas are counted right: each goes back exactly
 // when its last record is released. The view gets enriched samples.
 func TestGRPCFastPath(t *testing.T) {
-	fp := newFastPath(t)
-	h := newHarnessWith(t, 1024, collector.Options{Forwarder: fp.fw.NewForwarder, Sample: fp.sampler, Records: flow.NewPool()})
-	b := bundle(t)
-	addr, _ := h.grpcServer(t, b)
+	fp, h, b, addr, _ := fastPathServer(t, 1024, true)
 
 	const n = 2000 // several arenas' worth
 	want := map[string]int{}
@@ -226,10 +238,7 @@ func TestGRPCFastPath(t *testing.T) {
 // record, is taken back: none of the message is handed on. The records of
 // the messages before it are.
 func TestGRPCFastPathMalformedMessage(t *testing.T) {
-	fp := newFastPath(t)
-	h := newHarnessWith(t, 16, collector.Options{Forwarder: fp.fw.NewForwarder, Records: flow.NewPool()})
-	b := bundle(t)
-	addr, _ := h.grpcServer(t, b)
+	fp, h, b, addr, _ := fastPathServer(t, 16, false)
 	good := flowtest.Wire(grpcFlow(1, false), nil, nil)
 	err := sendEach(t, addr, b, request(good), request(flowtest.Wire(grpcFlow(2, false), nil, nil), []byte{0xff, 0xff, 0xff}))
 	if status.Code(err) != codes.Internal {
@@ -268,10 +277,7 @@ func TestGRPCFastPathMalformedMessage(t *testing.T) {
 // while their stream is still open do not give their arena back: the
 // stream still writes into it.
 func TestGRPCFastPathStreamHoldsItsArena(t *testing.T) {
-	fp := newFastPath(t)
-	h := newHarnessWith(t, 16, collector.Options{Forwarder: fp.fw.NewForwarder, Records: flow.NewPool()})
-	b := bundle(t)
-	addr, _ := h.grpcServer(t, b)
+	_, h, b, addr, _ := fastPathServer(t, 16, false)
 	st, ctx := exportStream(t, addr, b)
 	for round := range 3 {
 		const n = 10
@@ -308,10 +314,7 @@ func TestGRPCFastPathStreamHoldsItsArena(t *testing.T) {
 // because the collector stopped are released once, not twice (send
 // discarded them already): their arena's count ends at zero, not below.
 func TestGRPCFastPathShutdownReleasesOnce(t *testing.T) {
-	fp := newFastPath(t)
-	h := newHarnessWith(t, 1, collector.Options{Forwarder: fp.fw.NewForwarder, Records: flow.NewPool()})
-	b := bundle(t)
-	addr, stop := h.grpcServer(t, b)
+	_, h, b, addr, stop := fastPathServer(t, 1, false)
 	st, _ := exportStream(t, addr, b)
 	// The first record's batch fills the pipeline (a channel of one)...
 	if err := st.SendMsg(request(flowtest.Wire(grpcFlow(1, false), nil, nil))); err != nil {
@@ -354,10 +357,7 @@ func TestGRPCFastPathShutdownReleasesOnce(t *testing.T) {
 // written ends while the pipeline is full: the error still reaches the
 // mode (to be counted and logged), in a batch of its own.
 func TestGRPCFastPathErrorsOnlyBatch(t *testing.T) {
-	fp := newFastPath(t)
-	h := newHarnessWith(t, 1, collector.Options{Forwarder: fp.fw.NewForwarder, Records: flow.NewPool()})
-	b := bundle(t)
-	addr, _ := h.grpcServer(t, b)
+	_, h, b, addr, _ := fastPathServer(t, 1, false)
 	if err := sendEach(t, addr, b, request(flowtest.Wire(grpcFlow(1, false), nil, nil))); err != nil {
 		t.Fatal(err)
 	}
@@ -388,10 +388,7 @@ func TestGRPCFastPathErrorsOnlyBatch(t *testing.T) {
 // forwarder declines (elements to pass through) leave the view's budget
 // to the mode's run, which samples them: the stream does not spend it.
 func TestGRPCFastPathDeclinedRecordsAreSampled(t *testing.T) {
-	fp := newFastPath(t)
-	h := newHarnessWith(t, 16, collector.Options{Forwarder: fp.fw.NewForwarder, Sample: fp.sampler, Records: flow.NewPool()})
-	b := bundle(t)
-	addr, _ := h.grpcServer(t, b)
+	fp, h, b, addr, _ := fastPathServer(t, 16, true)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	runCtx, stopRun := context.WithCancel(ctx)

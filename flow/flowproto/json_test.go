@@ -62,50 +62,8 @@ func TestJSONEncoderMatchesProtojson(t *testing.T) {
 	var e flowproto.JSONEncoder
 	errs := 0
 	for i := range 4000 {
-		f := jsonCase(r, i)
-		want, werr := flowproto.FromFlow(f)
-		var wantText []byte
-		if werr == nil {
-			wantText, werr = protojson.Marshal(want)
-		}
-		got, err := e.Append([]byte("prefix"), f)
-		if (err != nil) != (werr != nil) {
-			t.Fatalf("flow %d: error %v, protojson's %v", i, err, werr)
-		}
-		if string(got[:6]) != "prefix" {
-			t.Fatal("Append changed what was there")
-		}
-		if err != nil {
+		if !jsonAgrees(t, &e, jsonCase(r, i), fmt.Sprintf("flow %d", i)) {
 			errs++
-			if len(got) != 6 {
-				t.Fatalf("flow %d: %d octets left after an error", i, len(got)-6)
-			}
-			continue
-		}
-		if !json.Valid(got[6:]) {
-			t.Fatalf("flow %d: not JSON: %s", i, got[6:])
-		}
-		var a, b flowpb.Flow
-		if err := protojson.Unmarshal(wantText, &a); err != nil {
-			t.Fatal(err)
-		}
-		if err := protojson.Unmarshal(got[6:], &b); err != nil {
-			t.Fatalf("flow %d: protojson cannot read %s: %v", i, got[6:], err)
-		}
-		if d := cmp.Diff(&a, &b, protocmp.Transform()); d != "" {
-			t.Fatalf("flow %d (-protojson +JSONEncoder):\n%s\nprotojson: %s\nJSONEncoder: %s", i, d, wantText, got[6:])
-		}
-		// The same text but for white space and field order: compare as
-		// generic JSON values.
-		var x, y any
-		if err := json.Unmarshal(wantText, &x); err != nil {
-			t.Fatal(err)
-		}
-		if err := json.Unmarshal(got[6:], &y); err != nil {
-			t.Fatal(err)
-		}
-		if d := cmp.Diff(x, y); d != "" {
-			t.Fatalf("flow %d: JSON values differ (-protojson +JSONEncoder):\n%s", i, d)
 		}
 	}
 	if errs == 0 || errs > 1500 {
@@ -113,21 +71,31 @@ func TestJSONEncoderMatchesProtojson(t *testing.T) {
 	}
 }
 
-// jsonAgrees checks that JSONEncoder and protojson agree on f: both fail,
-// or both succeed with texts that read back as the same message.
-func jsonAgrees(t *testing.T, e *flowproto.JSONEncoder, f *flow.Flow, what string) {
+// jsonAgrees checks that JSONEncoder and protojson agree on f: both fail
+// (and Append leaves what was in its buffer as it was), or both succeed
+// with texts that read back as the same message and the same JSON value
+// (white space, field order and escapes aside). It reports whether they
+// succeeded.
+func jsonAgrees(t *testing.T, e *flowproto.JSONEncoder, f *flow.Flow, what string) bool {
 	t.Helper()
 	want, werr := flowproto.FromFlow(f)
 	var wantText []byte
 	if werr == nil {
 		wantText, werr = protojson.Marshal(want)
 	}
-	got, err := e.Append(nil, f)
+	out, err := e.Append([]byte("prefix"), f)
 	if (err != nil) != (werr != nil) {
 		t.Fatalf("%s: error %v, protojson's %v", what, err, werr)
 	}
+	if string(out[:6]) != "prefix" {
+		t.Fatalf("%s: Append changed what was there", what)
+	}
+	got := out[6:]
 	if err != nil {
-		return
+		if len(got) != 0 {
+			t.Fatalf("%s: %d octets left after an error", what, len(got))
+		}
+		return false
 	}
 	var a, b flowpb.Flow
 	if err := protojson.Unmarshal(wantText, &a); err != nil {
@@ -137,8 +105,19 @@ func jsonAgrees(t *testing.T, e *flowproto.JSONEncoder, f *flow.Flow, what strin
 		t.Fatalf("%s: protojson cannot read %s: %v", what, got, err)
 	}
 	if d := cmp.Diff(&a, &b, protocmp.Transform()); d != "" {
-		t.Fatalf("%s (-protojson +JSONEncoder):\n%s", what, d)
+		t.Fatalf("%s (-protojson +JSONEncoder):\n%s\nprotojson: %s\nJSONEncoder: %s", what, d, wantText, got)
 	}
+	var x, y any
+	if err := json.Unmarshal(wantText, &x); err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(got, &y); err != nil {
+		t.Fatalf("%s: not JSON: %s: %v", what, got, err)
+	}
+	if d := cmp.Diff(x, y); d != "" {
+		t.Fatalf("%s: JSON values differ (-protojson +JSONEncoder):\n%s", what, d)
+	}
+	return true
 }
 
 // An exporter's message with known fields of another wire type (a reader

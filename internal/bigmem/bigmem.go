@@ -4,9 +4,9 @@
 //
 // Why: a table of a million flows is some 350 MB, and each new flow
 // writes an entry at a new place in it. With 4 KiB pages nearly every such
-// access misses the TLB (90,000 pages; the TLB holds a few thousand), and
+// access misses the TLB (86,000 pages; the TLB holds a few thousand), and
 // each miss is a page walk, two-dimensional in a VM; with 2 MiB pages the
-// whole table is 176 TLB entries, and there are 512 times fewer page
+// whole table is about 170 TLB entries, and there are 512 times fewer page
 // faults (though the kernel's zeroing of new memory costs the same). The
 // garbage collector does not scan pointer-free memory anyway, so keeping
 // it off the heap loses nothing, and the table no longer inflates the heap

@@ -38,7 +38,7 @@ func AppendFields(b []byte, r *ipfix.Record) []byte {
 		if i > 0 {
 			b = append(b, ',')
 		}
-		b = appendString(b, key(r, i))
+		b = AppendString(b, key(r, i))
 		b = append(b, ':')
 		b = AppendValue(b, r, i)
 	}
@@ -79,7 +79,7 @@ func AppendValue(b []byte, r *ipfix.Record, i int) []byte {
 	case t == ipfix.Float32 || t == ipfix.Float64:
 		if v, err := r.Float(i); err == nil {
 			if math.IsNaN(v) || math.IsInf(v, 0) {
-				return appendString(b, strconv.FormatFloat(v, 'g', -1, 64))
+				return AppendString(b, strconv.FormatFloat(v, 'g', -1, 64))
 			}
 			bits := 64
 			if r.Len(i) == 4 {
@@ -104,7 +104,7 @@ func AppendValue(b []byte, r *ipfix.Record, i int) []byte {
 		}
 	case t == ipfix.String:
 		if v, err := r.StringBytes(i); err == nil {
-			return appendString(b, v)
+			return AppendString(b, v)
 		}
 	case t.IsTime():
 		if v, err := r.Time(i); err == nil {
@@ -124,11 +124,11 @@ func AppendValue(b []byte, r *ipfix.Record, i int) []byte {
 	return append(b, '"')
 }
 
-// appendString appends s as a JSON string, byte for byte as
+// AppendString appends s as a JSON string, byte for byte as
 // encoding/json.Marshal writes it (invalid UTF-8 becomes U+FFFD; <, >, &,
 // U+2028 and U+2029 are escaped), without allocating: the JSON sink
 // renders every string of every record.
-func appendString[S string | []byte](b []byte, s S) []byte {
+func AppendString[S string | []byte](b []byte, s S) []byte {
 	const hexDigits = "0123456789abcdef"
 	b = append(b, '"')
 	from := 0 // s[from:i] is still to be copied as it is

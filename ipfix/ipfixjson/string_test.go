@@ -6,7 +6,7 @@ import (
 	"testing"
 )
 
-// TestAppendStringIsMarshal: appendString writes what encoding/json
+// TestAppendStringIsMarshal: AppendString writes what encoding/json
 // writes, for text with every kind of byte (controls, quotes, HTML
 // characters, invalid UTF-8, U+2028/2029), as strings and as bytes.
 func TestAppendStringIsMarshal(t *testing.T) {
@@ -25,14 +25,14 @@ func TestAppendStringIsMarshal(t *testing.T) {
 	}
 	for _, s := range cases {
 		want, _ := json.Marshal(s)
-		if got := appendString(nil, s); string(got) != string(want) {
+		if got := AppendString(nil, s); string(got) != string(want) {
 			t.Fatalf("%q: got %s, want %s", s, got, want)
 		}
-		if got := appendString([]byte("x"), []byte(s)); string(got) != "x"+string(want) {
+		if got := AppendString([]byte("x"), []byte(s)); string(got) != "x"+string(want) {
 			t.Fatalf("%q as bytes: got %s, want x%s", s, got, want)
 		}
 	}
-	if a := testing.AllocsPerRun(100, func() { _ = appendString(make([]byte, 0, 64)[:0], "caf\xc3\xa9 <x>") }); a > 1 {
+	if a := testing.AllocsPerRun(100, func() { _ = AppendString(make([]byte, 0, 64)[:0], "caf\xc3\xa9 <x>") }); a > 1 {
 		t.Fatalf("%v allocations", a)
 	}
 }
