@@ -71,7 +71,11 @@ func NewCounting(tb testing.TB) *Collector { return start(tb, "127.0.0.1:0", tru
 func NewAt(tb testing.TB, addr string) *Collector { return start(tb, addr, false) }
 
 // NewSlow starts a Collector that waits pause after reading each message:
-// a live collector that reads slower than it is sent to.
+// a live collector that reads slower than it is sent to. Its connections'
+// receive buffers are fixed at slowReadBuffer: left to the kernel's
+// autotuning (up to tcp_rmem's maximum, 32 MB on the build machines), one
+// socket could take a test's whole flood, and whether the sender ever has
+// to wait would depend on how far the buffer grew.
 func NewSlow(tb testing.TB, pause time.Duration) *Collector {
 	c := start(tb, "127.0.0.1:0", false)
 	c.mu.Lock()
@@ -79,6 +83,10 @@ func NewSlow(tb testing.TB, pause time.Duration) *Collector {
 	c.pause = pause
 	return c
 }
+
+// slowReadBuffer is a slow collector's receive buffer (the kernel doubles
+// it for its bookkeeping).
+const slowReadBuffer = 64 << 10
 
 func start(tb testing.TB, addr string, countOnly bool) *Collector {
 	tb.Helper()
@@ -116,6 +124,9 @@ func (c *Collector) serve(conn net.Conn, table *ipfixmap.Table) {
 	c.conns[conn] = true
 	pause := c.pause
 	c.mu.Unlock()
+	if tc, ok := conn.(*net.TCPConn); ok && pause > 0 {
+		_ = tc.SetReadBuffer(slowReadBuffer)
+	}
 	defer func() {
 		conn.Close()
 		c.mu.Lock()
