@@ -457,3 +457,24 @@ func TestHeldReleasedWhileDumpsFail(t *testing.T) {
 		t.Errorf("after 12 s of failing dumps: %d held, %d queued (want 0 and 1: the bound is 10 s)", len(e.held), e.q.Len())
 	}
 }
+
+// TestLateNamingSetting: --late-naming reaches the exporter as given, 0
+// turns late naming off, and without the flag the wait is Options'
+// default (two poll intervals when longer than 10 s).
+func TestLateNamingSetting(t *testing.T) {
+	for _, c := range []struct {
+		set        bool
+		flag, poll time.Duration
+		want       time.Duration // 0: never
+	}{
+		{false, DefaultLateNaming, 30 * time.Second, time.Minute},
+		{true, 0, time.Second, 0},
+		{true, 3 * time.Second, time.Second, 3 * time.Second},
+	} {
+		s := Settings{LateNaming: c.flag, LateNamingSet: c.set}
+		e := lateExporter(t, &fixedSource{}, newPodCache(), nil, func(o *Options) { o.PollInterval, o.LateNaming = c.poll, s.lateNaming() })
+		if got := time.Duration(e.lateNaming); got != c.want {
+			t.Errorf("--late-naming %v (given: %v), poll interval %v: a wait of %v, want %v", c.flag, c.set, c.poll, got, c.want)
+		}
+	}
+}

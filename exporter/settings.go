@@ -56,7 +56,15 @@ type Settings struct {
 	MetricsAddress string        // --metrics-address
 	MaxConnections int           // --max-connections
 	BufferSize     int           // --buffer-size
-	TLS            TLSFiles
+	// LateNaming (--late-naming) is how long after a connection's start
+	// an unnamed local Pod end is looked up again, its final record held
+	// back for the name; 0 for never. LateNamingSet says it was given:
+	// if not, the wait is DefaultLateNaming or two poll intervals,
+	// whichever is longer (Options.LateNaming).
+	LateNaming    time.Duration
+	LateNamingSet bool
+	MaxHeld       int // --max-held
+	TLS           TLSFiles
 }
 
 // TLSFiles are the --tls-* flags.
@@ -114,6 +122,10 @@ func (s *Settings) check() (collectoraddr.Collector, []netip.Prefix, []netip.Pre
 		err = errors.New("--active-timeout and --idle-timeout must be positive")
 	case s.MaxConnections <= 0 || s.BufferSize <= 0:
 		err = errors.New("--max-connections and --buffer-size must be positive")
+	case s.LateNaming < 0:
+		err = fmt.Errorf("--late-naming %v: must not be negative (0 turns late naming off)", s.LateNaming)
+	case s.MaxHeld <= 0:
+		err = fmt.Errorf("--max-held %d: must be positive", s.MaxHeld)
 	case s.TLS.FromNamespace != "" && s.TLS.CertDir != "":
 		err = errors.New("--tls-from-namespace and --tls-cert-dir: give one, not both")
 	}
@@ -280,12 +292,24 @@ func (s Settings) run(ctx, bgCtx context.Context, wg *sync.WaitGroup, st *setup,
 	e, err := New(Options{Node: s.Node, PodCIDRs: podCIDRs, ClusterCIDRs: clusterCIDRs, Source: src, Store: store, Attributor: attr,
 		Collector: coll, Profile: s.Profile, TLS: tlsConf, PollInterval: s.PollInterval, ActiveTimeout: s.ActiveTimeout,
 		IdleTimeout: s.IdleTimeout, MaxConnections: s.MaxConnections, BufferSize: s.BufferSize,
-		API: st.api, Registry: reg, Log: log})
+		LateNaming: s.lateNaming(), MaxHeld: s.MaxHeld, API: st.api, Registry: reg, Log: log})
 	if err != nil {
 		src.Close()
 		return err
 	}
 	return e.Run(ctx)
+}
+
+// lateNaming is --late-naming as Options.LateNaming takes it: 0 for its
+// default when the flag was not given, negative for never.
+func (s *Settings) lateNaming() time.Duration {
+	switch {
+	case !s.LateNamingSet:
+		return 0
+	case s.LateNaming == 0:
+		return -1
+	}
+	return s.LateNaming
 }
 
 // metadataFlag names the flag of the metadata source, for errors.

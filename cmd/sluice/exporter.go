@@ -40,6 +40,7 @@ chosen Antrea agent version. See docs/exporter.md.`,
 				return err
 			}
 			f.s.ProfileSet = cmd.Flags().Changed("ie-profile")
+			f.s.LateNamingSet = cmd.Flags().Changed("late-naming")
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			return f.s.Run(ctx, log)
@@ -72,6 +73,8 @@ chosen Antrea agent version. See docs/exporter.md.`,
 	fl.StringVar(&f.s.MetricsAddress, "metrics-address", ":10350", "address of /metrics, /healthz and /readyz; empty for none")
 	fl.IntVar(&f.s.MaxConnections, "max-connections", connstore.DefaultMaxConnections, "connections tracked at most; more are counted and skipped")
 	fl.IntVar(&f.s.BufferSize, "buffer-size", exporter.DefaultBufferSize, "flow records held while the aggregator is slow or unreachable; the oldest are dropped beyond it")
+	fl.DurationVar(&f.s.LateNaming, "late-naming", exporter.DefaultLateNaming, "how long after a connection starts a local end no Pod is known for yet (a Pod whose IP the kubelet has not posted) is looked up again, and its final record held back for the name; default 10s or two poll intervals, whichever is longer; 0 turns it off")
+	fl.IntVar(&f.s.MaxHeld, "max-held", exporter.DefaultMaxHeld, "final records held back for a Pod name at most (--late-naming); beyond it they are exported unnamed at once and counted")
 	f.log.register(cmd)
 	cmd.SetContext(context.Background())
 	return cmd

@@ -24,6 +24,8 @@ func TestExporterFlagErrors(t *testing.T) {
 		"not both":           {"--inventory", "a", "--kubeconfig", "b", "--pod-cidr", "10.0.0.0/24"},
 		"--in-cluster with":  {"--in-cluster", "--inventory", "a", "--pod-cidr", "10.0.0.0/24"},
 		"--rate":             {"--source", "synthetic", "--rate", "0"},
+		"--late-naming":      {"--source", "synthetic", "--late-naming", "-1s"},
+		"--max-held":         {"--source", "synthetic", "--max-held", "0"},
 		"tls":                {"--source", "synthetic", "--collector", "127.0.0.1:1:tcp", "--tls-ca-file", "ca.crt"},
 		"no such file":       {"--source", "synthetic", "--collector", "127.0.0.1:1:tcp", "--inventory", "/nonexistent/inventory.yaml"},
 	}
