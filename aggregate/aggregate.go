@@ -104,6 +104,10 @@ type Stats struct {
 	// and kept for reuse. 0 where the table is on the heap (see package
 	// bigmem).
 	TableBytes uint64
+	// TableHeapFallbacks counts parts of the flow table (slab pages, index
+	// arrays) that were to be mapped outside the heap and came from the
+	// Go heap instead, because the kernel refused the mapping.
+	TableHeapFallbacks uint64
 }
 
 type counters struct {
@@ -223,6 +227,8 @@ func (s *Store) Stats() Stats {
 		Evicted:          s.c.evicted.Load(),
 		Expired:          s.c.expired.Load(),
 		TableBytes:       uint64(s.slab.mem.Mapped()),
+		// The same Owner as the index's (New).
+		TableHeapFallbacks: uint64(s.slab.mem.Failed()),
 	}
 }
 

@@ -49,6 +49,7 @@ func registerAggregateMetrics(reg prometheus.Registerer, s *aggregate.Store) {
 		counter("sluice_aggregate_one_sided_dropped_total", "One-sided flows dropped (sluice.aggregate.exportOneSided off).", func(st aggregate.Stats) uint64 { return st.OneSidedDropped }),
 		counter("sluice_aggregate_evicted_total", "Flows evicted because the store was full (sluice.aggregate.maxFlows).", func(st aggregate.Stats) uint64 { return st.Evicted }),
 		counter("sluice_aggregate_expired_total", "Flows forgotten after their inactive timeout.", func(st aggregate.Stats) uint64 { return st.Expired }),
+		counter("sluice_aggregate_table_heap_fallbacks_total", "Parts of the flow table put on the Go heap because the kernel refused to map them outside it (vm.max_map_count, vm.overcommit_memory): still correct, in small pages.", func(st aggregate.Stats) uint64 { return st.TableHeapFallbacks }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sluice_aggregate_flows", Help: "Flows held for correlation."},
 			func() float64 { return float64(s.Stats().Flows) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sluice_aggregate_table_bytes",

@@ -35,11 +35,13 @@ const HugePage = 2 << 20
 
 // Owner holds the mappings of the arrays made through it, until Free or
 // FreeAll. The zero Owner is ready to use. An Owner is not safe for
-// concurrent use, but for Mapped.
+// concurrent use, but for Mapped and Failed.
 type Owner struct {
 	regions []region
 	mapped  atomic.Int64
-	failed  int
+	failed  atomic.Int64
+	// mapFn replaces mapHuge in tests.
+	mapFn func(size uintptr) (unsafe.Pointer, uintptr, error)
 }
 
 type region struct {
@@ -72,9 +74,16 @@ func makeIn[T any](o *Owner, n int, mapping bool) []T {
 	if !mapping || elem == 0 || size < HugePage || size/elem != uintptr(n) {
 		return make([]T, n)
 	}
-	p, rounded, err := mapHuge(size)
+	m := mapHuge
+	if o.mapFn != nil {
+		m = o.mapFn
+	}
+	p, rounded, err := m(size)
 	if err != nil {
-		o.failed++
+		// The kernel refused (vm.max_map_count, a strict overcommit
+		// policy): the heap serves, correct but with small pages and
+		// counted by the garbage collector.
+		o.failed.Add(1)
 		return make([]T, n)
 	}
 	o.regions = append(o.regions, region{p, rounded})
@@ -129,8 +138,8 @@ func (o *Owner) Resident() (int, error) {
 }
 
 // Failed counts the arrays that were to be mapped and came from the heap
-// because the mapping failed.
-func (o *Owner) Failed() int { return o.failed }
+// because the mapping failed. It is safe to call from any goroutine.
+func (o *Owner) Failed() int { return int(o.failed.Load()) }
 
 // hasPointers reports whether values of t hold pointers the garbage
 // collector would have to see.

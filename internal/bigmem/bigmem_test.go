@@ -2,6 +2,7 @@ package bigmem
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
 	"os"
 	"runtime"
@@ -156,4 +157,20 @@ func TestPointersRejected(t *testing.T) {
 		a [4]uint64
 		b [0]*int
 	}](&Owner{}, 1) // an empty array of pointers holds none
+}
+
+// TestMappingRefused: when the kernel refuses a mapping, the array comes
+// from the heap, usable, and is counted as Failed (which the aggregator
+// reports as a metric), not as Mapped.
+func TestMappingRefused(t *testing.T) {
+	o := Owner{mapFn: func(uintptr) (unsafe.Pointer, uintptr, error) { return nil, 0, errors.New("refused") }}
+	s := makeIn[uint64](&o, 1<<20, true)
+	if len(s) != 1<<20 || o.Failed() != 1 || o.Mapped() != 0 || len(o.regions) != 0 {
+		t.Fatalf("len %d, failed %d, mapped %d in %d regions; want 1<<20, 1, 0, 0", len(s), o.Failed(), o.Mapped(), len(o.regions))
+	}
+	s[len(s)-1] = 7
+	Free(&o, s) // from the heap: nothing to unmap
+	if s := makeIn[uint64](&o, 1<<10, true); len(s) != 1<<10 || o.Failed() != 1 {
+		t.Fatalf("a small array counted as a failed mapping: failed %d", o.Failed())
+	}
 }
