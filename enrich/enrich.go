@@ -64,8 +64,16 @@ type Pod struct {
 	IPs []netip.Addr
 	// Created is metadata.creationTimestamp.
 	Created time.Time
-	// Deleted is when the Pod was seen to be gone; zero while it is alive.
+	// Deleted is when the Pod was seen to be gone, or to have finished;
+	// zero while it is alive.
 	Deleted time.Time
+	// Finished says the Pod has run to completion (status.phase
+	// Succeeded or Failed). Its object stays in the API, often for long
+	// (a Job's Pods), but it holds no address any more: the CNI gives it
+	// to new Pods. A Store remembers it as deleted from the first time
+	// it is seen finished, so that it names the flows it made while it
+	// ran and no later ones.
+	Finished bool
 	// Workload is what runs the Pod, from its controller owner reference
 	// (for the web UI's grouping; no record field carries it).
 	Workload Workload

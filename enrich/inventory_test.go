@@ -2,6 +2,7 @@ package enrich
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
@@ -61,6 +62,7 @@ type testPod struct {
 	name, uid, ip string
 	created       time.Time
 	labels        string // YAML flow mapping, "" for none
+	phase         string // "" for Running
 }
 
 // listYAML renders Pods in namespace "ns", plus Node n1 and Service ns/svc
@@ -74,7 +76,8 @@ func listYAML(withNodeAndService bool, pods ...testPod) string {
 			fmt.Fprintf(&b, "    labels: %s\n", p.labels)
 		}
 		fmt.Fprintf(&b, "    name: %s\n    namespace: ns\n    uid: %s\n  spec:\n    nodeName: n1\n", p.name, p.uid)
-		fmt.Fprintf(&b, "  status:\n    phase: Running\n    podIP: %s\n    podIPs:\n    - ip: %s\n", p.ip, p.ip)
+		phase := cmp.Or(p.phase, "Running")
+		fmt.Fprintf(&b, "  status:\n    phase: %s\n    podIP: %s\n    podIPs:\n    - ip: %s\n", phase, p.ip, p.ip)
 	}
 	if withNodeAndService {
 		b.WriteString("- apiVersion: v1\n  kind: Node\n  metadata:\n    name: n1\n    uid: un1\n  status:\n    addresses:\n    - address: 172.18.0.2\n      type: InternalIP\n")
@@ -602,5 +605,39 @@ func BenchmarkInventoryPodByIP(b *testing.B) {
 		if !ok || p.LabelsJSON() == "" {
 			b.Fatal("not found")
 		}
+	}
+}
+
+// TestInventoryFinishedPod: a Pod listed as Succeeded (or Failed) holds no
+// address from the first load that lists it so: it names only flows of
+// before, and a new Pod with its address is not confused with it.
+func TestInventoryFinishedPod(t *testing.T) {
+	clock := &fakeClock{t: at(time.Hour)}
+	job := testPod{name: "job", uid: "uj", ip: "10.0.0.1", created: at(0), phase: "Succeeded"}
+	inv, path, _ := newTestInventory(t, listYAML(true, job), InventoryOptions{Now: clock.Now})
+	ip := mustAddr("10.0.0.1")
+	if got := podName(inv.PodByIP(ip, at(30*time.Minute))); got != "ns/job" {
+		t.Errorf("a flow of the Pod while it ran: %s, want ns/job", got)
+	}
+	if p, ok := inv.PodByIP(ip, at(time.Hour+time.Second)); ok {
+		t.Errorf("a flow from its address after it finished: %+v, want none", p)
+	}
+
+	// A reload within the retention keeps the time it was first seen
+	// finished.
+	clock.Set(at(time.Hour + 2*time.Minute))
+	next := testPod{name: "next", uid: "un", ip: "10.0.0.1", created: at(time.Hour + time.Minute)}
+	writeFile(t, path, listYAML(true, job, next))
+	if err := inv.Reload(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if got := podName(inv.PodByIP(ip, at(time.Hour+90*time.Second))); got != "ns/next" {
+		t.Errorf("a flow of the new Pod: %s, want ns/next", got)
+	}
+	if p, ok := inv.PodByIP(ip, at(30*time.Minute)); !ok || p.Name != "job" || !p.Deleted.Equal(at(time.Hour)) {
+		t.Errorf("the finished Pod after a reload: %+v, want it ended at the first load (%v)", p, at(time.Hour))
+	}
+	if st := inv.Stats(); st.Pods != 1 || st.DeletedPods != 1 {
+		t.Errorf("Stats = %+v, want 1 live Pod and 1 remembered", st)
 	}
 }

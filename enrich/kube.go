@@ -711,6 +711,7 @@ func convertPod(p *corev1.Pod, invalid *atomic.Uint64) *Pod {
 		Labels:    p.Labels,
 		IPs:       ips,
 		Created:   p.CreationTimestamp.Time,
+		Finished:  podFinished(string(p.Status.Phase)),
 		Workload:  wl,
 	})
 }
@@ -775,6 +776,12 @@ func appendAddr(ips []netip.Addr, s string, invalid *atomic.Uint64) []netip.Addr
 	return append(ips, ip)
 }
 
+// podFinished reports whether a Pod in phase has run to completion, which
+// releases its address.
+func podFinished(phase string) bool {
+	return phase == string(corev1.PodSucceeded) || phase == string(corev1.PodFailed)
+}
+
 func countInvalid(invalid *atomic.Uint64) {
 	if invalid != nil {
 		invalid.Add(1)
@@ -787,7 +794,7 @@ func samePod(a, b *corev1.Pod) bool {
 	return a.UID == b.UID && a.Namespace == b.Namespace && a.Name == b.Name &&
 		a.Spec.NodeName == b.Spec.NodeName && a.Spec.HostNetwork == b.Spec.HostNetwork &&
 		a.CreationTimestamp.Equal(&b.CreationTimestamp) &&
-		a.Status.PodIP == b.Status.PodIP &&
+		a.Status.PodIP == b.Status.PodIP && a.Status.Phase == b.Status.Phase &&
 		slices.Equal(a.Status.PodIPs, b.Status.PodIPs) &&
 		maps.Equal(a.Labels, b.Labels) &&
 		slices.EqualFunc(a.OwnerReferences, b.OwnerReferences, sameOwner)
@@ -831,7 +838,7 @@ func trimObject(obj any) (any, error) {
 		return &corev1.Pod{
 			ObjectMeta: m,
 			Spec:       corev1.PodSpec{NodeName: o.Spec.NodeName, HostNetwork: o.Spec.HostNetwork},
-			Status:     corev1.PodStatus{PodIP: o.Status.PodIP, PodIPs: o.Status.PodIPs},
+			Status:     corev1.PodStatus{Phase: o.Status.Phase, PodIP: o.Status.PodIP, PodIPs: o.Status.PodIPs},
 		}, nil
 	case *corev1.Node:
 		return kubetrim.Node(o), nil

@@ -558,11 +558,11 @@ func TestTrimObject(t *testing.T) {
 		t.Fatal(err)
 	}
 	tp := obj.(*corev1.Pod)
-	if tp.Annotations != nil || tp.ManagedFields != nil || tp.Spec.Containers != nil || tp.Status.Phase != "" {
+	if tp.Annotations != nil || tp.ManagedFields != nil || tp.Spec.Containers != nil {
 		t.Errorf("not trimmed: %+v", tp)
 	}
 	if tp.Name != "web" || tp.Namespace != "ns" || tp.UID != "u-web" || tp.ResourceVersion != "42" ||
-		tp.Labels["app"] != "web" || tp.Spec.NodeName != "n1" || tp.Status.PodIP != "10.0.0.1" ||
+		tp.Labels["app"] != "web" || tp.Spec.NodeName != "n1" || tp.Status.PodIP != "10.0.0.1" || tp.Status.Phase != corev1.PodRunning ||
 		len(tp.Status.PodIPs) != 1 || !tp.CreationTimestamp.Equal(&p.CreationTimestamp) {
 		t.Errorf("lost a field Sluice reads: %+v", tp)
 	}
@@ -828,5 +828,79 @@ func TestSamePodOwnerReferences(t *testing.T) {
 	b.OwnerReferences[0].Controller = nil
 	if samePod(a, b) {
 		t.Error("a cleared controller flag went unseen")
+	}
+}
+
+// TestKubeFinishedPodReleasesIP: a Pod that has run to completion (a
+// Job's) stays in the API with its status.podIP, but the CNI gives the
+// address to new Pods. From the moment it is seen finished it names only
+// the flows it made while it ran: a flow from its address afterwards is
+// not put on it (so that the exporter looks the address up again until
+// the new Pod's IP is posted), and the new Pod has the address.
+func TestKubeFinishedPodReleasesIP(t *testing.T) {
+	h := startKube(t, KubeOptions{})
+	k, pods, ctx := h.k, h.client.CoreV1().Pods("ns"), h.ctx
+	ip := mustAddr("10.0.0.1")
+
+	h.clock.Set(at(time.Hour))
+	job := kpod("job", "u-job", at(0), []string{"10.0.0.1"})
+	if _, err := pods.Create(ctx, job, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	testkit.WaitFor(t, "the running Pod", func() bool { _, ok := k.PodByIP(ip, at(time.Minute)); return ok })
+
+	// Seen finished at 2h.
+	h.clock.Set(at(2 * time.Hour))
+	job.Status.Phase = corev1.PodSucceeded
+	if _, err := pods.UpdateStatus(ctx, job, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	testkit.WaitFor(t, "the finished Pod", func() bool { return k.Stats().DeletedPods == 1 })
+	if got := podName(k.PodByIP(ip, at(90*time.Minute))); got != "ns/job" {
+		t.Errorf("a flow of the Pod while it ran: %s, want ns/job", got)
+	}
+	if p, ok := k.PodByIP(ip, at(2*time.Hour+time.Second)); ok {
+		t.Errorf("a flow from its address after it finished: %+v, want none", p)
+	}
+
+	// Later changes to the finished Pod, and its deletion, keep the time it
+	// finished.
+	h.clock.Set(at(2*time.Hour + time.Minute))
+	job.Labels = map[string]string{"done": "yes"}
+	if _, err := pods.Update(ctx, job, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	testkit.WaitFor(t, "the label change", func() bool {
+		p, ok := k.PodByIP(ip, at(90*time.Minute))
+		return ok && p.LabelsJSON() == `{"done":"yes"}`
+	})
+	if p, _ := k.PodByIP(ip, at(90*time.Minute)); !p.Deleted.Equal(at(2 * time.Hour)) {
+		t.Errorf("after a change, the finished Pod's end is %v, want %v", p.Deleted, at(2*time.Hour))
+	}
+
+	// The address goes to a new Pod.
+	h.clock.Set(at(2*time.Hour + 3*time.Minute))
+	if _, err := pods.Create(ctx, kpod("next", "u-next", at(2*time.Hour+2*time.Minute), []string{"10.0.0.1"}), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	testkit.WaitFor(t, "the new Pod", func() bool { return k.Stats().Pods == 1 })
+	if err := pods.Delete(ctx, "job", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	testkit.WaitFor(t, "the finished Pod's deletion", func() bool { return k.Stats().Events == 5 }) // create, phase, labels, create, delete
+	for _, tc := range []struct {
+		at   time.Time
+		want string
+	}{
+		{at(90 * time.Minute), "ns/job"},
+		{at(2*time.Hour + 150*time.Second), "ns/next"},
+		{time.Time{}, "ns/next"},
+	} {
+		if got := podName(k.PodByIP(ip, tc.at)); got != tc.want {
+			t.Errorf("PodByIP(%v) = %s, want %s", tc.at, got, tc.want)
+		}
+	}
+	if p, _ := k.PodByIP(ip, at(90*time.Minute)); !p.Deleted.Equal(at(2 * time.Hour)) {
+		t.Errorf("after its deletion, the finished Pod's end is %v, want %v", p.Deleted, at(2*time.Hour))
 	}
 }

@@ -54,6 +54,7 @@ type (
 		Port     int    `json:"port"`
 	}
 	k8sStatus struct {
+		Phase     string           `json:"phase"`     // Pod
 		PodIP     string           `json:"podIP"`     // Pod
 		PodIPs    []k8sPodIP       `json:"podIPs"`    // Pod
 		Addresses []k8sNodeAddress `json:"addresses"` // Node
@@ -250,6 +251,7 @@ func (c *inventoryContents) addPod(obj *k8sObject) error {
 		Labels:    obj.Metadata.Labels,
 		IPs:       ips,
 		Created:   created,
+		Finished:  podFinished(obj.Status.Phase),
 		Workload:  wl,
 	}))
 	return nil

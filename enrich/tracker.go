@@ -137,8 +137,19 @@ func podKey(p *Pod) string {
 }
 
 // setPod adds or updates a live Pod (normalized by normalizePod). A Pod seen
-// again with the same identity after it was deleted is alive again.
+// again with the same identity after it was deleted is alive again. A
+// finished Pod is remembered as deleted since it was first seen finished.
 func (tx *txn) setPod(p *Pod) {
+	if p.Finished {
+		at := tx.now
+		if old, ok := tx.t.pods[podKey(p)]; ok && !old.Deleted.IsZero() {
+			at = old.Deleted
+		}
+		q := *p
+		q.Deleted = at
+		tx.t.pods[podKey(p)] = &q
+		return
+	}
 	if !p.Deleted.IsZero() {
 		q := *p
 		q.Deleted = time.Time{}
