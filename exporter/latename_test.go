@@ -471,10 +471,14 @@ func TestLateNamingSetting(t *testing.T) {
 		{true, 0, time.Second, 0},
 		{true, 3 * time.Second, time.Second, 3 * time.Second},
 	} {
-		s := Settings{LateNaming: c.flag, LateNamingSet: c.set}
-		e := lateExporter(t, &fixedSource{}, newPodCache(), nil, func(o *Options) { o.PollInterval, o.LateNaming = c.poll, s.lateNaming() })
-		if got := time.Duration(e.lateNaming); got != c.want {
-			t.Errorf("--late-naming %v (given: %v), poll interval %v: a wait of %v, want %v", c.flag, c.set, c.poll, got, c.want)
+		s := Settings{LateNaming: c.flag, LateNamingSet: c.set, MaxHeld: 17, PollInterval: c.poll}
+		e := lateExporter(t, &fixedSource{}, newPodCache(), nil, func(o *Options) {
+			tuned := s.tuning()
+			o.PollInterval, o.LateNaming, o.MaxHeld = tuned.PollInterval, tuned.LateNaming, tuned.MaxHeld
+		})
+		if got := time.Duration(e.lateNaming); got != c.want || e.o.MaxHeld != 17 {
+			t.Errorf("--late-naming %v (given: %v), poll interval %v: a wait of %v and %d held at most, want %v and 17",
+				c.flag, c.set, c.poll, got, e.o.MaxHeld, c.want)
 		}
 	}
 }

@@ -289,15 +289,23 @@ func (s Settings) run(ctx, bgCtx context.Context, wg *sync.WaitGroup, st *setup,
 		return err
 	}
 	st.waiting("the first read of the connection table")
-	e, err := New(Options{Node: s.Node, PodCIDRs: podCIDRs, ClusterCIDRs: clusterCIDRs, Source: src, Store: store, Attributor: attr,
-		Collector: coll, Profile: s.Profile, TLS: tlsConf, PollInterval: s.PollInterval, ActiveTimeout: s.ActiveTimeout,
-		IdleTimeout: s.IdleTimeout, MaxConnections: s.MaxConnections, BufferSize: s.BufferSize,
-		LateNaming: s.lateNaming(), MaxHeld: s.MaxHeld, API: st.api, Registry: reg, Log: log})
+	o := s.tuning()
+	o.Node, o.PodCIDRs, o.ClusterCIDRs, o.Source, o.Store, o.Attributor = s.Node, podCIDRs, clusterCIDRs, src, store, attr
+	o.Collector, o.TLS, o.API, o.Registry, o.Log = coll, tlsConf, st.api, reg, log
+	e, err := New(o)
 	if err != nil {
 		src.Close()
 		return err
 	}
 	return e.Run(ctx)
+}
+
+// tuning is the Options the flags set directly; Run adds the sources,
+// the collector and the rest.
+func (s *Settings) tuning() Options {
+	return Options{Profile: s.Profile, PollInterval: s.PollInterval, ActiveTimeout: s.ActiveTimeout,
+		IdleTimeout: s.IdleTimeout, MaxConnections: s.MaxConnections, BufferSize: s.BufferSize,
+		LateNaming: s.lateNaming(), MaxHeld: s.MaxHeld}
 }
 
 // lateNaming is --late-naming as Options.LateNaming takes it: 0 for its

@@ -504,8 +504,9 @@ func discardTCP(tb testing.TB) net.Conn {
 //     Antrea agent's way).
 //   - floor, floor-tcp: not a library but the least any encoder of these
 //     values does (floor_test.go): appends written for exactly this
-//     template, with no checks. Its ratio to goipfix-tcp bounds what any
-//     encoder can reach over TCP on the machine measured.
+//     template, with no checks. Its ratio to goipfix-tcp bounds what an
+//     encoder that writes from its own goroutine can reach over TCP on
+//     the machine measured.
 //
 // The TCP peers read and discard in another goroutine. Every variant
 // encodes the records once before the timer starts, so that what is

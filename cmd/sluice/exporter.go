@@ -23,7 +23,21 @@ type exporterFlags struct {
 }
 
 func newExporterCmd() *cobra.Command {
-	var f exporterFlags
+	cmd, _ := newExporterCmdFlags()
+	return cmd
+}
+
+// settings are the exporter's Settings as cmd's flags give them.
+func (f *exporterFlags) settings(cmd *cobra.Command) exporter.Settings {
+	s := f.s
+	s.ProfileSet = cmd.Flags().Changed("ie-profile")
+	s.LateNamingSet = cmd.Flags().Changed("late-naming")
+	return s
+}
+
+// newExporterCmdFlags is newExporterCmd, and the flags it fills (for tests).
+func newExporterCmdFlags() (*cobra.Command, *exporterFlags) {
+	f := new(exporterFlags)
 	cmd := &cobra.Command{
 		Use:   "exporter --collector HOST:PORT[:PROTO] --pod-cidr CIDR",
 		Short: "Export this Node's Pod connections to the aggregator",
@@ -39,11 +53,10 @@ chosen Antrea agent version. See docs/exporter.md.`,
 			if err != nil {
 				return err
 			}
-			f.s.ProfileSet = cmd.Flags().Changed("ie-profile")
-			f.s.LateNamingSet = cmd.Flags().Changed("late-naming")
+			s := f.settings(cmd)
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			return f.s.Run(ctx, log)
+			return s.Run(ctx, log)
 		},
 	}
 	fl := cmd.Flags()
@@ -73,9 +86,9 @@ chosen Antrea agent version. See docs/exporter.md.`,
 	fl.StringVar(&f.s.MetricsAddress, "metrics-address", ":10350", "address of /metrics, /healthz and /readyz; empty for none")
 	fl.IntVar(&f.s.MaxConnections, "max-connections", connstore.DefaultMaxConnections, "connections tracked at most; more are counted and skipped")
 	fl.IntVar(&f.s.BufferSize, "buffer-size", exporter.DefaultBufferSize, "flow records held while the aggregator is slow or unreachable; the oldest are dropped beyond it")
-	fl.DurationVar(&f.s.LateNaming, "late-naming", exporter.DefaultLateNaming, "how long after a connection starts a local end no Pod is known for yet (a Pod whose IP the kubelet has not posted) is looked up again, and its final record held back for the name; default 10s or two poll intervals, whichever is longer; 0 turns it off")
+	fl.DurationVar(&f.s.LateNaming, "late-naming", exporter.DefaultLateNaming, "how long after a connection starts a local end no Pod is known for yet (a Pod whose IP the kubelet has not posted) is looked up again, and its final record held back for the name; when not given, two poll intervals if that is longer; 0 turns it off")
 	fl.IntVar(&f.s.MaxHeld, "max-held", exporter.DefaultMaxHeld, "final records held back for a Pod name at most (--late-naming); beyond it they are exported unnamed at once and counted")
 	f.log.register(cmd)
 	cmd.SetContext(context.Background())
-	return cmd
+	return cmd, f
 }

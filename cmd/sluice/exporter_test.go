@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestExporterFlagErrors: bad flag values stop the command with an error
@@ -38,6 +39,31 @@ func TestExporterFlagErrors(t *testing.T) {
 		err := root.Execute()
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%v: error %v, want one mentioning %q", args, err, want)
+		}
+	}
+}
+
+// TestExporterLateNamingFlags: --late-naming and --max-held reach the
+// exporter's Settings, and whether --late-naming was given at all (when
+// not, the exporter picks its default from the poll interval).
+func TestExporterLateNamingFlags(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		set  bool
+		late time.Duration
+		held int
+	}{
+		{nil, false, 10 * time.Second, 4096},
+		{[]string{"--late-naming=0", "--max-held=9"}, true, 0, 9},
+		{[]string{"--late-naming", "30s"}, true, 30 * time.Second, 4096},
+	} {
+		cmd, f := newExporterCmdFlags()
+		if err := cmd.ParseFlags(c.args); err != nil {
+			t.Fatal(err)
+		}
+		s := f.settings(cmd)
+		if s.LateNamingSet != c.set || s.LateNaming != c.late || s.MaxHeld != c.held {
+			t.Errorf("%v: late naming %v (given: %v), %d held; want %v (%v), %d", c.args, s.LateNaming, s.LateNamingSet, s.MaxHeld, c.late, c.set, c.held)
 		}
 	}
 }
