@@ -70,9 +70,10 @@ type Pod struct {
 	// Finished says the Pod has run to completion (status.phase
 	// Succeeded or Failed). Its object stays in the API, often for long
 	// (a Job's Pods), but it holds no address any more: the CNI gives it
-	// to new Pods. A Store remembers it as deleted from the first time
-	// it is seen finished, so that it names the flows it made while it
-	// ran and no later ones.
+	// to new Pods. A Store remembers it as deleted since it finished, so
+	// that it names the flows it made while it ran and no later ones.
+	// When it finished is its containers' latest finishedAt, in Deleted
+	// (zero if they report none: then when it is first seen finished).
 	Finished bool
 	// Workload is what runs the Pod, from its controller owner reference
 	// (for the web UI's grouping; no record field carries it).

@@ -63,6 +63,7 @@ type testPod struct {
 	created       time.Time
 	labels        string // YAML flow mapping, "" for none
 	phase         string // "" for Running
+	finished      time.Time
 }
 
 // listYAML renders Pods in namespace "ns", plus Node n1 and Service ns/svc
@@ -78,6 +79,9 @@ func listYAML(withNodeAndService bool, pods ...testPod) string {
 		fmt.Fprintf(&b, "    name: %s\n    namespace: ns\n    uid: %s\n  spec:\n    nodeName: n1\n", p.name, p.uid)
 		phase := cmp.Or(p.phase, "Running")
 		fmt.Fprintf(&b, "  status:\n    phase: %s\n    podIP: %s\n    podIPs:\n    - ip: %s\n", phase, p.ip, p.ip)
+		if !p.finished.IsZero() {
+			fmt.Fprintf(&b, "    containerStatuses:\n    - name: c\n      state:\n        terminated:\n          exitCode: 0\n          finishedAt: %q\n", p.finished.Format(time.RFC3339))
+		}
 	}
 	if withNodeAndService {
 		b.WriteString("- apiVersion: v1\n  kind: Node\n  metadata:\n    name: n1\n    uid: un1\n  status:\n    addresses:\n    - address: 172.18.0.2\n      type: InternalIP\n")
@@ -401,6 +405,10 @@ func TestNewInventoryErrors(t *testing.T) {
 	if _, err := NewInventory(bad, InventoryOptions{}); err == nil || !strings.Contains(err.Error(), "status.podIP") {
 		t.Errorf("bad file: err = %v", err)
 	}
+	writeFile(t, bad, "kind: Pod\nmetadata: {name: a}\nstatus: {phase: Succeeded, containerStatuses: [{state: {terminated: {finishedAt: yesterday}}}]}\n")
+	if _, err := NewInventory(bad, InventoryOptions{}); err == nil || !strings.Contains(err.Error(), "finishedAt") {
+		t.Errorf("bad finishedAt: err = %v", err)
+	}
 	good := filepath.Join(dir, "good.yaml")
 	writeFile(t, good, listYAML(true))
 	if _, err := NewInventory(good, InventoryOptions{Interval: -time.Second}); err == nil {
@@ -639,5 +647,29 @@ func TestInventoryFinishedPod(t *testing.T) {
 	}
 	if st := inv.Stats(); st.Pods != 1 || st.DeletedPods != 1 {
 		t.Errorf("Stats = %+v, want 1 live Pod and 1 remembered", st)
+	}
+}
+
+// TestInventoryFinishedPodEnd: a finished Pod whose containers say when
+// they ended holds its address until then; once past the retention, a
+// reload that still lists it does not bring it back.
+func TestInventoryFinishedPodEnd(t *testing.T) {
+	clock := &fakeClock{t: at(time.Hour)}
+	job := testPod{name: "job", uid: "uj", ip: "10.0.0.1", created: at(0), phase: "Failed", finished: at(58 * time.Minute)}
+	inv, path, _ := newTestInventory(t, listYAML(true, job), InventoryOptions{Now: clock.Now})
+	ip := mustAddr("10.0.0.1")
+	if p, ok := inv.PodByIP(ip, at(57*time.Minute)); !ok || p.Name != "job" || !p.Deleted.Equal(at(58*time.Minute)) {
+		t.Errorf("a flow of the Pod while it ran: %+v, want job ended at %v", p, at(58*time.Minute))
+	}
+	if p, ok := inv.PodByIP(ip, at(59*time.Minute)); ok {
+		t.Errorf("a flow from its address after it ended: %+v, want none", p)
+	}
+	clock.Set(at(58*time.Minute + DefaultRetention))
+	writeFile(t, path, listYAML(true, job, testPod{name: "other", uid: "uo", ip: "10.0.0.9", created: at(0)}))
+	if err := inv.Reload(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if p, ok := inv.PodByIP(ip, at(57*time.Minute)); ok || inv.Stats().DeletedPods != 0 {
+		t.Errorf("past the retention, after a reload: %+v, %d remembered; want it forgotten", p, inv.Stats().DeletedPods)
 	}
 }

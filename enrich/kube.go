@@ -712,6 +712,7 @@ func convertPod(p *corev1.Pod, invalid *atomic.Uint64) *Pod {
 		IPs:       ips,
 		Created:   p.CreationTimestamp.Time,
 		Finished:  podFinished(string(p.Status.Phase)),
+		Deleted:   finishedAt(p),
 		Workload:  wl,
 	})
 }
@@ -782,6 +783,21 @@ func podFinished(phase string) bool {
 	return phase == string(corev1.PodSucceeded) || phase == string(corev1.PodFailed)
 }
 
+// finishedAt is when a finished Pod's last container ended, zero for a
+// Pod that has not finished or whose containers say nothing.
+func finishedAt(p *corev1.Pod) time.Time {
+	if !podFinished(string(p.Status.Phase)) {
+		return time.Time{}
+	}
+	var last time.Time
+	for i := range p.Status.ContainerStatuses {
+		if t := p.Status.ContainerStatuses[i].State.Terminated; t != nil && t.FinishedAt.Time.After(last) {
+			last = t.FinishedAt.Time
+		}
+	}
+	return last
+}
+
 func countInvalid(invalid *atomic.Uint64) {
 	if invalid != nil {
 		invalid.Add(1)
@@ -794,7 +810,8 @@ func samePod(a, b *corev1.Pod) bool {
 	return a.UID == b.UID && a.Namespace == b.Namespace && a.Name == b.Name &&
 		a.Spec.NodeName == b.Spec.NodeName && a.Spec.HostNetwork == b.Spec.HostNetwork &&
 		a.CreationTimestamp.Equal(&b.CreationTimestamp) &&
-		a.Status.PodIP == b.Status.PodIP && a.Status.Phase == b.Status.Phase &&
+		a.Status.PodIP == b.Status.PodIP &&
+		podFinished(string(a.Status.Phase)) == podFinished(string(b.Status.Phase)) && finishedAt(a).Equal(finishedAt(b)) &&
 		slices.Equal(a.Status.PodIPs, b.Status.PodIPs) &&
 		maps.Equal(a.Labels, b.Labels) &&
 		slices.EqualFunc(a.OwnerReferences, b.OwnerReferences, sameOwner)
@@ -835,11 +852,17 @@ func trimObject(obj any) (any, error) {
 			m.OwnerReferences = []metav1.OwnerReference{{APIVersion: c.APIVersion, Kind: c.Kind, Name: c.Name,
 				UID: c.UID, Controller: c.Controller}}
 		}
-		return &corev1.Pod{
+		t := &corev1.Pod{
 			ObjectMeta: m,
 			Spec:       corev1.PodSpec{NodeName: o.Spec.NodeName, HostNetwork: o.Spec.HostNetwork},
 			Status:     corev1.PodStatus{Phase: o.Status.Phase, PodIP: o.Status.PodIP, PodIPs: o.Status.PodIPs},
-		}, nil
+		}
+		// Of a finished Pod, when it finished: one container status.
+		if end := finishedAt(o); !end.IsZero() {
+			t.Status.ContainerStatuses = []corev1.ContainerStatus{{State: corev1.ContainerState{
+				Terminated: &corev1.ContainerStateTerminated{FinishedAt: metav1.NewTime(end)}}}}
+		}
+		return t, nil
 	case *corev1.Node:
 		return kubetrim.Node(o), nil
 	case *corev1.Service:

@@ -884,10 +884,11 @@ func TestKubeFinishedPodReleasesIP(t *testing.T) {
 		t.Fatal(err)
 	}
 	testkit.WaitFor(t, "the new Pod", func() bool { return k.Stats().Pods == 1 })
+	rebuilds := k.Stats().Rebuilds
 	if err := pods.Delete(ctx, "job", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	testkit.WaitFor(t, "the finished Pod's deletion", func() bool { return k.Stats().Events == 5 }) // create, phase, labels, create, delete
+	testkit.WaitFor(t, "the finished Pod's deletion", func() bool { return k.Stats().Rebuilds > rebuilds })
 	for _, tc := range []struct {
 		at   time.Time
 		want string
@@ -902,5 +903,62 @@ func TestKubeFinishedPodReleasesIP(t *testing.T) {
 	}
 	if p, _ := k.PodByIP(ip, at(90*time.Minute)); !p.Deleted.Equal(at(2 * time.Hour)) {
 		t.Errorf("after its deletion, the finished Pod's end is %v, want %v", p.Deleted, at(2*time.Hour))
+	}
+}
+
+// withFinished makes a Pod that ran to completion in phase, its one
+// container having ended at end.
+func withFinished(phase corev1.PodPhase, end time.Time) kpodOpt {
+	return func(p *corev1.Pod) {
+		p.Status.Phase = phase
+		p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "c", State: corev1.ContainerState{
+			Terminated: &corev1.ContainerStateTerminated{ExitCode: 1, FinishedAt: metav1.NewTime(end)}}}}
+	}
+}
+
+// TestKubeFinishedPodEndsWhenItsContainersDid: a finished Pod's address is
+// free from when its containers ended, as they report it, not from when
+// Sluice hears of it; so a Pod that finished longer ago than the retention
+// is forgotten at once, at the first list or at any later change, and
+// does not come back.
+func TestKubeFinishedPodEndsWhenItsContainersDid(t *testing.T) {
+	// Listed at 1h, finished at 30m: past the retention already.
+	h := startKube(t, KubeOptions{}, kpod("old-job", "u-old", at(0), []string{"10.0.0.1"}, withFinished(corev1.PodSucceeded, at(30*time.Minute))))
+	k, pods, ctx := h.k, h.client.CoreV1().Pods("ns"), h.ctx
+	if p, ok := k.PodByIP(mustAddr("10.0.0.1"), at(20*time.Minute)); ok || k.Stats().DeletedPods != 0 {
+		t.Errorf("a Pod that finished 30 minutes before the list: %+v, %d remembered; want it forgotten", p, k.Stats().DeletedPods)
+	}
+
+	// A Pod failing while watched ends when its container did.
+	ip := mustAddr("10.0.0.2")
+	job := kpod("job", "u-job", at(0), []string{"10.0.0.2"})
+	if _, err := pods.Create(ctx, job, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	testkit.WaitFor(t, "the running Pod", func() bool { _, ok := k.PodByIP(ip, at(time.Minute)); return ok })
+	withFinished(corev1.PodFailed, at(59*time.Minute))(job)
+	if _, err := pods.UpdateStatus(ctx, job, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	testkit.WaitFor(t, "the failed Pod", func() bool { p, ok := k.PodByIP(ip, at(58*time.Minute)); return ok && p.Finished })
+	if p, ok := k.PodByIP(ip, at(58*time.Minute)); !ok || p.Name != "job" || !p.Deleted.Equal(at(59*time.Minute)) {
+		t.Errorf("a flow of the Pod while it ran: %+v, want job, ended at %v", p, at(59*time.Minute))
+	}
+	if p, ok := k.PodByIP(ip, at(59*time.Minute+time.Second)); ok {
+		t.Errorf("a flow from its address after it failed: %+v, want none", p)
+	}
+
+	// Past the retention it is forgotten, and a later change to it does
+	// not bring it back.
+	h.clock.Set(at(59*time.Minute + DefaultRetention))
+	testkit.WaitFor(t, "expiry", func() bool { return k.Stats().DeletedPods == 0 })
+	rebuilds := k.Stats().Rebuilds
+	job.Labels = map[string]string{"seen": "again"}
+	if _, err := pods.Update(ctx, job, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	testkit.WaitFor(t, "the change", func() bool { return k.Stats().Rebuilds > rebuilds })
+	if p, ok := k.PodByIP(ip, at(58*time.Minute)); ok || k.Stats().DeletedPods != 0 {
+		t.Errorf("after a change past the retention: %+v, %d remembered; want it forgotten", p, k.Stats().DeletedPods)
 	}
 }

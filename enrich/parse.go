@@ -54,13 +54,21 @@ type (
 		Port     int    `json:"port"`
 	}
 	k8sStatus struct {
-		Phase     string           `json:"phase"`     // Pod
-		PodIP     string           `json:"podIP"`     // Pod
-		PodIPs    []k8sPodIP       `json:"podIPs"`    // Pod
-		Addresses []k8sNodeAddress `json:"addresses"` // Node
+		Phase             string               `json:"phase"`             // Pod
+		ContainerStatuses []k8sContainerStatus `json:"containerStatuses"` // Pod
+		PodIP             string               `json:"podIP"`             // Pod
+		PodIPs            []k8sPodIP           `json:"podIPs"`            // Pod
+		Addresses         []k8sNodeAddress     `json:"addresses"`         // Node
 	}
 	k8sPodIP struct {
 		IP string `json:"ip"`
+	}
+	k8sContainerStatus struct {
+		State struct {
+			Terminated *struct {
+				FinishedAt string `json:"finishedAt"`
+			} `json:"terminated"`
+		} `json:"state"`
 	}
 	k8sNodeAddress struct {
 		Type    string `json:"type"`
@@ -243,6 +251,20 @@ func (c *inventoryContents) addPod(obj *k8sObject) error {
 			break
 		}
 	}
+	finished := podFinished(obj.Status.Phase)
+	var end time.Time
+	for i, cs := range obj.Status.ContainerStatuses {
+		if cs.State.Terminated == nil || !finished {
+			continue
+		}
+		t, err := time.Parse(time.RFC3339, cs.State.Terminated.FinishedAt)
+		if err != nil && cs.State.Terminated.FinishedAt != "" {
+			return fmt.Errorf("status.containerStatuses[%d].state.terminated.finishedAt: %w", i, err)
+		}
+		if t.After(end) {
+			end = t
+		}
+	}
 	c.pods = append(c.pods, normalizePod(Pod{
 		Namespace: obj.Metadata.Namespace,
 		Name:      obj.Metadata.Name,
@@ -251,7 +273,8 @@ func (c *inventoryContents) addPod(obj *k8sObject) error {
 		Labels:    obj.Metadata.Labels,
 		IPs:       ips,
 		Created:   created,
-		Finished:  podFinished(obj.Status.Phase),
+		Finished:  finished,
+		Deleted:   end,
 		Workload:  wl,
 	}))
 	return nil

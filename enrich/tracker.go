@@ -138,11 +138,17 @@ func podKey(p *Pod) string {
 
 // setPod adds or updates a live Pod (normalized by normalizePod). A Pod seen
 // again with the same identity after it was deleted is alive again. A
-// finished Pod is remembered as deleted since it was first seen finished.
+// finished Pod is remembered as deleted since it finished (Pod.Finished),
+// or since it was first seen finished: so one that finished longer ago
+// than the retention is forgotten at once, and is not remembered again
+// by a later update.
 func (tx *txn) setPod(p *Pod) {
 	if p.Finished {
-		at := tx.now
-		if old, ok := tx.t.pods[podKey(p)]; ok && !old.Deleted.IsZero() {
+		at := p.Deleted
+		if at.IsZero() {
+			at = tx.now
+		}
+		if old, ok := tx.t.pods[podKey(p)]; ok && !old.Deleted.IsZero() && old.Deleted.Before(at) {
 			at = old.Deleted
 		}
 		q := *p
