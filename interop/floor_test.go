@@ -39,29 +39,29 @@ func appendFloorRecord(p []byte, f *antreaFlow) []byte {
 	p = be.AppendUint64(p, f.RevOctets)
 	p = be.AppendUint64(p, f.RevDeltaPkts)
 	p = be.AppendUint64(p, f.RevDeltaOct)
-	p = appendFloorString(p, f.SrcPod)
-	p = appendFloorString(p, f.SrcNamespace)
-	p = appendFloorString(p, f.SrcNode)
-	p = appendFloorString(p, f.DstPod)
-	p = appendFloorString(p, f.DstNamespace)
-	p = appendFloorString(p, f.DstNode)
+	p = ipfix.AppendVariable(p, f.SrcPod)
+	p = ipfix.AppendVariable(p, f.SrcNamespace)
+	p = ipfix.AppendVariable(p, f.SrcNode)
+	p = ipfix.AppendVariable(p, f.DstPod)
+	p = ipfix.AppendVariable(p, f.DstNamespace)
+	p = ipfix.AppendVariable(p, f.DstNode)
 	p = be.AppendUint16(p, f.DstSvcPort)
-	p = appendFloorString(p, f.DstSvcPortName)
-	p = appendFloorString(p, f.InPolicy)
-	p = appendFloorString(p, f.InPolicyNamespace)
+	p = ipfix.AppendVariable(p, f.DstSvcPortName)
+	p = ipfix.AppendVariable(p, f.InPolicy)
+	p = ipfix.AppendVariable(p, f.InPolicyNamespace)
 	p = append(p, f.InPolicyType)
-	p = appendFloorString(p, f.InRule)
+	p = ipfix.AppendVariable(p, f.InRule)
 	p = append(p, f.InRuleAction)
-	p = appendFloorString(p, f.EgPolicy)
-	p = appendFloorString(p, f.EgPolicyNamespace)
+	p = ipfix.AppendVariable(p, f.EgPolicy)
+	p = ipfix.AppendVariable(p, f.EgPolicyNamespace)
 	p = append(p, f.EgPolicyType)
-	p = appendFloorString(p, f.EgRule)
+	p = ipfix.AppendVariable(p, f.EgRule)
 	p = append(p, f.EgRuleAction)
-	p = appendFloorString(p, f.TCPState)
+	p = ipfix.AppendVariable(p, f.TCPState)
 	p = append(p, f.FlowType)
-	p = appendFloorString(p, f.EgressName)
-	p = appendFloorString(p, f.EgressIP)
-	p = appendFloorString(p, f.EgressNode)
+	p = ipfix.AppendVariable(p, f.EgressName)
+	p = ipfix.AppendVariable(p, f.EgressIP)
+	p = ipfix.AppendVariable(p, f.EgressNode)
 	p = be.AppendUint16(p, f.ProxySnatPort)
 	p = appendFloorAddr(p, f.ClusterIP)
 	p = appendFloorAddr(p, f.ProxySnatIP)
@@ -76,15 +76,6 @@ func appendFloorAddr(p []byte, a netip.Addr) []byte {
 	}
 	b := a.As4()
 	return append(p, b[:]...)
-}
-
-func appendFloorString(p []byte, s string) []byte {
-	if len(s) < 255 {
-		p = append(p, byte(len(s)))
-	} else {
-		p = append(p, 255, byte(len(s)>>8), byte(len(s)))
-	}
-	return append(p, s...)
 }
 
 // floorEncoder builds messages of at most max octets, one data set of

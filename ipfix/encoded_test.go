@@ -3,6 +3,7 @@ package ipfix_test
 import (
 	"bytes"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -199,6 +200,29 @@ func TestArenaPool(t *testing.T) {
 	for range 10 {
 		if s := p.Get(100); cap(s.Buf) > 2*100+4096 {
 			t.Fatalf("an arena of %d octets for a message of 100", cap(s.Buf))
+		}
+	}
+}
+
+// TestAppendVariable: AppendVariable writes a value as RecordBuilder does,
+// on both sides of the three-octet length prefix.
+func TestAppendVariable(t *testing.T) {
+	tmpl, err := ipfix.NewTemplate(256, []ipfix.Field{{IE: ipfix.DefaultRegistry().MustByName("sourcePodName"), Length: ipfix.VariableLength}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	enc, _ := ipfix.NewEncoder(ipfix.EncoderOptions{}, func([]byte) error { return nil })
+	for _, n := range []int{0, 1, 254, 255, 300, 65000} {
+		v := strings.Repeat("p", n)
+		want, err := enc.EncodeRecord(tmpl, func(b ipfix.RecordBuilder) error { return b.String(v).End() })
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := ipfix.AppendVariable([]byte("x"), v); !bytes.Equal(got[1:], want) || got[0] != 'x' {
+			t.Errorf("%d octets: %x…, want %x…", n, got[:min(len(got), 5)], want[:min(len(want), 4)])
+		}
+		if got := ipfix.AppendVariable(nil, []byte(v)); !bytes.Equal(got, want) {
+			t.Errorf("%d octets as bytes: %x…, want %x…", n, got[:min(len(got), 4)], want[:min(len(want), 4)])
 		}
 	}
 }

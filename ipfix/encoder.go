@@ -789,6 +789,18 @@ func (e *Encoder) dropEmptySet(recStart int) {
 	}
 }
 
+// AppendVariable appends v as the value of a variable-length field, with
+// its length prefix (RFC 7011 §7), as RecordBuilder writes it: for
+// writers that build records, or stretches of them, in their own buffers.
+func AppendVariable[S ~string | ~[]byte](b []byte, v S) []byte {
+	if len(v) < 255 {
+		b = append(b, byte(len(v)))
+	} else {
+		b = append(b, 255, byte(len(v)>>8), byte(len(v)))
+	}
+	return append(b, v...)
+}
+
 // uint32FromAddr4 is the IPv4 address a as a big-endian number.
 func uint32FromAddr4(a netip.Addr) uint32 {
 	b := a.As4()

@@ -113,7 +113,7 @@ func NewForwarding(p *Proxy, table *ipfixmap.Table, ex *ipfixmap.Exporter) (*For
 		if len(c) > 0xffff {
 			return nil, nil // more than a record can carry: the normal path reports it
 		}
-		fw.cluster = appendVar(nil, c)
+		fw.cluster = ipfix.AppendVariable(nil, c)
 	}
 	return fw, nil
 }
@@ -552,20 +552,20 @@ func (f *forwarder) write(arena []byte, r *ipfix.Record, o *flow.Origin, p *fpla
 			arena = append(arena, 0)
 		case opPod:
 			if !d.fill[op.a] {
-				arena = appendVarBytes(arena, d.strs[op.a][op.b])
+				arena = ipfix.AppendVariable(arena, d.strs[op.a][op.b])
 				break
 			}
 			pod := d.pods[op.a]
 			switch op.b {
 			case podNamespace:
-				arena = appendVar(arena, pod.Namespace)
+				arena = ipfix.AppendVariable(arena, pod.Namespace)
 			case podName:
-				arena = appendVar(arena, pod.Name)
+				arena = ipfix.AppendVariable(arena, pod.Name)
 			default:
 				if node := d.strs[op.a][podNode]; len(node) == 0 && pod.NodeName != "" {
-					arena = appendVar(arena, pod.NodeName)
+					arena = ipfix.AppendVariable(arena, pod.NodeName)
 				} else {
-					arena = appendVarBytes(arena, node)
+					arena = ipfix.AppendVariable(arena, node)
 				}
 			}
 		case opLabels:
@@ -585,7 +585,7 @@ func (f *forwarder) write(arena []byte, r *ipfix.Record, o *flow.Origin, p *fpla
 			if len(l) > 0xffff {
 				return arena, false // the normal path reports it
 			}
-			arena = appendVar(arena, l)
+			arena = ipfix.AppendVariable(arena, l)
 		case opCluster:
 			if f.fw.cluster != nil {
 				arena = append(arena, f.fw.cluster...)
@@ -619,33 +619,13 @@ func (f *forwarder) write(arena []byte, r *ipfix.Record, o *flow.Origin, p *fpla
 	return arena, true
 }
 
-// appendVar appends s as a variable-length value (RFC 7011 §7), as the
-// encoder writes one.
-func appendVar(b []byte, s string) []byte {
-	if len(s) < 255 {
-		b = append(b, byte(len(s)))
-	} else {
-		b = append(b, 255, byte(len(s)>>8), byte(len(s)))
-	}
-	return append(b, s...)
-}
-
-func appendVarBytes(b, s []byte) []byte {
-	if len(s) < 255 {
-		b = append(b, byte(len(s)))
-	} else {
-		b = append(b, 255, byte(len(s)>>8), byte(len(s)))
-	}
-	return append(b, s...)
-}
-
 // appendReceived appends received variable-length field i as the encoder
 // would write it, or an empty value when the record lacks it.
 func appendReceived(b []byte, r *ipfix.Record, i int) []byte {
 	if i < 0 {
 		return append(b, 0)
 	}
-	return appendVarBytes(b, r.Bytes(i))
+	return ipfix.AppendVariable(b, r.Bytes(i))
 }
 
 // maxEgress bounds a forwarder's cache of egressIP values.
@@ -669,7 +649,7 @@ func (f *forwarder) appendEgressIP(b []byte, r *ipfix.Record, i int) []byte {
 	if a, err := netip.ParseAddr(string(v)); err != nil {
 		enc = []byte{0}
 	} else {
-		enc = appendVar(nil, a.String())
+		enc = ipfix.AppendVariable(nil, a.String())
 	}
 	if len(v) > 64 {
 		return append(b, enc...) // not an address anyway: not worth a cache entry
